@@ -1,0 +1,175 @@
+"""Campaigns: immutable, named collections with a config digest that every report carries.
+
+A campaign fixes the mechanism, its resolved parameters, ε, the value domain and the time
+precision. Its config is a canonical JSON document; the digest is the SHA-256 of that document,
+so any change to any parameter is a new digest, and a report made for one version of a campaign
+is rejected by another. Changing a campaign means creating a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from chorus_shared.domain import Domain, domain_from_json
+from chorus_shared.errors import CampaignError, PrivacyWarning
+from chorus_shared.mechanisms import Mechanism, mechanism_class
+
+__all__ = [
+    "CONFIG_FORMAT",
+    "EPSILON_WARNING_THRESHOLD",
+    "Campaign",
+    "campaign_from_config",
+    "campaign_from_spec",
+    "canonical_json",
+]
+
+CONFIG_FORMAT = "chorus.campaign/1"
+EPSILON_WARNING_THRESHOLD = 10.0
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+DEFAULT_TIME_PRECISION = 3600
+_SPEC_FIELDS = {"name", "mechanism", "epsilon", "domain", "params", "time_precision",
+                "description"}
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Deterministic JSON bytes: sorted keys, no spaces, UTF-8, no NaN."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """A resolved campaign. Build one with :func:`campaign_from_spec`."""
+
+    name: str
+    mechanism: Mechanism
+    time_precision: int = DEFAULT_TIME_PRECISION
+    description: str = ""
+    config: dict[str, Any] = field(init=False, repr=False, compare=False)
+    digest: str = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        config = {
+            "format": CONFIG_FORMAT,
+            "name": self.name,
+            "description": self.description,
+            "mechanism": self.mechanism.name,
+            "epsilon": self.mechanism.epsilon,
+            "domain": self.mechanism.domain.to_json(),
+            "params": self.mechanism.params(),
+            "time_precision": self.time_precision,
+        }
+        object.__setattr__(self, "config", config)
+        object.__setattr__(self, "digest", hashlib.sha256(canonical_json(config)).hexdigest())
+
+    @property
+    def epsilon(self) -> float:
+        return self.mechanism.epsilon
+
+    @property
+    def domain(self) -> Domain:
+        return self.mechanism.domain
+
+    def public_config(self) -> dict[str, Any]:
+        """What clients fetch: the config, its digest and derived facts for humans."""
+        return {
+            **self.config,
+            "digest": self.digest,
+            "derived": self.mechanism.describe(),
+            "warnings": privacy_warnings(self.epsilon),
+        }
+
+    def time_bucket(self, unix_seconds: float) -> int:
+        """Truncate a timestamp to the campaign's time precision (start of its bucket)."""
+        return int(unix_seconds // self.time_precision) * self.time_precision
+
+
+def privacy_warnings(epsilon: float) -> list[str]:
+    if epsilon > EPSILON_WARNING_THRESHOLD:
+        return [
+            f"epsilon = {epsilon:g} is above {EPSILON_WARNING_THRESHOLD:g}: each report's "
+            "randomization protects little; an observer can usually tell the true value."
+        ]
+    return []
+
+
+def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaign:
+    """Validate a user's campaign definition and resolve every parameter.
+
+    ``spec`` holds ``name``, ``mechanism``, ``epsilon`` (optional where the parameters fix it),
+    ``domain``, optional ``params``, ``time_precision`` (seconds) and ``description``.
+    Issues :class:`PrivacyWarning` when ε > 10.
+    """
+    if not isinstance(spec, Mapping):
+        raise CampaignError("a campaign definition must be a JSON object")
+    unknown = set(spec) - _SPEC_FIELDS - {"format", "digest", "derived", "warnings"}
+    if unknown:
+        raise CampaignError(f"unknown campaign fields: {sorted(unknown)}")
+    name = spec.get("name")
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise CampaignError(
+            "name must be 1-64 characters of a-z, 0-9, '_', '.', '-', starting with a letter "
+            f"or digit; got {name!r}"
+        )
+    description = spec.get("description", "")
+    if not isinstance(description, str) or len(description) > 2000:
+        raise CampaignError("description must be a string of at most 2000 characters")
+    precision = spec.get("time_precision", DEFAULT_TIME_PRECISION)
+    if isinstance(precision, bool) or not isinstance(precision, int) or not (
+        1 <= precision <= 366 * 86400
+    ):
+        raise CampaignError("time_precision must be an integer number of seconds in [1, 31622400]")
+    params = spec.get("params", {})
+    if not isinstance(params, Mapping):
+        raise CampaignError("params must be an object")
+    epsilon = spec.get("epsilon")
+    if epsilon is not None and (isinstance(epsilon, bool) or not isinstance(epsilon, int | float)):
+        raise CampaignError(f"epsilon must be a number, got {epsilon!r}")
+    if "domain" not in spec:
+        raise CampaignError("a campaign needs a domain")
+    domain = domain_from_json(spec["domain"])
+    cls = mechanism_class(spec.get("mechanism"))
+    if domain.kind not in cls.domain_kinds:
+        raise CampaignError(
+            f"mechanism {cls.name!r} takes a {' or '.join(cls.domain_kinds)} domain, "
+            f"not {domain.kind!r}"
+        )
+    mechanism = cls.resolve(epsilon=epsilon, domain=domain, params=params)
+    if epsilon is not None and not math.isclose(mechanism.epsilon, epsilon, rel_tol=1e-9):
+        raise CampaignError(
+            f"epsilon = {epsilon} is inconsistent with the parameters (they give "
+            f"{mechanism.epsilon:.9g})"
+        )
+    if warn:
+        for message in privacy_warnings(mechanism.epsilon):
+            warnings.warn(message, PrivacyWarning, stacklevel=2)
+    return Campaign(name=name, mechanism=mechanism, time_precision=precision,
+                    description=description)
+
+
+def campaign_from_config(config: Mapping[str, Any], *, expected_digest: str | None = None,
+                         warn: bool = False) -> Campaign:
+    """Rebuild a campaign from its stored or fetched config and check its digest.
+
+    Resolving again re-derives ε from the parameters, so a config that claims a smaller ε than
+    its parameters give is refused, whoever served it.
+    """
+    if config.get("format", CONFIG_FORMAT) != CONFIG_FORMAT:
+        raise CampaignError(f"unsupported campaign config format {config.get('format')!r}")
+    campaign = campaign_from_spec(config, warn=warn)
+    if campaign.config != {k: config[k] for k in campaign.config if k in config}:
+        raise CampaignError("campaign config does not round-trip: fields were altered")
+    digest = expected_digest if expected_digest is not None else config.get("digest")
+    if digest is not None and digest != campaign.digest:
+        raise CampaignError(
+            f"campaign {campaign.name!r}: digest {digest!r} does not match its config "
+            f"({campaign.digest}); the config was altered or made by another version"
+        )
+    return campaign

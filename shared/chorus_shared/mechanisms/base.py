@@ -1,0 +1,122 @@
+"""The contract every mechanism implements on the protocol side.
+
+A :class:`Mechanism` holds *resolved* parameters: everything both sides need, derived once
+from (ε, domain, user parameters) and frozen into the campaign config, so the client and the
+collector read the same numbers from the same digest-protected document and can never
+disagree. Its four duties:
+
+* ``epsilon``: the privacy claim, computed from the parameters actually used;
+* ``encode``: turn an app's value into the mechanism's input (category index, clipped number…);
+* ``randomize``: the local randomizer, run on the device;
+* ``check_payload``: validate a report payload received over the wire.
+
+Discrete mechanisms also give their exact output distribution (``output_probability``) so
+that tests can check privacy exactly, by enumeration. The estimator half of each mechanism
+lives in ``chorus_collector.estimators`` under the same name.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar, Self
+
+from chorus_shared.domain import Domain
+from chorus_shared.errors import CampaignError
+from chorus_shared.rng import RandomSource
+
+__all__ = ["EMPTY", "Mechanism", "Payload", "check_epsilon", "check_params"]
+
+Payload = Any  # JSON-compatible: int, str, list or dict, as each mechanism defines.
+EMPTY: Mapping[str, int] = MappingProxyType({})
+
+
+def check_epsilon(epsilon: object) -> float:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float):
+        raise CampaignError(f"epsilon must be a number, got {epsilon!r}")
+    epsilon = float(epsilon)
+    if not epsilon > 0 or epsilon != epsilon or epsilon == float("inf"):
+        raise CampaignError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if epsilon > 50:
+        raise CampaignError(f"epsilon = {epsilon} is meaningless (> 50); no protection is left")
+    return epsilon
+
+
+def check_params(params: Mapping[str, Any], allowed: Iterable[str], mechanism: str) -> None:
+    unknown = set(params) - set(allowed)
+    if unknown:
+        raise CampaignError(
+            f"unknown parameters for mechanism {mechanism!r}: {sorted(unknown)}; "
+            f"allowed: {sorted(allowed)}"
+        )
+
+
+class Mechanism(ABC):
+    """One LDP mechanism with resolved parameters. Subclasses are immutable."""
+
+    #: Registry name, used in campaign configs and on the wire.
+    name: ClassVar[str]
+    #: Domain kinds this mechanism accepts (``Categories.kind`` etc.).
+    domain_kinds: ClassVar[tuple[str, ...]]
+    #: ``"frequency"`` (categorical or string estimates) or ``"mean"``.
+    estimate_kind: ClassVar[str]
+
+    domain: Domain
+
+    @classmethod
+    @abstractmethod
+    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
+        """Validate user input and derive every parameter. Raises :class:`CampaignError`."""
+
+    @property
+    @abstractmethod
+    def epsilon(self) -> float:
+        """ε of one report, computed from the resolved parameters."""
+
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """The resolved parameters, as written into the campaign config."""
+
+    @abstractmethod
+    def encode(self, value: object) -> Any:
+        """Map an app value to the randomizer's input. Raises ``ValueDomainError``."""
+
+    def assign(self, rng: RandomSource) -> dict[str, int]:
+        """Per-install public assignment drawn once, independently of any value.
+
+        RAPPOR uses it for the cohort; most mechanisms need none. The client keeps it and
+        passes it back to :meth:`randomize`.
+        """
+        return {}
+
+    @abstractmethod
+    def randomize(
+        self, x: Any, rng: RandomSource, assignment: Mapping[str, int] = EMPTY
+    ) -> Payload:
+        """The local randomizer: one perturbed report payload for input ``x``."""
+
+    @abstractmethod
+    def check_payload(self, payload: object) -> Payload:
+        """Validate a received payload and return it in canonical form. Raises ``WireError``."""
+
+    @property
+    @abstractmethod
+    def report_bits(self) -> int:
+        """Size of the perturbed payload in bits (excluding the envelope)."""
+
+    def output_probability(self, payload: Payload, x: Any) -> float:
+        """Exact P[randomize(x) = payload], for discrete mechanisms (exact privacy tests)."""
+        raise TypeError(f"{self.name} has no discrete output distribution")
+
+    def outputs(self) -> Iterable[Payload]:
+        """Every possible payload (small parameter sets only; used by exhaustive tests)."""
+        raise TypeError(f"{self.name} has no enumerable output space")
+
+    def inputs(self) -> Iterable[Any]:
+        """Representative encoded inputs for exhaustive privacy tests."""
+        raise TypeError(f"{self.name} has no enumerable input space")
+
+    def describe(self) -> dict[str, Any]:
+        """Public facts for the campaign config: privacy and size, for humans."""
+        return {"epsilon": self.epsilon, "report_bits": self.report_bits}

@@ -1,0 +1,105 @@
+"""Duchi, Jordan, Wainwright's one-bit mechanism for the mean of a bounded number.
+
+Sources: Duchi, Jordan, Wainwright, FOCS 2013 and JASA 2018. MECHANISMS.md §9.2.
+
+The device clips x to [lo, hi], maps it to t ∈ [−1, 1] and sends one bit b with
+P(b = 1) = 1/2 + t·(e^ε − 1) / (2(e^ε + 1)). The collector reads b as t* = ±C_ε with
+C_ε = (e^ε + 1)/(e^ε − 1), which is unbiased for t; Var[t* | t] = C_ε² − t².
+P(b = 1) ranges over [1/(e^ε + 1), e^ε/(e^ε + 1)], so every likelihood ratio is at most e^ε,
+with equality between t = 1 and t = −1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+from chorus_shared.domain import Domain, NumericRange
+from chorus_shared.errors import CampaignError, ValueDomainError, WireError
+from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_epsilon, check_params
+from chorus_shared.rng import RandomSource, bernoulli
+
+__all__ = ["Duchi"]
+
+
+@dataclass(frozen=True)
+class Duchi(Mechanism):
+    name: ClassVar[str] = "duchi"
+    domain_kinds: ClassVar[tuple[str, ...]] = ("numeric",)
+    estimate_kind: ClassVar[str] = "mean"
+
+    domain: NumericRange
+    eps: float
+
+    @classmethod
+    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
+        check_params(params, (), cls.name)
+        if epsilon is None:
+            raise CampaignError(f"mechanism {cls.name!r} needs epsilon")
+        if not isinstance(domain, NumericRange):
+            raise CampaignError(f"mechanism {cls.name!r} needs a numeric domain [lo, hi]")
+        return cls(domain=domain, eps=check_epsilon(epsilon))
+
+    @property
+    def c(self) -> float:
+        """C_ε: the magnitude of the unbiased per-report value t*."""
+        return (math.exp(self.eps) + 1) / (math.exp(self.eps) - 1)
+
+    @property
+    def epsilon(self) -> float:
+        # The declared ε; tests check by enumeration that the worst ratio is e^ε.
+        return self.eps
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+    def prob_one(self, t: float) -> float:
+        """P(b = 1 | t)."""
+        e = math.exp(self.eps)
+        return 0.5 + t * (e - 1) / (2 * (e + 1))
+
+    def encode(self, value: object) -> float:
+        """Clip to [lo, hi] (on the device) and map to t ∈ [−1, 1]."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueDomainError(f"a numeric campaign takes a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ValueDomainError(f"cannot report a non-finite number: {value!r}")
+        lo, hi = self.domain.lo, self.domain.hi
+        clipped = self.domain.clip(float(value))
+        return 2.0 * (clipped - lo) / (hi - lo) - 1.0
+
+    def randomize(
+        self, x: float, rng: RandomSource, assignment: Mapping[str, int] = EMPTY
+    ) -> int:
+        return int(bernoulli(rng, self.prob_one(x)))
+
+    def check_payload(self, payload: object) -> int:
+        if isinstance(payload, bool) or payload not in (0, 1):
+            raise WireError(f"a {self.name} payload is the bit 0 or 1, got {payload!r}")
+        assert isinstance(payload, int)
+        return payload
+
+    @property
+    def report_bits(self) -> int:
+        return 1
+
+    def output_probability(self, payload: int, x: float) -> float:
+        p1 = self.prob_one(x)
+        return p1 if payload == 1 else 1.0 - p1
+
+    def outputs(self) -> Iterable[int]:
+        return (0, 1)
+
+    def inputs(self) -> Iterable[float]:
+        # P(b | t) is affine in t, so the extreme ratios are attained at t = ±1.
+        return (-1.0, -0.5, 0.0, 0.5, 1.0)
+
+    def per_report_variance(self, t: float) -> float:
+        """Var[t* | t] = C_ε² − t² (fixed-population model)."""
+        return self.c**2 - t**2
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "c": self.c, "clipping": "values outside [lo, hi] are "
+                "clipped to the nearest bound on the device"}

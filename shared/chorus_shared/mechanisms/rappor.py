@@ -1,0 +1,232 @@
+"""Bloom-filter RAPPOR over open strings (Erlingsson, Pihur, Korolova, ACM CCS 2014).
+
+MECHANISMS.md §5. A value is hashed into a k-bit Bloom filter with h hash functions, chosen by
+the client's cohort (one of m). Each bit then goes through the permanent randomized response
+(PRR: replaced by a fair coin with probability f) and the instantaneous randomized response
+(IRR: reported as 1 with probability q if the PRR bit is 1, p if it is 0). google/rappor's
+parameter names are kept: p = P(IRR=1 | PRR=0), q = P(IRR=1 | PRR=1), q > p.
+
+One report's per-bit rates, with the PRR marginalised (neutral names, see MECHANISMS.md §16.7):
+
+* r1 = P(report bit = 1 | Bloom bit = 1) = f(p + q)/2 + (1 − f)·q
+* r0 = P(report bit = 1 | Bloom bit = 0) = f(p + q)/2 + (1 − f)·p
+
+ε of one report is h·ln(r1(1 − r0) / (r0(1 − r1))): two values' Bloom filters differ in at most
+2h bits. The longitudinal bound with a memoized PRR is ε∞ = 2h·ln((1 − f/2)/(f/2)).
+
+This version draws a fresh PRR for every report, so each report is ε₁-LDP and the two stages
+are sampled in one Bernoulli draw per bit with rates r1 / r0 (the same distribution).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import product
+from typing import Any, ClassVar, Self
+
+from chorus_shared.domain import Domain, OpenStrings
+from chorus_shared.errors import CampaignError, ValueDomainError, WireError
+from chorus_shared.hashing import MAX_COHORTS, MAX_HASHES, bloom_mask
+from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_epsilon, check_params
+from chorus_shared.rng import RandomSource
+
+__all__ = ["Rappor"]
+
+MAX_BITS = 4096
+_PARAMS = ("k", "h", "m", "f", "p", "q")
+_DEFAULTS = {"k": 32, "h": 2, "m": 16, "f": 0.0}
+
+
+def _number(params: Mapping[str, Any], name: str) -> float:
+    value = params[name]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise CampaignError(f"rappor parameter {name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _integer(params: Mapping[str, Any], name: str, lo: int, hi: int) -> int:
+    value = params[name]
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise CampaignError(f"rappor parameter {name} must be an integer in [{lo}, {hi}]")
+    return value
+
+
+def one_report_epsilon(h: int, f: float, p: float, q: float) -> float:
+    r1 = f * (p + q) / 2 + (1 - f) * q
+    r0 = f * (p + q) / 2 + (1 - f) * p
+    if not 0 < r0 < r1 < 1:
+        return math.inf
+    return h * math.log(r1 * (1 - r0) / (r0 * (1 - r1)))
+
+
+def _symmetric_q(epsilon: float, h: int, f: float) -> float:
+    """The q (with p = 1 − q) that makes one report exactly ε-LDP, by bisection."""
+    if f == 0:
+        z = math.exp(epsilon / (2 * h))
+        return z / (1 + z)
+    if epsilon >= 2 * h * math.log((1 - f / 2) / (f / 2)):
+        raise CampaignError(
+            f"epsilon = {epsilon} is unreachable with f = {f}: the PRR alone caps one report "
+            f"at {2 * h * math.log((1 - f / 2) / (f / 2)):.4f}; lower f or epsilon"
+        )
+    lo, hi = 0.5, 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if one_report_epsilon(h, f, 1 - mid, mid) < epsilon:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class Rappor(Mechanism):
+    """Bloom-filter RAPPOR; payload ``{"cohort": c, "bits": "<hex>"}`` (bit i = 1 << i)."""
+
+    name: ClassVar[str] = "rappor"
+    domain_kinds: ClassVar[tuple[str, ...]] = ("strings",)
+    estimate_kind: ClassVar[str] = "frequency"
+
+    domain: OpenStrings
+    k: int
+    h: int
+    m: int
+    f: float
+    p: float
+    q: float
+
+    @classmethod
+    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
+        check_params(params, _PARAMS, cls.name)
+        if not isinstance(domain, OpenStrings):
+            raise CampaignError("mechanism 'rappor' needs a strings domain")
+        merged = {**_DEFAULTS, **params}
+        k = _integer(merged, "k", 1, MAX_BITS)
+        h = _integer(merged, "h", 1, min(k, MAX_HASHES))
+        m = _integer(merged, "m", 1, MAX_COHORTS)
+        f = _number(merged, "f")
+        if not 0 <= f < 1:
+            raise CampaignError(f"rappor parameter f must be in [0, 1), got {f}")
+        if ("p" in merged) != ("q" in merged):
+            raise CampaignError("give both p and q, or neither (they are then derived from ε)")
+        if "p" in merged:
+            p, q = _number(merged, "p"), _number(merged, "q")
+            if not 0 <= p < q <= 1:
+                raise CampaignError(f"rappor needs 0 <= p < q <= 1, got p={p}, q={q}")
+            claimed = one_report_epsilon(h, f, p, q)
+            if not math.isfinite(claimed):
+                raise CampaignError("these f, p, q give no privacy (ε is infinite)")
+            if epsilon is not None and not math.isclose(
+                check_epsilon(epsilon), claimed, rel_tol=1e-9
+            ):
+                raise CampaignError(
+                    f"epsilon = {epsilon} does not match k/h/f/p/q, which give ε = {claimed:.6f}"
+                )
+            check_epsilon(claimed)
+        else:
+            if epsilon is None:
+                raise CampaignError("rappor needs epsilon, or explicit f, p and q")
+            q = _symmetric_q(check_epsilon(epsilon), h, f)
+            p = 1.0 - q
+        return cls(domain=domain, k=k, h=h, m=m, f=f, p=p, q=q)
+
+    @property
+    def r1(self) -> float:
+        return self.f * (self.p + self.q) / 2 + (1 - self.f) * self.q
+
+    @property
+    def r0(self) -> float:
+        return self.f * (self.p + self.q) / 2 + (1 - self.f) * self.p
+
+    @property
+    def epsilon(self) -> float:
+        return one_report_epsilon(self.h, self.f, self.p, self.q)
+
+    @property
+    def epsilon_longitudinal(self) -> float:
+        """ε∞ once the PRR is memoized per value; infinite when f = 0 (no PRR)."""
+        if self.f == 0:
+            return math.inf
+        return 2 * self.h * math.log((1 - self.f / 2) / (self.f / 2))
+
+    def params(self) -> dict[str, Any]:
+        return {"k": self.k, "h": self.h, "m": self.m, "f": self.f, "p": self.p, "q": self.q}
+
+    def encode(self, value: object) -> str:
+        if not isinstance(value, str):
+            raise ValueDomainError(f"a strings campaign takes a str, got {type(value).__name__}")
+        if len(value.encode("utf-8")) > self.domain.max_bytes:
+            raise ValueDomainError(f"value is longer than {self.domain.max_bytes} UTF-8 bytes")
+        return value
+
+    def assign(self, rng: RandomSource) -> dict[str, int]:
+        return {"cohort": rng.randrange(self.m)}
+
+    def randomize(
+        self, x: str, rng: RandomSource, assignment: Mapping[str, int] = EMPTY
+    ) -> dict[str, Any]:
+        cohort = assignment.get("cohort")
+        if cohort is None:
+            cohort = rng.randrange(self.m)
+        bloom = bloom_mask(x, cohort, self.k, self.h)
+        r1, r0 = self.r1, self.r0
+        bits = 0
+        for i in range(self.k):
+            rate = r1 if (bloom >> i) & 1 else r0
+            if rng.random() < rate:
+                bits |= 1 << i
+        return {"cohort": cohort, "bits": self.bits_to_hex(bits)}
+
+    def bits_to_hex(self, bits: int) -> str:
+        return format(bits, f"0{(self.k + 3) // 4}x")
+
+    def check_payload(self, payload: object) -> dict[str, Any]:
+        if not isinstance(payload, dict) or set(payload) != {"cohort", "bits"}:
+            raise WireError('a rappor payload is {"cohort": int, "bits": hex string}')
+        cohort, bits = payload["cohort"], payload["bits"]
+        if isinstance(cohort, bool) or not isinstance(cohort, int) or not 0 <= cohort < self.m:
+            raise WireError(f"cohort must be an integer in [0, {self.m})")
+        width = (self.k + 3) // 4
+        if not isinstance(bits, str) or len(bits) != width:
+            raise WireError(f"bits must be a hex string of exactly {width} characters")
+        try:
+            value = int(bits, 16)
+        except ValueError:
+            raise WireError("bits must be a hex string") from None
+        if not all(c in "0123456789abcdef" for c in bits) or value >> self.k:
+            raise WireError(f"bits must be lowercase hex below 2**{self.k}")
+        return {"cohort": cohort, "bits": bits}
+
+    @property
+    def report_bits(self) -> int:
+        return self.k + max(1, (self.m - 1).bit_length())
+
+    def output_probability(self, payload: dict[str, Any], x: str) -> float:
+        cohort = payload["cohort"]
+        bloom = bloom_mask(x, cohort, self.k, self.h)
+        bits = int(payload["bits"], 16)
+        prob = 1.0 / self.m  # the cohort is independent of the value
+        for i in range(self.k):
+            rate = self.r1 if (bloom >> i) & 1 else self.r0
+            prob *= rate if (bits >> i) & 1 else 1.0 - rate
+        return prob
+
+    def outputs(self) -> Iterable[dict[str, Any]]:
+        if self.k > 12:
+            raise TypeError("enumerating RAPPOR outputs is only sensible for k <= 12")
+        for cohort, bits in product(range(self.m), range(1 << self.k)):
+            yield {"cohort": cohort, "bits": self.bits_to_hex(bits)}
+
+    def inputs(self) -> Iterable[str]:
+        return [f"value-{i}" for i in range(8)]
+
+    def describe(self) -> dict[str, Any]:
+        eps_inf = self.epsilon_longitudinal
+        return {
+            **super().describe(),
+            "r1": self.r1,
+            "r0": self.r0,
+            "epsilon_longitudinal": eps_inf if math.isfinite(eps_inf) else None,
+        }

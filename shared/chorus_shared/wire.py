@@ -1,0 +1,84 @@
+"""The wire format of reports (JSON over HTTP).
+
+One report::
+
+    {"report_id": "<32 hex digits>",   16 random bytes from the client's CSPRNG
+     "digest": "<64 hex digits>",      the campaign config digest it was made for
+     "time": 1767225600,               Unix seconds, truncated to the campaign's time precision
+     "payload": ...}                   the mechanism's perturbed output
+
+A batch is ``{"reports": [report, ...]}``. The true value never appears: only the payload,
+which the mechanism has already randomized on the device.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from chorus_shared.campaign import Campaign, canonical_json
+from chorus_shared.errors import DigestMismatch, WireError
+
+__all__ = ["REPORT_FIELDS", "Report", "new_report_id", "parse_report"]
+
+REPORT_FIELDS = frozenset({"report_id", "digest", "time", "payload"})
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+MAX_TIME = 1 << 40
+
+
+def new_report_id() -> str:
+    """A fresh report ID: 16 bytes from the OS CSPRNG, as lowercase hex."""
+    return secrets.token_hex(16)
+
+
+@dataclass(frozen=True)
+class Report:
+    report_id: str
+    digest: str
+    time: int
+    payload: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"report_id": self.report_id, "digest": self.digest, "time": self.time,
+                "payload": self.payload}
+
+    def canonical_bytes(self) -> bytes:
+        """The bytes two submissions of one report must share to count as the same report."""
+        return canonical_json(self.to_json())
+
+
+def parse_report(obj: object, campaign: Campaign) -> Report:
+    """Validate one received report against ``campaign``. Raises :class:`WireError`."""
+    if not isinstance(obj, Mapping):
+        raise WireError("a report must be a JSON object")
+    missing = REPORT_FIELDS - set(obj)
+    if missing:
+        raise WireError(f"report is missing {sorted(missing)}")
+    extra = set(obj) - REPORT_FIELDS
+    if extra:
+        raise WireError(f"report has unknown fields {sorted(extra)}")
+    report_id = obj["report_id"]
+    if not isinstance(report_id, str) or not _HEX32.match(report_id):
+        raise WireError("report_id must be 32 lowercase hex digits (16 random bytes)")
+    digest = obj["digest"]
+    if not isinstance(digest, str) or not _HEX64.match(digest):
+        raise WireError("digest must be 64 lowercase hex digits")
+    if digest != campaign.digest:
+        raise DigestMismatch(
+            f"report was made for campaign config {digest[:12]}…, not the current "
+            f"{campaign.digest[:12]}… of {campaign.name!r}; refetch the config"
+        )
+    time = obj["time"]
+    if isinstance(time, bool) or not isinstance(time, int) or not 0 <= time < MAX_TIME:
+        raise WireError("time must be a non-negative integer (Unix seconds)")
+    if time % campaign.time_precision:
+        raise WireError(
+            f"time must be truncated to the campaign's time precision "
+            f"({campaign.time_precision} s)"
+        )
+    payload = campaign.mechanism.check_payload(obj["payload"])
+    return Report(report_id=report_id, digest=digest, time=time, payload=payload)
