@@ -34,8 +34,10 @@ CONFIG_FORMAT = "chorus.campaign/1"
 EPSILON_WARNING_THRESHOLD = 10.0
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 DEFAULT_TIME_PRECISION = 3600
+DEFAULT_MIN_BATCH_SIZE = 100
+DEFAULT_REPORT_EXPIRY = 90 * 86400
 _SPEC_FIELDS = {"name", "mechanism", "epsilon", "domain", "params", "time_precision",
-                "description"}
+                "min_batch_size", "report_expiry", "description"}
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -51,6 +53,8 @@ class Campaign:
     name: str
     mechanism: Mechanism
     time_precision: int = DEFAULT_TIME_PRECISION
+    min_batch_size: int = DEFAULT_MIN_BATCH_SIZE
+    report_expiry: int = DEFAULT_REPORT_EXPIRY
     description: str = ""
     config: dict[str, Any] = field(init=False, repr=False, compare=False)
     digest: str = field(init=False, compare=False)
@@ -65,6 +69,8 @@ class Campaign:
             "domain": self.mechanism.domain.to_json(),
             "params": self.mechanism.params(),
             "time_precision": self.time_precision,
+            "min_batch_size": self.min_batch_size,
+            "report_expiry": self.report_expiry,
         }
         object.__setattr__(self, "config", config)
         object.__setattr__(self, "digest", hashlib.sha256(canonical_json(config)).hexdigest())
@@ -104,7 +110,9 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
     """Validate a user's campaign definition and resolve every parameter.
 
     ``spec`` holds ``name``, ``mechanism``, ``epsilon`` (optional where the parameters fix it),
-    ``domain``, optional ``params``, ``time_precision`` (seconds) and ``description``.
+    ``domain``, optional ``params``, ``time_precision`` (seconds; report times are truncated to
+    it), ``min_batch_size`` (fewest accepted reports an estimate may use), ``report_expiry``
+    (seconds after which a report is too old to accept) and ``description``.
     Issues :class:`PrivacyWarning` when ε > 10.
     """
     if not isinstance(spec, Mapping):
@@ -126,6 +134,8 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
         1 <= precision <= 366 * 86400
     ):
         raise CampaignError("time_precision must be an integer number of seconds in [1, 31622400]")
+    min_batch = _integer_field(spec, "min_batch_size", DEFAULT_MIN_BATCH_SIZE, 1, 10**9)
+    expiry = _integer_field(spec, "report_expiry", DEFAULT_REPORT_EXPIRY, precision, 10 * 366 * 86400)
     params = spec.get("params", {})
     if not isinstance(params, Mapping):
         raise CampaignError("params must be an object")
@@ -151,7 +161,14 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
         for message in privacy_warnings(mechanism.epsilon):
             warnings.warn(message, PrivacyWarning, stacklevel=2)
     return Campaign(name=name, mechanism=mechanism, time_precision=precision,
-                    description=description)
+                    min_batch_size=min_batch, report_expiry=expiry, description=description)
+
+
+def _integer_field(spec: Mapping[str, Any], name: str, default: int, lo: int, hi: int) -> int:
+    value = spec.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise CampaignError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+    return value
 
 
 def campaign_from_config(config: Mapping[str, Any], *, expected_digest: str | None = None,

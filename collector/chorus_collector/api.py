@@ -1,0 +1,207 @@
+"""The versioned HTTP API (``/v1``).
+
+=================================================  =========  ==========================
+``GET  /healthz``                                    none       liveness and database check
+``GET  /v1/campaigns``                               admin      list campaigns
+``POST /v1/campaigns``                               admin      create a campaign
+``GET  /v1/campaigns/<name>``                        none       a campaign's public config
+``POST /v1/campaigns/<name>/reports``                none       submit one report or a batch
+``GET|POST /v1/campaigns/<name>/estimates``          analyst    estimates (JSON or CSV)
+=================================================  =========  ==========================
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from chorus_collector.auth import Role, TokenVerifier
+from chorus_collector.estimators import Query, QueryError, estimator_for
+from chorus_collector.ingest import ingest_reports, parse_body
+from chorus_collector.problems import Problem
+from chorus_collector.storage import Storage, StoredCampaign
+from chorus_shared.campaign import campaign_from_spec
+from chorus_shared.errors import CampaignError, PrivacyWarning
+
+__all__ = ["api"]
+
+api = Blueprint("chorus_api", __name__)
+
+
+def _storage() -> Storage:
+    storage: Storage = current_app.extensions["chorus.storage"]
+    return storage
+
+
+def _require(role: Role) -> None:
+    verifier: TokenVerifier = current_app.extensions["chorus.tokens"]
+    verifier.check(request.headers.get("Authorization"), role)
+
+
+def _json_body() -> Any:
+    if request.mimetype and request.mimetype not in ("application/json", "text/plain") \
+            and not request.mimetype.endswith("+json"):
+        raise Problem(415, "unsupported-media-type", "Unsupported Media Type",
+                      f"send JSON (Content-Type: application/json), not {request.mimetype}")
+    try:
+        return parse_body(request.get_data(cache=False))
+    except ValueError as error:
+        raise Problem(400, "malformed-json", "Malformed JSON", str(error)) from None
+
+
+def _campaign(name: str) -> StoredCampaign:
+    stored = _storage().get_campaign(name)
+    if stored is None:
+        raise Problem(404, "unknown-campaign", "Unknown campaign",
+                      f"no campaign is named {name!r}")
+    return stored
+
+
+@api.get("/healthz")
+def healthz() -> Response:
+    _storage().connect().execute("SELECT 1").fetchone()
+    return jsonify(status="ok")
+
+
+@api.get("/v1/campaigns")
+def list_campaigns() -> Response:
+    _require("admin")
+    return jsonify(campaigns=[s.campaign.public_config() for s in _storage().list_campaigns()])
+
+
+@api.post("/v1/campaigns")
+def create_campaign() -> tuple[Response, int]:
+    _require("admin")
+    spec = _json_body()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PrivacyWarning)
+        try:
+            campaign = campaign_from_spec(spec)
+        except CampaignError as error:
+            raise Problem(400, "invalid-campaign", "Invalid campaign", str(error)) from None
+    try:
+        stored, created = _storage().insert_campaign(campaign)
+    except FileExistsError:
+        raise Problem(409, "campaign-exists", "Campaign exists",
+                      f"a different campaign is already named {campaign.name!r}; campaigns are "
+                      "immutable, so create a new one under a new name") from None
+    body = stored.campaign.public_config()
+    body["warnings"] = sorted({str(w.message) for w in caught} | set(body["warnings"]))
+    return jsonify(body), 201 if created else 200
+
+
+@api.get("/v1/campaigns/<name>")
+def get_campaign(name: str) -> Response:
+    stored = _campaign(name)
+    response = jsonify(stored.campaign.public_config())
+    response.headers["ETag"] = f'"{stored.campaign.digest}"'
+    response.headers["Cache-Control"] = "public, max-age=300"
+    return response
+
+
+@api.post("/v1/campaigns/<name>/reports")
+def submit_reports(name: str) -> tuple[Response, int]:
+    stored = _campaign(name)
+    body = _json_body()
+    single = isinstance(body, dict) and "reports" not in body
+    if single:
+        raw_reports: list[Any] = [body]
+    elif isinstance(body, dict) and isinstance(body.get("reports"), list) and len(body) == 1:
+        raw_reports = body["reports"]
+    else:
+        raise Problem(400, "invalid-request", "Invalid request",
+                      'send one report object, or {"reports": [report, ...]}')
+    limit = current_app.config["CHORUS"]["MAX_REPORTS_PER_REQUEST"]
+    if len(raw_reports) > limit:
+        raise Problem(413, "too-many-reports", "Too many reports",
+                      f"{len(raw_reports)} reports in one request; at most {limit} are allowed")
+    if not raw_reports:
+        raise Problem(400, "invalid-request", "Invalid request", "the batch has no reports")
+    now = current_app.extensions["chorus.clock"]()
+    statuses = ingest_reports(_storage(), stored, raw_reports, now)
+    if single:
+        status = statuses[0]
+        if status.status == "rejected":
+            code = 409 if status.error == "report-conflict" else 400
+            raise Problem(code, status.error or "invalid-report", "Report rejected",
+                          status.detail or "", report_id=status.report_id)
+        return jsonify(status.to_json()), 201 if status.status == "accepted" else 200
+    counts = {k: sum(s.status == k for s in statuses)
+              for k in ("accepted", "duplicate", "rejected")}
+    return jsonify(results=[s.to_json() for s in statuses], **counts), 200
+
+
+def _int_arg(source: dict[str, Any], name: str) -> int | None:
+    value = source.get(name)
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            value = None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Problem(400, "invalid-query", "Invalid query", f"{name} must be an integer")
+    return value
+
+
+def _estimate_query(stored: StoredCampaign) -> tuple[Query, str]:
+    if request.method == "POST":
+        body = _json_body()
+        if not isinstance(body, dict):
+            raise Problem(400, "invalid-query", "Invalid query", "send a JSON object")
+        source: dict[str, Any] = dict(body)
+        candidates = body.get("candidates", [])
+        if not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates):
+            raise Problem(400, "invalid-query", "Invalid query",
+                          "candidates must be a list of strings")
+    else:
+        source = request.args.to_dict()
+        candidates = request.args.getlist("candidate")
+    limit = current_app.config["CHORUS"]["MAX_CANDIDATES"]
+    if len(candidates) > limit:
+        raise Problem(413, "too-many-candidates", "Too many candidates",
+                      f"at most {limit} candidates per query")
+    start, end = _int_arg(source, "start"), _int_arg(source, "end")
+    precision = stored.campaign.time_precision
+    for label, value in (("start", start), ("end", end)):
+        if value is not None and value % precision:
+            raise Problem(400, "window-misaligned", "Misaligned window",
+                          f"{label} = {value} is not a multiple of the time precision "
+                          f"({precision} s); use {value - value % precision} or "
+                          f"{value - value % precision + precision}")
+    if start is not None and end is not None and end <= start:
+        raise Problem(400, "invalid-query", "Invalid query", "end must be after start")
+    fmt = source.get("format")
+    if fmt is None:
+        fmt = "csv" if request.accept_mimetypes.best == "text/csv" else "json"
+    if fmt not in ("json", "csv"):
+        raise Problem(400, "invalid-query", "Invalid query", "format must be json or csv")
+    return Query(start=start, end=end, candidates=tuple(candidates)), fmt
+
+
+@api.route("/v1/campaigns/<name>/estimates", methods=["GET", "POST"])
+def estimates(name: str) -> Response:
+    _require("analyst")
+    stored = _campaign(name)
+    query, fmt = _estimate_query(stored)
+    campaign = stored.campaign
+    estimator = estimator_for(campaign.mechanism.name)
+    n, state = _storage().read_aggregate(stored.id, estimator.state_size(campaign.mechanism),
+                                         query.start, query.end)
+    if n < campaign.min_batch_size:
+        raise Problem(409, "invalid-batch-size", "Not enough reports",
+                      f"{n} accepted reports in this window; estimates need at least "
+                      f"{campaign.min_batch_size}",
+                      headers={"Retry-After": str(campaign.time_precision)}, n=n,
+                      min_batch_size=campaign.min_batch_size)
+    try:
+        result = estimator.finalize(campaign, n, state, query)
+    except QueryError as error:
+        raise Problem(422, error.kind, "Query cannot be answered", str(error)) from None
+    if fmt == "csv":
+        return Response(result.to_csv(), mimetype="text/csv")
+    return Response(json.dumps(result.to_json()), mimetype="application/json")

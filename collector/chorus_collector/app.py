@@ -1,0 +1,88 @@
+"""The Flask app factory.
+
+``create_app(config=None)`` resolves the settings (defaults, then ``CHORUS_*`` environment
+variables, then ``config``), migrates the database (refusing one it does not understand) and
+registers the API. Tests build their own app on a temporary database.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from flask import Flask, Response, g, request
+from werkzeug.exceptions import HTTPException
+
+from chorus_collector.api import api
+from chorus_collector.auth import TokenVerifier
+from chorus_collector.problems import Problem, problem_response
+from chorus_collector.settings import resolve_settings
+from chorus_collector.storage import Storage
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("chorus.collector")
+
+_HTTP_KINDS = {400: "bad-request", 404: "not-found", 405: "method-not-allowed",
+               413: "body-too-large", 415: "unsupported-media-type"}
+
+
+def create_app(config: Mapping[str, Any] | None = None, *,
+               clock: Callable[[], float] = time.time) -> Flask:
+    settings = resolve_settings(config)
+    app = Flask("chorus_collector")
+    app.config["MAX_CONTENT_LENGTH"] = settings["MAX_BODY_BYTES"]
+    # Tokens are hashed at once; the raw values are not kept in app.config.
+    safe = {k: v for k, v in settings.items() if not k.endswith("_TOKEN")}
+    app.config["CHORUS"] = safe
+    logging.getLogger("chorus").setLevel(settings["LOG_LEVEL"])
+
+    storage = Storage(settings["DATABASE"], synchronous=settings["SQLITE_SYNCHRONOUS"])
+    storage.migrate()
+    storage.close()  # no connection may cross a fork into server workers
+    app.extensions["chorus.storage"] = storage
+    app.extensions["chorus.tokens"] = TokenVerifier(settings["ADMIN_TOKEN"],
+                                                    settings["ANALYST_TOKEN"])
+    app.extensions["chorus.clock"] = clock
+    app.register_blueprint(api)
+    _register_error_handlers(app)
+    _register_request_log(app)
+    return app
+
+
+def _register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(Problem)
+    def on_problem(problem: Problem) -> Response:
+        return problem_response(problem)
+
+    @app.errorhandler(HTTPException)
+    def on_http_exception(error: HTTPException) -> Response:
+        status = error.code or 500
+        detail = error.description or ""
+        if status == 413:
+            detail = (f"request body is larger than {app.config['MAX_CONTENT_LENGTH']} bytes; "
+                      "send fewer reports per request")
+        return problem_response(Problem(status, _HTTP_KINDS.get(status, "http-error"),
+                                        error.name, detail))
+
+    @app.errorhandler(Exception)
+    def on_unexpected(error: Exception) -> Response:
+        # Never leak internals: log the traceback (no request body), answer a generic 500.
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return problem_response(Problem(500, "internal-error", "Internal Server Error"))
+
+
+def _register_request_log(app: Flask) -> None:
+    # Method, path, status and latency only: no client address, no body, no headers.
+    @app.before_request
+    def start_timer() -> None:
+        g.chorus_started = time.perf_counter()
+
+    @app.after_request
+    def log_request(response: Response) -> Response:
+        elapsed = time.perf_counter() - g.get("chorus_started", time.perf_counter())
+        log.info("%s %s %d %.1fms", request.method, request.path, response.status_code,
+                 elapsed * 1000)
+        return response

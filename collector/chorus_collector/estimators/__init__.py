@@ -1,0 +1,18 @@
+"""Estimators, one per mechanism and under the same name as in ``chorus_shared.mechanisms``."""
+
+from __future__ import annotations
+
+from chorus_collector.estimators.base import Estimator, Query, QueryError
+from chorus_collector.estimators.duchi import DuchiEstimator
+from chorus_collector.estimators.krr import BinaryRREstimator, KRREstimator
+from chorus_collector.estimators.rappor import RapporEstimator
+
+__all__ = ["ESTIMATORS", "Estimator", "Query", "QueryError", "estimator_for"]
+
+ESTIMATORS: dict[str, Estimator] = {
+    e.name: e for e in (BinaryRREstimator(), KRREstimator(), RapporEstimator(), DuchiEstimator())
+}
+
+
+def estimator_for(mechanism_name: str) -> Estimator:
+    return ESTIMATORS[mechanism_name]

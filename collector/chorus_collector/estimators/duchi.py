@@ -1,0 +1,59 @@
+"""Mean estimation from Duchi et al.'s one-bit reports (MECHANISMS.md §9.2).
+
+Each report b ∈ {0, 1} stands for t* = C_ε(2b − 1), an unbiased estimate of the user's t; the
+mean of the t* is unbiased for the mean of t, then mapped back to [lo, hi].
+
+Standard error: the sample variance of the t* over n (i.i.d.-sampling model). The
+fixed-population variance (C_ε² − mean t²)/n needs the mean square of the true values, which
+one-bit reports cannot estimate (MECHANISMS.md §16.7); the sample variance is the usual choice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from chorus_collector.estimators.base import Estimator, Query
+from chorus_collector.results import MeanEstimate
+from chorus_shared.campaign import Campaign
+from chorus_shared.mechanisms import Duchi, Mechanism
+
+__all__ = ["DuchiEstimator"]
+
+VARIANCE_MODEL = "iid-sampling: sample variance of the debiased reports"
+
+
+class DuchiEstimator(Estimator):
+    name: ClassVar[str] = "duchi"
+
+    def state_size(self, mechanism: Mechanism) -> int:
+        return 2  # [number of 0 bits, number of 1 bits]
+
+    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+        bits = np.fromiter(payloads, dtype=np.int64, count=len(payloads))
+        return np.bincount(bits, minlength=2).astype(np.int64)
+
+    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
+                 query: Query) -> MeanEstimate:
+        mechanism = campaign.mechanism
+        assert isinstance(mechanism, Duchi)
+        c = mechanism.c
+        share = float(state[1]) / n
+        mean_t = c * (2 * share - 1)
+        if n > 1:
+            sample_variance = 4 * c * c * share * (1 - share) * n / (n - 1)
+            se_t = math.sqrt(sample_variance / n)
+        else:
+            se_t = math.inf
+        lo, hi = mechanism.domain.lo, mechanism.domain.hi
+        scale = (hi - lo) / 2
+        return MeanEstimate.from_mean(
+            mean=lo + scale * (mean_t + 1), std_error=scale * se_t,
+            campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
+            variance_model=VARIANCE_MODEL, window=query.window,
+            extra={"clipping": f"values were clipped to [{lo:g}, {hi:g}] on the device",
+                   "worst_case_std_error": scale * c / math.sqrt(n)},
+        )

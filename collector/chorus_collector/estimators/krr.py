@@ -1,0 +1,75 @@
+"""k-RR and Warner RR estimation (MECHANISMS.md §1–2).
+
+The statistic is the histogram of reported indices. With λ̂_v = N_v / n the reported share of
+category v, f̂_v = (λ̂_v − q)/(p − q) is unbiased, and Σ_v f̂_v = 1 exactly.
+
+Standard error: under i.i.d. sampling of users each report equals v independently with
+probability λ_v, so Var[f̂_v] = λ_v(1 − λ_v) / (n (p − q)²), estimated by plugging in λ̂_v.
+This is the fixed-population variance plus the sampling term f(1 − f)/n (MECHANISMS.md §0),
+the right one for inference about the population the users were drawn from.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from chorus_collector.estimators.base import Estimator, Query
+from chorus_collector.results import FrequencyEstimate, FrequencyRow
+from chorus_shared.campaign import Campaign
+from chorus_shared.mechanisms import KRR, Mechanism
+
+__all__ = ["KRREstimator", "pure_frequencies"]
+
+VARIANCE_MODEL_IID = "iid-sampling: plug-in binomial variance of the reported shares"
+
+
+def pure_frequencies(support_counts: np.ndarray, n: int, p_star: float,
+                     q_star: float) -> tuple[np.ndarray, np.ndarray]:
+    """Unbiased frequencies and their standard errors for any pure protocol (§0.1)."""
+    share = support_counts / n
+    frequency = (share - q_star) / (p_star - q_star)
+    std_error = np.sqrt(share * (1 - share) / n) / (p_star - q_star)
+    return frequency, std_error
+
+
+def fixed_population_variance(n: int, frequency: float, p_star: float, q_star: float) -> float:
+    """Exact Var[ĉ_v] (counts) when only the mechanism is random (model F, §0.1)."""
+    gap = p_star - q_star
+    return n * q_star * (1 - q_star) / gap**2 + n * frequency * (1 - p_star - q_star) / gap
+
+
+class KRREstimator(Estimator):
+    name: ClassVar[str] = "krr"
+
+    def state_size(self, mechanism: Mechanism) -> int:
+        assert isinstance(mechanism, KRR)
+        return mechanism.d
+
+    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+        assert isinstance(mechanism, KRR)
+        indices = np.fromiter(payloads, dtype=np.int64, count=len(payloads))
+        return np.bincount(indices, minlength=mechanism.d).astype(np.int64)
+
+    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
+                 query: Query) -> FrequencyEstimate:
+        mechanism = campaign.mechanism
+        assert isinstance(mechanism, KRR)
+        frequency, std_error = pure_frequencies(state.astype(np.float64), n, *mechanism.
+                                                support_probabilities())
+        rows = [
+            FrequencyRow.from_frequency(label, float(f), float(se), n)
+            for label, f, se in zip(mechanism.domain.values, frequency, std_error, strict=True)
+        ]
+        return FrequencyEstimate(
+            campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
+            rows=rows, variance_model=VARIANCE_MODEL_IID, window=query.window,
+            extra={"sum_of_frequencies": math.fsum(float(f) for f in frequency)},
+        )
+
+
+class BinaryRREstimator(KRREstimator):
+    name: ClassVar[str] = "rr"

@@ -1,0 +1,138 @@
+"""RAPPOR decoding against a candidate list (MECHANISMS.md §5.3–5.4).
+
+Statistic: per cohort j, the number of reports N_j and the count c_ij of reports with bit i set
+(an m × (k + 1) table, updated at ingest, so decoding never rescans reports).
+
+Decoding: Y_ij = (c_ij / N_j − r0) / (r1 − r0) is an unbiased estimate of the share of cohort j
+whose Bloom bit i is set. With X the cohort × bit design matrix of the candidates
+(X[(j,i), s] = 1 iff candidate s sets bit i in cohort j), E[Y] = X β where β_s is the share of
+users holding s, provided the candidates include every reported value. Weighted least squares
+(weights N_j) gives an unbiased β̂, and its covariance A·diag(Var Y)·Aᵀ (A the least-squares
+operator, Var Y from the plug-in binomial per bit) gives a standard error per candidate.
+Candidates are flagged ``detected`` when β̂_s exceeds z_{1 − α/M}·SE_s (one-sided, Bonferroni
+over the M candidates, α = 0.05). The share left unexplained, 1 − Σ β̂, is reported with its SE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from statistics import NormalDist
+from typing import Any, ClassVar
+
+import numpy as np
+
+from chorus_collector.estimators.base import Estimator, Query, QueryError
+from chorus_collector.results import FrequencyEstimate, FrequencyRow
+from chorus_shared.campaign import Campaign
+from chorus_shared.errors import ValueDomainError
+from chorus_shared.hashing import bloom_bits
+from chorus_shared.mechanisms import Mechanism, Rappor
+
+__all__ = ["RapporEstimator", "design_matrix"]
+
+ALPHA = 0.05
+VARIANCE_MODEL = ("iid-sampling: plug-in binomial variance per cohort bit, propagated through "
+                  "weighted least squares; unbiased when the candidates cover every reported value")
+
+
+def unpack_bits(hex_strings: Sequence[str], k: int) -> np.ndarray:
+    """Hex report bits → (n, k) uint8 matrix, column i = bit i (1 << i)."""
+    width = (k + 7) // 8
+    raw = b"".join(bytes.fromhex(h.rjust(2 * width, "0")) for h in hex_strings)
+    big_endian = np.frombuffer(raw, dtype=np.uint8).reshape(len(hex_strings), width)
+    return np.unpackbits(big_endian[:, ::-1], axis=1, bitorder="little")[:, :k]
+
+
+def design_matrix(mechanism: Rappor, cohorts: Sequence[int],
+                  candidates: Sequence[str]) -> np.ndarray:
+    """X[(j, i), s] = 1 iff candidate s sets Bloom bit i in cohort j (rows cohort-major)."""
+    k, h = mechanism.k, mechanism.h
+    x = np.zeros((len(cohorts), k, len(candidates)), dtype=np.float64)
+    for row, cohort in enumerate(cohorts):
+        for s, candidate in enumerate(candidates):
+            x[row, list(bloom_bits(candidate, cohort, k, h)), s] = 1.0
+    return x.reshape(len(cohorts) * k, len(candidates))
+
+
+class RapporEstimator(Estimator):
+    name: ClassVar[str] = "rappor"
+
+    def state_size(self, mechanism: Mechanism) -> int:
+        assert isinstance(mechanism, Rappor)
+        return mechanism.m * (mechanism.k + 1)
+
+    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+        assert isinstance(mechanism, Rappor)
+        table = np.zeros((mechanism.m, mechanism.k + 1), dtype=np.int64)
+        if not payloads:
+            return table.ravel()
+        cohorts = np.fromiter((p["cohort"] for p in payloads), dtype=np.int64,
+                              count=len(payloads))
+        bits = unpack_bits([p["bits"] for p in payloads], mechanism.k)
+        table[:, 0] = np.bincount(cohorts, minlength=mechanism.m)
+        np.add.at(table[:, 1:], cohorts, bits.astype(np.int64))
+        return table.ravel()
+
+    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
+                 query: Query) -> FrequencyEstimate:
+        mechanism = campaign.mechanism
+        assert isinstance(mechanism, Rappor)
+        candidates = self._check_candidates(mechanism, query.candidates)
+        table = state.reshape(mechanism.m, mechanism.k + 1).astype(np.float64)
+        used = np.flatnonzero(table[:, 0] > 0)
+        reports = table[used, 0]
+        share = table[used, 1:] / reports[:, None]
+        gap = mechanism.r1 - mechanism.r0
+        y = ((share - mechanism.r0) / gap).ravel()
+        var_y = (share * (1 - share) / (reports[:, None] * gap**2)).ravel()
+        weights = np.repeat(reports, mechanism.k)
+
+        x = design_matrix(mechanism, used.tolist(), candidates)
+        gram = x.T @ (x * weights[:, None])
+        if np.linalg.matrix_rank(gram) < len(candidates):
+            raise QueryError(
+                "candidates-not-identifiable",
+                f"the {len(candidates)} candidates' Bloom filters are linearly dependent across "
+                f"the {len(used)} cohorts that have reports (k = {mechanism.k}); query fewer "
+                "candidates, or collect with more bits or cohorts",
+            )
+        operator = np.linalg.solve(gram, (x * weights[:, None]).T)  # M × rows
+        beta = operator @ y
+        covariance = (operator * var_y) @ operator.T
+        std_error = np.sqrt(np.clip(np.diag(covariance), 0, None))
+        threshold = NormalDist().inv_cdf(1 - ALPHA / len(candidates))
+        rows = [
+            FrequencyRow.from_frequency(c, float(b), float(se), n,
+                                        detected=bool(b > threshold * se))
+            for c, b, se in zip(candidates, beta, std_error, strict=True)
+        ]
+        unexplained = 1.0 - float(beta.sum())
+        return FrequencyEstimate(
+            campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
+            rows=rows, variance_model=VARIANCE_MODEL, window=query.window,
+            postprocessing="none (unbiased weighted least squares)",
+            extra={
+                "unexplained_frequency": unexplained,
+                "unexplained_std_error": float(np.sqrt(max(covariance.sum(), 0.0))),
+                "detection_threshold": f"one-sided z > {threshold:.3f} (Bonferroni, "
+                                       f"alpha = {ALPHA} over {len(candidates)} candidates)",
+                "cohorts_with_reports": len(used),
+            },
+        )
+
+    @staticmethod
+    def _check_candidates(mechanism: Rappor, candidates: Sequence[str]) -> list[str]:
+        if not candidates:
+            raise QueryError("candidates-required",
+                             "RAPPOR estimates need a candidate list (candidate=... or a JSON "
+                             "body with \"candidates\")")
+        seen: set[str] = set()
+        for candidate in candidates:
+            try:
+                mechanism.encode(candidate)
+            except ValueDomainError as error:
+                raise QueryError("invalid-candidate", f"candidate {candidate!r}: {error}") from None
+            if candidate in seen:
+                raise QueryError("invalid-candidate", f"candidate {candidate!r} is listed twice")
+            seen.add(candidate)
+        return list(candidates)

@@ -1,0 +1,143 @@
+"""Report ingest: validate, deduplicate, store and update the statistics in one transaction.
+
+A report is *accepted* (stored and counted once), a *duplicate* (the same report ID with the
+same bytes was stored before: acknowledged again, counted once) or *rejected* (with a reason).
+The same ID with different bytes is a conflict and rejected: a report ID names one report.
+Nothing is acknowledged before the transaction that stores it has committed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from chorus_collector.estimators import estimator_for
+from chorus_collector.storage import Storage, StoredCampaign, StoredReport
+from chorus_shared.campaign import canonical_json
+from chorus_shared.errors import DigestMismatch, WireError
+from chorus_shared.wire import Report, parse_report
+
+__all__ = ["ReportStatus", "ingest_reports"]
+
+Status = Literal["accepted", "duplicate", "rejected"]
+
+
+@dataclass(frozen=True)
+class ReportStatus:
+    index: int
+    report_id: str | None
+    status: Status
+    error: str | None = None  # a problem type name, e.g. "report-conflict"
+    detail: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"report_id": self.report_id, "status": self.status}
+        if self.error is not None:
+            body["error"] = self.error
+            body["detail"] = self.detail
+        return body
+
+
+def _check_time(report: Report, stored: StoredCampaign, now: float) -> ReportStatus | None:
+    campaign = stored.campaign
+    latest = campaign.time_bucket(now) + campaign.time_precision
+    if report.time > latest:
+        return ReportStatus(0, report.report_id, "rejected", "report-too-early",
+                            f"report time {report.time} is after the next time bucket ({latest})")
+    if report.time < now - campaign.report_expiry:
+        return ReportStatus(0, report.report_id, "rejected", "report-expired",
+                            f"report time {report.time} is older than the campaign's report "
+                            f"expiry of {campaign.report_expiry} s")
+    return None
+
+
+def _raw_id(obj: object) -> str | None:
+    if isinstance(obj, dict):
+        value = obj.get("report_id")
+        if isinstance(value, str) and len(value) <= 64:
+            return value
+    return None
+
+
+def ingest_reports(storage: Storage, stored: StoredCampaign, raw_reports: Sequence[object],
+                   now: float) -> list[ReportStatus]:
+    """Ingest reports for one campaign; one status per report, in request order."""
+    statuses: list[ReportStatus | None] = [None] * len(raw_reports)
+    fresh: dict[bytes, tuple[int, Report, str]] = {}  # id → (index, report, payload json)
+    for index, raw in enumerate(raw_reports):
+        try:
+            report = parse_report(raw, stored.campaign)
+        except DigestMismatch as error:
+            statuses[index] = ReportStatus(index, _raw_id(raw), "rejected", "digest-mismatch",
+                                           str(error))
+            continue
+        except WireError as error:
+            statuses[index] = ReportStatus(index, _raw_id(raw), "rejected", "invalid-report",
+                                           str(error))
+            continue
+        too_old_or_new = _check_time(report, stored, now)
+        if too_old_or_new is not None:
+            statuses[index] = replace(too_old_or_new, index=index)
+            continue
+        key = bytes.fromhex(report.report_id)
+        payload_json = canonical_json(report.payload).decode()
+        earlier = fresh.get(key)
+        if earlier is not None:
+            same = (earlier[1].time, earlier[2]) == (report.time, payload_json)
+            statuses[index] = _repeat_status(index, report.report_id, same)
+            continue
+        fresh[key] = (index, report, payload_json)
+
+    if fresh:
+        _store(storage, stored, fresh, statuses)
+    assert all(s is not None for s in statuses)
+    return [s for s in statuses if s is not None]
+
+
+def _repeat_status(index: int, report_id: str, same: bool) -> ReportStatus:
+    if same:
+        return ReportStatus(index, report_id, "duplicate")
+    return ReportStatus(index, report_id, "rejected", "report-conflict",
+                        "a different report with this report_id was already submitted")
+
+
+def _store(storage: Storage, stored: StoredCampaign,
+           fresh: dict[bytes, tuple[int, Report, str]],
+           statuses: list[ReportStatus | None]) -> None:
+    mechanism = stored.campaign.mechanism
+    estimator = estimator_for(mechanism.name)
+    with storage.write() as conn:
+        existing = storage.existing_reports(conn, stored.id, list(fresh))
+        new: list[StoredReport] = []
+        by_time: dict[int, list[Any]] = defaultdict(list)
+        for key, (index, report, payload_json) in fresh.items():
+            if key in existing:
+                same = existing[key] == (report.time, payload_json)
+                statuses[index] = _repeat_status(index, report.report_id, same)
+                continue
+            new.append(StoredReport(key, report.time, payload_json))
+            by_time[report.time].append(report.payload)
+            statuses[index] = ReportStatus(index, report.report_id, "accepted")
+        if not new:
+            return
+        storage.insert_reports(conn, stored.id, new)
+        partials: dict[int, tuple[int, np.ndarray]] = {
+            time: (len(payloads), estimator.map(mechanism, payloads))
+            for time, payloads in by_time.items()
+        }
+        storage.add_to_aggregates(conn, stored.id, partials)
+
+
+def parse_body(body: bytes) -> Any:
+    """Parse a JSON request body; raises ``ValueError`` with a readable message."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    except ValueError as error:  # JSONDecodeError, bad UTF-8, integers too long
+        raise ValueError(f"malformed JSON: {error}") from None

@@ -1,0 +1,114 @@
+"""Estimate results and their JSON and CSV renderings."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import asdict, dataclass, field
+from statistics import NormalDist
+from typing import Any
+
+__all__ = ["CONFIDENCE", "Z95", "FrequencyEstimate", "FrequencyRow", "MeanEstimate"]
+
+CONFIDENCE = 0.95
+Z95 = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)  # 1.959963984540054
+
+
+@dataclass(frozen=True)
+class FrequencyRow:
+    """One category's (or candidate's) estimate. Frequencies are fractions of n."""
+
+    value: str
+    count: float
+    count_std_error: float
+    count_ci_low: float
+    count_ci_high: float
+    frequency: float
+    frequency_std_error: float
+    frequency_ci_low: float
+    frequency_ci_high: float
+    detected: bool | None = None
+
+    @classmethod
+    def from_frequency(cls, value: str, frequency: float, std_error: float, n: int,
+                       detected: bool | None = None) -> FrequencyRow:
+        low, high = frequency - Z95 * std_error, frequency + Z95 * std_error
+        return cls(value=value, count=n * frequency, count_std_error=n * std_error,
+                   count_ci_low=n * low, count_ci_high=n * high, frequency=frequency,
+                   frequency_std_error=std_error, frequency_ci_low=low, frequency_ci_high=high,
+                   detected=detected)
+
+
+@dataclass(frozen=True)
+class FrequencyEstimate:
+    campaign: str
+    mechanism: str
+    epsilon: float
+    n: int
+    rows: list[FrequencyRow]
+    variance_model: str
+    window: dict[str, int | None]
+    postprocessing: str = "none (unbiased)"
+    confidence: float = CONFIDENCE
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["kind"] = "frequency"
+        body["rows"] = [_clean(asdict(r)) for r in self.rows]
+        return _clean(body)
+
+    def to_csv(self) -> str:
+        buffer = io.StringIO()
+        columns = [f for f in FrequencyRow.__dataclass_fields__]
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(columns)
+        for row in self.rows:
+            values = asdict(row)
+            writer.writerow(["" if values[c] is None else values[c] for c in columns])
+        return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class MeanEstimate:
+    campaign: str
+    mechanism: str
+    epsilon: float
+    n: int
+    mean: float
+    std_error: float
+    ci_low: float
+    ci_high: float
+    variance_model: str
+    window: dict[str, int | None]
+    confidence: float = CONFIDENCE
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mean(cls, *, mean: float, std_error: float, **kwargs: Any) -> MeanEstimate:
+        return cls(mean=mean, std_error=std_error, ci_low=mean - Z95 * std_error,
+                   ci_high=mean + Z95 * std_error, **kwargs)
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["kind"] = "mean"
+        return _clean(body)
+
+    def to_csv(self) -> str:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["mean", "std_error", "ci_low", "ci_high", "n"])
+        writer.writerow([self.mean, self.std_error, self.ci_low, self.ci_high, self.n])
+        return buffer.getvalue()
+
+
+def _clean(obj: Any) -> Any:
+    """JSON has no NaN or infinity: map them to null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_clean(v) for v in obj]
+    return obj

@@ -1,0 +1,105 @@
+"""Every collector setting in one registry: name, type, default and help.
+
+``create_app(config)`` applies the defaults, then ``CHORUS_<NAME>`` environment variables,
+then the ``config`` mapping. Unknown keys and values of the wrong type fail at startup with a
+hint, and a test checks that every setting is documented in the README.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SETTINGS", "Setting", "SettingsError", "resolve_settings"]
+
+
+class SettingsError(ValueError):
+    """A setting is unknown or has a value of the wrong type."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    type: type
+    default: Any
+    help: str
+    secret: bool = False
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("DATABASE", str, "chorus.db", "Path of the SQLite database file (created if absent)."),
+    Setting("ADMIN_TOKEN", str, None,
+            "Bearer token for creating and listing campaigns; unset disables admin calls.",
+            secret=True),
+    Setting("ANALYST_TOKEN", str, None,
+            "Bearer token for reading estimates (the admin token works too).", secret=True),
+    Setting("MAX_BODY_BYTES", int, 4 * 1024 * 1024,
+            "Largest request body accepted; larger bodies get 413."),
+    Setting("MAX_REPORTS_PER_REQUEST", int, 10_000,
+            "Most reports in one batch; more get 413."),
+    Setting("MAX_CANDIDATES", int, 10_000, "Most candidate strings in one RAPPOR query."),
+    Setting("SQLITE_SYNCHRONOUS", str, "FULL",
+            "SQLite synchronous mode: FULL makes every acknowledged report survive power loss; "
+            "NORMAL survives process crashes only."),
+    Setting("BIND", str, "127.0.0.1:8000", "Address the production server listens on."),
+    Setting("WORKERS", int, 2, "Production server worker processes."),
+    Setting("THREADS", int, 8, "Threads per worker process."),
+    Setting("LOG_LEVEL", str, "INFO", "Python logging level for the collector."),
+)
+_BY_NAME = {s.name: s for s in SETTINGS}
+# CHORUS_* variables read by the CLI and client, not by the collector app.
+_NON_APP_ENV = {"URL", "TOKEN"}
+
+
+def _coerce(setting: Setting, value: object, source: str) -> Any:
+    if value is None:
+        return None
+    if setting.type is int:
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                raise SettingsError(f"{source}: {setting.name} must be an integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SettingsError(f"{source}: {setting.name} must be an integer, got {value!r}")
+        return value
+    if not isinstance(value, str):
+        raise SettingsError(f"{source}: {setting.name} must be a string, got {value!r}")
+    return value
+
+
+def _unknown(name: str, source: str) -> SettingsError:
+    close = difflib.get_close_matches(name, _BY_NAME, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known: {sorted(_BY_NAME)}"
+    return SettingsError(f"{source}: unknown setting {name!r}{hint}")
+
+
+def resolve_settings(config: Mapping[str, Any] | None = None,
+                     environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Defaults, then ``CHORUS_*`` environment variables, then ``config``."""
+    environ = os.environ if environ is None else environ
+    values = {s.name: s.default for s in SETTINGS}
+    for key, raw in environ.items():
+        if not key.startswith("CHORUS_"):
+            continue
+        name = key.removeprefix("CHORUS_")
+        if name in _NON_APP_ENV:
+            continue
+        if name not in _BY_NAME:
+            raise _unknown(name, f"environment variable {key}")
+        values[name] = _coerce(_BY_NAME[name], raw, f"environment variable {key}")
+    for name, raw in (config or {}).items():
+        if name in _BY_NAME:
+            values[name] = _coerce(_BY_NAME[name], raw, "config")
+        elif name.isupper():
+            raise _unknown(name, "config")
+    if values["SQLITE_SYNCHRONOUS"] not in ("FULL", "NORMAL", "EXTRA"):
+        raise SettingsError("SQLITE_SYNCHRONOUS must be FULL, NORMAL or EXTRA")
+    for name in ("MAX_BODY_BYTES", "MAX_REPORTS_PER_REQUEST", "MAX_CANDIDATES", "WORKERS",
+                 "THREADS"):
+        if values[name] < 1:
+            raise SettingsError(f"{name} must be at least 1")
+    return values

@@ -1,0 +1,266 @@
+"""SQLite storage through sqlite-utils: campaigns, raw reports and per-bucket statistics.
+
+Discipline (after datasette's ``database.py``): WAL journal, one write path that opens every
+transaction with ``BEGIN IMMEDIATE`` (so concurrent writers queue on SQLite's lock instead of
+failing mid-transaction), STRICT tables and a versioned schema (``sqlite_utils.Migrations``).
+A database that has migrations this version does not know is refused at startup.
+
+What is stored is deliberately minimal: for each report its campaign, its 16-byte ID, its
+time bucket and its perturbed payload. No arrival time, no address, no user agent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import sqlite_utils
+from sqlite_utils.migrations import Migrations
+
+from chorus_shared.campaign import Campaign, campaign_from_config, canonical_json
+
+__all__ = ["SchemaError", "Storage", "StoredReport", "migrations"]
+
+migrations = Migrations("chorus")
+
+
+class SchemaError(RuntimeError):
+    """The database was written by a newer or different version of Chorus."""
+
+
+@migrations()
+def m001_initial(db: sqlite_utils.Database) -> None:
+    db.execute(
+        """CREATE TABLE campaigns (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            digest TEXT NOT NULL UNIQUE,
+            config TEXT NOT NULL
+        ) STRICT"""
+    )
+    db.execute(
+        """CREATE TABLE reports (
+            campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+            report_id BLOB NOT NULL,
+            time INTEGER NOT NULL,
+            payload TEXT NOT NULL,
+            PRIMARY KEY (campaign_id, report_id)
+        ) STRICT, WITHOUT ROWID"""
+    )
+    # Sufficient statistics per campaign and time bucket: an additive int64 vector whose
+    # layout the campaign's estimator defines. Updated in the same transaction as the reports.
+    db.execute(
+        """CREATE TABLE aggregates (
+            campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+            time INTEGER NOT NULL,
+            n INTEGER NOT NULL,
+            state BLOB NOT NULL,
+            PRIMARY KEY (campaign_id, time)
+        ) STRICT, WITHOUT ROWID"""
+    )
+
+
+@dataclass(frozen=True)
+class StoredCampaign:
+    id: int
+    campaign: Campaign
+
+
+@dataclass(frozen=True)
+class StoredReport:
+    """A validated report ready to insert: its ID as bytes and its canonical payload."""
+
+    report_id: bytes
+    time: int
+    payload_json: str
+
+
+def _state_bytes(state: np.ndarray) -> bytes:
+    return np.ascontiguousarray(state, dtype="<i8").tobytes()
+
+
+def _state_array(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype="<i8").astype(np.int64)
+
+
+class Storage:
+    """One SQLite database; a connection per thread, opened lazily."""
+
+    def __init__(self, path: str, *, synchronous: str = "FULL") -> None:
+        self.path = path
+        self.synchronous = synchronous
+        self._local = threading.local()
+        self._campaigns: dict[str, StoredCampaign] = {}
+        self._campaigns_lock = threading.Lock()
+
+    # -- connections and schema -------------------------------------------------------------
+
+    def connect(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA busy_timeout=30000")
+            self._local.conn = conn
+        return conn
+
+    def db(self) -> sqlite_utils.Database:
+        return sqlite_utils.Database(self.connect())
+
+    def migrate(self) -> None:
+        """Apply pending migrations; refuse a database with migrations we do not know."""
+        db = self.db()
+        known = {m.name for m in migrations._migrations}
+        unknown = [m.name for m in migrations.applied(db) if m.name not in known]
+        if unknown:
+            raise SchemaError(
+                f"{self.path} has schema migrations this version of Chorus does not know "
+                f"({', '.join(unknown)}); it was written by a newer version. Refusing to start."
+            )
+        tables = set(db.table_names())
+        if tables and "_sqlite_migrations" not in tables:
+            raise SchemaError(f"{self.path} is not a Chorus database (tables: {sorted(tables)})")
+        migrations.apply(db)
+
+    def check_schema(self) -> None:
+        """Raise :class:`SchemaError` unless the schema is exactly the one this code expects."""
+        self.migrate()
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction: BEGIN IMMEDIATE … COMMIT, rolled back on any exception."""
+        conn = self.connect()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    # -- campaigns ----------------------------------------------------------------------------
+
+    def insert_campaign(self, campaign: Campaign) -> tuple[StoredCampaign, bool]:
+        """Store a new campaign. Returns (stored, created); an identical one is not an error.
+
+        Raises ``FileExistsError`` when the name is taken by a different configuration:
+        campaigns are immutable.
+        """
+        config_json = canonical_json(campaign.config).decode()
+        with self.write() as conn:
+            row = conn.execute("SELECT id, digest FROM campaigns WHERE name = ?",
+                               (campaign.name,)).fetchone()
+            if row is not None:
+                if row[1] != campaign.digest:
+                    raise FileExistsError(campaign.name)
+                return StoredCampaign(row[0], campaign), False
+            cursor = conn.execute(
+                "INSERT INTO campaigns (name, digest, config) VALUES (?, ?, ?)",
+                (campaign.name, campaign.digest, config_json),
+            )
+            assert cursor.lastrowid is not None
+            return StoredCampaign(cursor.lastrowid, campaign), True
+
+    def get_campaign(self, name: str) -> StoredCampaign | None:
+        cached = self._campaigns.get(name)
+        if cached is not None:
+            return cached  # campaigns are immutable, so the cache never goes stale
+        row = self.connect().execute(
+            "SELECT id, digest, config FROM campaigns WHERE name = ?", (name,)
+        ).fetchone()
+        if row is None:
+            return None
+        campaign = campaign_from_config(json.loads(row[2]), expected_digest=row[1])
+        stored = StoredCampaign(row[0], campaign)
+        with self._campaigns_lock:
+            self._campaigns[name] = stored
+        return stored
+
+    def list_campaigns(self) -> list[StoredCampaign]:
+        names = [r[0] for r in self.connect().execute("SELECT name FROM campaigns ORDER BY id")]
+        return [c for c in (self.get_campaign(n) for n in names) if c is not None]
+
+    # -- reports ------------------------------------------------------------------------------
+
+    def existing_reports(self, conn: sqlite3.Connection, campaign_id: int,
+                         report_ids: Sequence[bytes]) -> dict[bytes, tuple[int, str]]:
+        """(time, payload) of the given IDs already stored for the campaign."""
+        found: dict[bytes, tuple[int, str]] = {}
+        for start in range(0, len(report_ids), 500):
+            chunk = report_ids[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = conn.execute(
+                f"SELECT report_id, time, payload FROM reports "
+                f"WHERE campaign_id = ? AND report_id IN ({marks})",
+                (campaign_id, *chunk),
+            )
+            for report_id, time, payload in rows:
+                found[bytes(report_id)] = (time, payload)
+        return found
+
+    def insert_reports(self, conn: sqlite3.Connection, campaign_id: int,
+                       reports: Sequence[StoredReport]) -> None:
+        conn.executemany(
+            "INSERT INTO reports (campaign_id, report_id, time, payload) VALUES (?, ?, ?, ?)",
+            [(campaign_id, r.report_id, r.time, r.payload_json) for r in reports],
+        )
+
+    def add_to_aggregates(self, conn: sqlite3.Connection, campaign_id: int,
+                          partials: dict[int, tuple[int, np.ndarray]]) -> None:
+        """Merge per-bucket partial statistics (count, state vector) into the stored ones."""
+        for time, (count, state) in partials.items():
+            row = conn.execute(
+                "SELECT n, state FROM aggregates WHERE campaign_id = ? AND time = ?",
+                (campaign_id, time),
+            ).fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO aggregates (campaign_id, time, n, state) VALUES (?, ?, ?, ?)",
+                    (campaign_id, time, count, _state_bytes(state)),
+                )
+            else:
+                merged = _state_array(row[1]) + state
+                conn.execute(
+                    "UPDATE aggregates SET n = ?, state = ? WHERE campaign_id = ? AND time = ?",
+                    (row[0] + count, _state_bytes(merged), campaign_id, time),
+                )
+
+    def read_aggregate(self, campaign_id: int, size: int, start: int | None,
+                       end: int | None) -> tuple[int, np.ndarray]:
+        """Sum of the bucket statistics with start <= time < end: O(buckets × state size)."""
+        sql = "SELECT n, state FROM aggregates WHERE campaign_id = ?"
+        args: list[Any] = [campaign_id]
+        if start is not None:
+            sql += " AND time >= ?"
+            args.append(start)
+        if end is not None:
+            sql += " AND time < ?"
+            args.append(end)
+        total = np.zeros(size, dtype=np.int64)
+        n = 0
+        for count, blob in self.connect().execute(sql, args):
+            n += count
+            total += _state_array(blob)
+        return n, total
+
+    def count_reports(self, campaign_id: int) -> int:
+        row = self.connect().execute(
+            "SELECT count(*) FROM reports WHERE campaign_id = ?", (campaign_id,)
+        ).fetchone()
+        return int(row[0])
