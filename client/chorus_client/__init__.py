@@ -1,0 +1,28 @@
+"""chorus_client: report values with local differential privacy.
+
+Values are perturbed on the device with the OS CSPRNG; only noisy reports are uploaded.
+Depends on requests and mmh3 only: importing it never imports numpy or flask.
+"""
+
+from chorus_client.api import CollectorAPI
+from chorus_client.client import Client, FlushResult
+from chorus_client.errors import APIError, CampaignUnavailable, ClientError, TransportError
+from chorus_client.retry import RetryPolicy
+from chorus_client.transport import RequestsTransport, Response, Transport
+from chorus_shared.errors import ChorusError, ValueDomainError
+
+__all__ = [
+    "APIError",
+    "CampaignUnavailable",
+    "ChorusError",
+    "Client",
+    "ClientError",
+    "CollectorAPI",
+    "FlushResult",
+    "RequestsTransport",
+    "Response",
+    "RetryPolicy",
+    "Transport",
+    "TransportError",
+    "ValueDomainError",
+]
