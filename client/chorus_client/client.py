@@ -17,17 +17,18 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chorus_client.errors import APIError, CampaignUnavailable, TransportError
-from chorus_client.retry import RetryPolicy, send_with_retries
-from chorus_client.transport import RequestsTransport, Response, Transport
 from chorus_shared.campaign import Campaign, campaign_from_config
 from chorus_shared.errors import CampaignError
 from chorus_shared.rng import RandomSource, resolve_rng
 from chorus_shared.wire import new_report_id
+
+from chorus_client.errors import APIError, CampaignUnavailable, TransportError
+from chorus_client.retry import RetryPolicy, send_with_retries
+from chorus_client.transport import RequestsTransport, Response, Transport
 
 __all__ = ["Client", "FlushResult"]
 
@@ -47,7 +48,6 @@ class FlushResult:
 
 @dataclass(frozen=True)
 class _Batch:
-    campaign: str
     body: bytes  # serialized once: retries resend exactly these bytes
     size: int
 
@@ -71,13 +71,16 @@ class Client:
     :param batch_size: reports per upload; :meth:`report` flushes when a campaign's queue
         reaches it.
     :param max_epsilon: refuse campaigns whose ε exceeds this.
+    :param campaign_configs: public campaign configs the app ships with, by name; they are
+        verified exactly like fetched ones and save a request each.
     """
 
     def __init__(self, url: str, *, transport: Transport | None = None,
                  rng: RandomSource | None = None, timeout: float = 10.0,
                  batch_size: int = 100, retry: RetryPolicy | None = None,
                  max_epsilon: float = math.inf, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 campaign_configs: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         if batch_size < 1:
@@ -94,9 +97,11 @@ class Client:
         self._lock = threading.RLock()
         self._campaigns: dict[str, Campaign] = {}
         self._assignments: dict[str, dict[str, int]] = {}
-        self._queues: dict[str, list[dict[str, Any]]] = {}
+        self._queue: list[dict[str, Any]] = []
         self._unsent: list[_Batch] = []
         self.dropped = 0  # reports the collector refused for good (logged, never retried)
+        for name, config in (campaign_configs or {}).items():
+            self._adopt(name, config)
 
     # -- campaigns --------------------------------------------------------------------------
 
@@ -116,12 +121,24 @@ class Client:
                                       response.body.decode("utf-8", "replace"))
         try:
             config = json.loads(response.body)
+        except ValueError:
+            raise CampaignUnavailable(200, {"detail": "campaign config is not JSON"}) from None
+        return self._adopt(name, config)
+
+    def _adopt(self, name: str, config: object) -> Campaign:
+        """Verify a public config and cache it under ``name``."""
+        try:
+            if not isinstance(config, Mapping):
+                raise CampaignError("a campaign config is a JSON object")
             # Re-derives ε from the parameters and checks the digest: a config that claims
             # less privacy loss than its parameters give is refused.
             campaign = campaign_from_config(config)
-        except (ValueError, CampaignError) as error:
+        except CampaignError as error:
             raise CampaignUnavailable(200, {"detail": f"invalid campaign config: {error}"}) \
                 from None
+        if campaign.name != name:
+            raise CampaignUnavailable(200, {"detail": f"config is for {campaign.name!r}, "
+                                        f"not {name!r}"})
         if campaign.epsilon > self.max_epsilon:
             raise CampaignUnavailable(200, {"detail": f"campaign {name!r} has ε = "
                                         f"{campaign.epsilon:g}, above this client's limit of "
@@ -145,25 +162,23 @@ class Client:
             payload = mechanism.randomize(x, self._rng, self._assignments[campaign_name])
             report = {"report_id": new_report_id(), "digest": campaign.digest,
                       "time": campaign.time_bucket(self._clock()), "payload": payload}
-            queue = self._queues.setdefault(campaign_name, [])
-            queue.append(report)
-            full = len(queue) >= self.batch_size
+            self._queue.append(report)
+            full = len(self._queue) >= self.batch_size
         if full:
             self.flush()
 
     def pending(self) -> int:
         """Reports perturbed but not yet acknowledged by the collector."""
         with self._lock:
-            return sum(map(len, self._queues.values())) + sum(b.size for b in self._unsent)
+            return len(self._queue) + sum(b.size for b in self._unsent)
 
     def _seal_batches(self) -> None:
         """Turn queued reports into serialized batches (under the lock)."""
-        for name, queue in self._queues.items():
-            for start in range(0, len(queue), self.batch_size):
-                chunk = queue[start:start + self.batch_size]
-                body = json.dumps({"reports": chunk}, separators=(",", ":")).encode()
-                self._unsent.append(_Batch(name, body, len(chunk)))
-        self._queues.clear()
+        for start in range(0, len(self._queue), self.batch_size):
+            chunk = self._queue[start:start + self.batch_size]
+            body = json.dumps({"reports": chunk}, separators=(",", ":")).encode()
+            self._unsent.append(_Batch(body, len(chunk)))
+        self._queue.clear()
 
     def flush(self) -> FlushResult:
         """Upload everything queued. Batches the collector cannot take yet stay queued."""
@@ -177,13 +192,12 @@ class Client:
                 kept.append(batch)
         with self._lock:
             self._unsent = kept + self._unsent
-            result.pending = sum(map(len, self._queues.values())) + sum(b.size for b in
-                                                                       self._unsent)
+            result.pending = len(self._queue) + sum(b.size for b in self._unsent)
         return result
 
     def _send_batch(self, batch: _Batch, result: FlushResult) -> bool:
         """Send one batch; False if it should be kept for a later flush."""
-        url = f"{self.url}/v1/campaigns/{batch.campaign}/reports"
+        url = f"{self.url}/v1/reports"
         try:
             response = send_with_retries(self.transport, "POST", url, batch.body, JSON_HEADERS,
                                          timeout=self.timeout, policy=self.retry,
@@ -206,9 +220,8 @@ class Client:
                                 item.get("error"))
             return True
         if 400 <= response.status < 500 and response.status != 429:
-            error = APIError(response.status, _problem(response))
-            log.warning("chorus: dropping %d reports for %r: %s", batch.size, batch.campaign,
-                        error)
+            refusal = APIError(response.status, _problem(response))
+            log.warning("chorus: dropping %d reports: %s", batch.size, refusal)
             result.rejected += batch.size
             self.dropped += batch.size
             return True

@@ -6,6 +6,7 @@
 ``POST /v1/campaigns``                               admin      create a campaign
 ``GET  /v1/campaigns/<name>``                        none       a campaign's public config
 ``POST /v1/campaigns/<name>/reports``                none       submit one report or a batch
+``POST /v1/reports``                                 none       reports for any campaigns
 ``GET|POST /v1/campaigns/<name>/estimates``          analyst    estimates (JSON or CSV)
 =================================================  =========  ==========================
 """
@@ -16,6 +17,8 @@ import json
 import warnings
 from typing import Any
 
+from chorus_shared.campaign import campaign_from_spec
+from chorus_shared.errors import CampaignError, PrivacyWarning
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from chorus_collector.auth import Role, TokenVerifier
@@ -23,8 +26,6 @@ from chorus_collector.estimators import Query, QueryError, estimator_for
 from chorus_collector.ingest import ingest_reports, parse_body
 from chorus_collector.problems import Problem
 from chorus_collector.storage import Storage, StoredCampaign
-from chorus_shared.campaign import campaign_from_spec
-from chorus_shared.errors import CampaignError, PrivacyWarning
 
 __all__ = ["api"]
 
@@ -102,9 +103,18 @@ def get_campaign(name: str) -> Response:
     return response
 
 
+@api.post("/v1/reports")
+def submit_any_reports() -> tuple[Response, int]:
+    """Reports for any campaigns: each report's digest selects its campaign."""
+    return _submit(None)
+
+
 @api.post("/v1/campaigns/<name>/reports")
 def submit_reports(name: str) -> tuple[Response, int]:
-    stored = _campaign(name)
+    return _submit(_campaign(name))
+
+
+def _submit(stored: StoredCampaign | None) -> tuple[Response, int]:
     body = _json_body()
     single = isinstance(body, dict) and "reports" not in body
     if single:
@@ -121,11 +131,11 @@ def submit_reports(name: str) -> tuple[Response, int]:
     if not raw_reports:
         raise Problem(400, "invalid-request", "Invalid request", "the batch has no reports")
     now = current_app.extensions["chorus.clock"]()
-    statuses = ingest_reports(_storage(), stored, raw_reports, now)
+    statuses = ingest_reports(_storage(), raw_reports, now, campaign=stored)
     if single:
         status = statuses[0]
         if status.status == "rejected":
-            code = 409 if status.error == "report-conflict" else 400
+            code = {"report-conflict": 409, "unknown-campaign": 404}.get(status.error or "", 400)
             raise Problem(code, status.error or "invalid-report", "Report rejected",
                           status.detail or "", report_id=status.report_id)
         return jsonify(status.to_json()), 201 if status.status == "accepted" else 200

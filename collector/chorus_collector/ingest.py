@@ -15,12 +15,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
-
-from chorus_collector.estimators import estimator_for
-from chorus_collector.storage import Storage, StoredCampaign, StoredReport
 from chorus_shared.campaign import canonical_json
 from chorus_shared.errors import DigestMismatch, WireError
 from chorus_shared.wire import Report, parse_report
+
+from chorus_collector.estimators import estimator_for
+from chorus_collector.storage import Storage, StoredCampaign, StoredReport
 
 __all__ = ["ReportStatus", "ingest_reports"]
 
@@ -56,45 +56,64 @@ def _check_time(report: Report, stored: StoredCampaign, now: float) -> ReportSta
     return None
 
 
-def _raw_id(obj: object) -> str | None:
+def _raw_field(obj: object, name: str) -> str | None:
     if isinstance(obj, dict):
-        value = obj.get("report_id")
+        value = obj.get(name)
         if isinstance(value, str) and len(value) <= 64:
             return value
     return None
 
 
-def ingest_reports(storage: Storage, stored: StoredCampaign, raw_reports: Sequence[object],
-                   now: float) -> list[ReportStatus]:
-    """Ingest reports for one campaign; one status per report, in request order."""
+def _resolve_campaign(storage: Storage, raw: object,
+                      fixed: StoredCampaign | None) -> StoredCampaign | None:
+    if fixed is not None:
+        return fixed
+    digest = _raw_field(raw, "digest")
+    return storage.get_campaign_by_digest(digest) if digest else None
+
+
+def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, *,
+                   campaign: StoredCampaign | None = None) -> list[ReportStatus]:
+    """Ingest reports; one status per report, in request order.
+
+    With ``campaign`` every report must be for that campaign; without it each report's digest
+    selects its campaign (a digest names exactly one campaign configuration).
+    """
     statuses: list[ReportStatus | None] = [None] * len(raw_reports)
-    fresh: dict[bytes, tuple[int, Report, str]] = {}  # id → (index, report, payload json)
+    # (campaign id, report id) → (index, campaign, report, payload json)
+    fresh: dict[tuple[int, bytes], tuple[int, StoredCampaign, Report, str]] = {}
     for index, raw in enumerate(raw_reports):
+        stored = _resolve_campaign(storage, raw, campaign)
+        if stored is None:
+            statuses[index] = ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
+                                           "unknown-campaign",
+                                           "the report's digest names no campaign here")
+            continue
         try:
             report = parse_report(raw, stored.campaign)
         except DigestMismatch as error:
-            statuses[index] = ReportStatus(index, _raw_id(raw), "rejected", "digest-mismatch",
-                                           str(error))
+            statuses[index] = ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
+                                           "digest-mismatch", str(error))
             continue
         except WireError as error:
-            statuses[index] = ReportStatus(index, _raw_id(raw), "rejected", "invalid-report",
-                                           str(error))
+            statuses[index] = ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
+                                           "invalid-report", str(error))
             continue
-        too_old_or_new = _check_time(report, stored, now)
-        if too_old_or_new is not None:
-            statuses[index] = replace(too_old_or_new, index=index)
+        out_of_window = _check_time(report, stored, now)
+        if out_of_window is not None:
+            statuses[index] = replace(out_of_window, index=index)
             continue
-        key = bytes.fromhex(report.report_id)
+        key = (stored.id, bytes.fromhex(report.report_id))
         payload_json = canonical_json(report.payload).decode()
         earlier = fresh.get(key)
         if earlier is not None:
-            same = (earlier[1].time, earlier[2]) == (report.time, payload_json)
+            same = (earlier[2].time, earlier[3]) == (report.time, payload_json)
             statuses[index] = _repeat_status(index, report.report_id, same)
             continue
-        fresh[key] = (index, report, payload_json)
+        fresh[key] = (index, stored, report, payload_json)
 
     if fresh:
-        _store(storage, stored, fresh, statuses)
+        _store(storage, fresh, statuses)
     assert all(s is not None for s in statuses)
     return [s for s in statuses if s is not None]
 
@@ -106,31 +125,37 @@ def _repeat_status(index: int, report_id: str, same: bool) -> ReportStatus:
                         "a different report with this report_id was already submitted")
 
 
-def _store(storage: Storage, stored: StoredCampaign,
-           fresh: dict[bytes, tuple[int, Report, str]],
+def _store(storage: Storage,
+           fresh: dict[tuple[int, bytes], tuple[int, StoredCampaign, Report, str]],
            statuses: list[ReportStatus | None]) -> None:
-    mechanism = stored.campaign.mechanism
-    estimator = estimator_for(mechanism.name)
+    by_campaign: dict[int, list[tuple[bytes, int, StoredCampaign, Report, str]]] = \
+        defaultdict(list)
+    for (campaign_id, key), (index, stored, report, payload_json) in fresh.items():
+        by_campaign[campaign_id].append((key, index, stored, report, payload_json))
     with storage.write() as conn:
-        existing = storage.existing_reports(conn, stored.id, list(fresh))
-        new: list[StoredReport] = []
-        by_time: dict[int, list[Any]] = defaultdict(list)
-        for key, (index, report, payload_json) in fresh.items():
-            if key in existing:
-                same = existing[key] == (report.time, payload_json)
-                statuses[index] = _repeat_status(index, report.report_id, same)
+        for campaign_id, items in by_campaign.items():
+            stored = items[0][2]
+            mechanism = stored.campaign.mechanism
+            existing = storage.existing_reports(conn, campaign_id, [i[0] for i in items])
+            new: list[StoredReport] = []
+            by_time: dict[int, list[Any]] = defaultdict(list)
+            for key, index, _, report, payload_json in items:
+                if key in existing:
+                    same = existing[key] == (report.time, payload_json)
+                    statuses[index] = _repeat_status(index, report.report_id, same)
+                    continue
+                new.append(StoredReport(key, report.time, payload_json))
+                by_time[report.time].append(report.payload)
+                statuses[index] = ReportStatus(index, report.report_id, "accepted")
+            if not new:
                 continue
-            new.append(StoredReport(key, report.time, payload_json))
-            by_time[report.time].append(report.payload)
-            statuses[index] = ReportStatus(index, report.report_id, "accepted")
-        if not new:
-            return
-        storage.insert_reports(conn, stored.id, new)
-        partials: dict[int, tuple[int, np.ndarray]] = {
-            time: (len(payloads), estimator.map(mechanism, payloads))
-            for time, payloads in by_time.items()
-        }
-        storage.add_to_aggregates(conn, stored.id, partials)
+            storage.insert_reports(conn, campaign_id, new)
+            estimator = estimator_for(mechanism.name)
+            partials: dict[int, tuple[int, np.ndarray]] = {
+                time: (len(payloads), estimator.map(mechanism, payloads))
+                for time, payloads in by_time.items()
+            }
+            storage.add_to_aggregates(conn, campaign_id, partials)
 
 
 def parse_body(body: bytes) -> Any:

@@ -56,8 +56,9 @@ class FrequencyEstimate:
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
         body["kind"] = "frequency"
-        body["rows"] = [_clean(asdict(r)) for r in self.rows]
-        return _clean(body)
+        body["rows"] = [asdict(r) for r in self.rows]
+        cleaned: dict[str, Any] = _clean(body)
+        return cleaned
 
     def to_csv(self) -> str:
         buffer = io.StringIO()
@@ -93,7 +94,8 @@ class MeanEstimate:
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
         body["kind"] = "mean"
-        return _clean(body)
+        cleaned: dict[str, Any] = _clean(body)
+        return cleaned
 
     def to_csv(self) -> str:
         buffer = io.StringIO()

@@ -62,7 +62,9 @@ def _coerce(setting: Setting, value: object, source: str) -> Any:
             try:
                 return int(value)
             except ValueError:
-                raise SettingsError(f"{source}: {setting.name} must be an integer, got {value!r}")
+                raise SettingsError(
+                    f"{source}: {setting.name} must be an integer, got {value!r}"
+                ) from None
         if isinstance(value, bool) or not isinstance(value, int):
             raise SettingsError(f"{source}: {setting.name} must be an integer, got {value!r}")
         return value

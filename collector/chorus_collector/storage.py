@@ -21,9 +21,8 @@ from typing import Any
 
 import numpy as np
 import sqlite_utils
-from sqlite_utils.migrations import Migrations
-
 from chorus_shared.campaign import Campaign, campaign_from_config, canonical_json
+from sqlite_utils.migrations import Migrations
 
 __all__ = ["SchemaError", "Storage", "StoredReport", "migrations"]
 
@@ -97,6 +96,7 @@ class Storage:
         self.synchronous = synchronous
         self._local = threading.local()
         self._campaigns: dict[str, StoredCampaign] = {}
+        self._names_by_digest: dict[str, str] = {}
         self._campaigns_lock = threading.Lock()
 
     # -- connections and schema -------------------------------------------------------------
@@ -191,6 +191,18 @@ class Storage:
         with self._campaigns_lock:
             self._campaigns[name] = stored
         return stored
+
+    def get_campaign_by_digest(self, digest: str) -> StoredCampaign | None:
+        name = self._names_by_digest.get(digest)
+        if name is None:
+            row = self.connect().execute("SELECT name FROM campaigns WHERE digest = ?",
+                                         (digest,)).fetchone()
+            if row is None:
+                return None
+            name = row[0]
+            with self._campaigns_lock:
+                self._names_by_digest[digest] = name
+        return self.get_campaign(name)
 
     def list_campaigns(self) -> list[StoredCampaign]:
         names = [r[0] for r in self.connect().execute("SELECT name FROM campaigns ORDER BY id")]

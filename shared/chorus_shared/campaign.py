@@ -135,7 +135,8 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
     ):
         raise CampaignError("time_precision must be an integer number of seconds in [1, 31622400]")
     min_batch = _integer_field(spec, "min_batch_size", DEFAULT_MIN_BATCH_SIZE, 1, 10**9)
-    expiry = _integer_field(spec, "report_expiry", DEFAULT_REPORT_EXPIRY, precision, 10 * 366 * 86400)
+    expiry = _integer_field(spec, "report_expiry", DEFAULT_REPORT_EXPIRY, precision,
+                            10 * 366 * 86400)
     params = spec.get("params", {})
     if not isinstance(params, Mapping):
         raise CampaignError("params must be an object")

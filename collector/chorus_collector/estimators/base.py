@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-
-from chorus_collector.results import FrequencyEstimate, MeanEstimate
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import Mechanism
+
+from chorus_collector.results import FrequencyEstimate, MeanEstimate
 
 __all__ = ["Estimator", "Query", "QueryError"]
 
@@ -57,4 +57,5 @@ class Estimator(ABC):
                  query: Query) -> FrequencyEstimate | MeanEstimate: ...
 
     def merge(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
-        return left + right
+        merged: np.ndarray = left + right
+        return merged

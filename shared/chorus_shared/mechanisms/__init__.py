@@ -13,7 +13,7 @@ from chorus_shared.mechanisms.duchi import Duchi
 from chorus_shared.mechanisms.krr import KRR, BinaryRR
 from chorus_shared.mechanisms.rappor import Rappor
 
-__all__ = ["REGISTRY", "BinaryRR", "Duchi", "KRR", "Mechanism", "Rappor", "mechanism_class"]
+__all__ = ["KRR", "REGISTRY", "BinaryRR", "Duchi", "Mechanism", "Rappor", "mechanism_class"]
 
 REGISTRY: dict[str, type[Mechanism]] = {
     cls.name: cls for cls in (BinaryRR, KRR, Rappor, Duchi)
