@@ -80,7 +80,8 @@ class Client:
                  batch_size: int = 100, retry: RetryPolicy | None = None,
                  max_epsilon: float = math.inf, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
-                 campaign_configs: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                 campaign_configs: Mapping[str, Mapping[str, Any] | Campaign] | None = None,
+                 ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         if batch_size < 1:
@@ -100,6 +101,7 @@ class Client:
         self._queue: list[dict[str, Any]] = []
         self._unsent: list[_Batch] = []
         self.dropped = 0  # reports the collector refused for good (logged, never retried)
+        self.totals = FlushResult()  # everything acknowledged over this client's life
         for name, config in (campaign_configs or {}).items():
             self._adopt(name, config)
 
@@ -126,13 +128,16 @@ class Client:
         return self._adopt(name, config)
 
     def _adopt(self, name: str, config: object) -> Campaign:
-        """Verify a public config and cache it under ``name``."""
+        """Verify a public config (or take a verified :class:`Campaign`); cache it."""
         try:
-            if not isinstance(config, Mapping):
+            if isinstance(config, Campaign):
+                campaign = config  # only ever built through validation
+            elif isinstance(config, Mapping):
+                # Re-derives ε from the parameters and checks the digest: a config that claims
+                # less privacy loss than its parameters give is refused.
+                campaign = campaign_from_config(config)
+            else:
                 raise CampaignError("a campaign config is a JSON object")
-            # Re-derives ε from the parameters and checks the digest: a config that claims
-            # less privacy loss than its parameters give is refused.
-            campaign = campaign_from_config(config)
         except CampaignError as error:
             raise CampaignUnavailable(200, {"detail": f"invalid campaign config: {error}"}) \
                 from None
@@ -193,6 +198,10 @@ class Client:
         with self._lock:
             self._unsent = kept + self._unsent
             result.pending = len(self._queue) + sum(b.size for b in self._unsent)
+            self.totals.accepted += result.accepted
+            self.totals.duplicate += result.duplicate
+            self.totals.rejected += result.rejected
+            self.totals.pending = result.pending
         return result
 
     def _send_batch(self, batch: _Batch, result: FlushResult) -> bool:

@@ -1,0 +1,155 @@
+"""The ``chorus`` command: a thin layer over library functions the tests also call.
+
+* ``chorus serve``: run the collector with the production server;
+* ``chorus campaign create|list``: admin calls over HTTP (``CHORUS_URL``, ``CHORUS_TOKEN``);
+* ``chorus estimates NAME``: analyst call, printed as a table, JSON or CSV;
+* ``chorus demo``: a collector, three campaigns and 20,000 simulated users, end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from chorus_client.api import CollectorAPI
+from chorus_client.errors import ClientError
+
+__all__ = ["main"]
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def _api(url: str, token: str | None) -> CollectorAPI:
+    return CollectorAPI(url, token)
+
+
+url_option = click.option("--url", envvar="CHORUS_URL", default=DEFAULT_URL, show_default=True,
+                          help="Collector base URL (or CHORUS_URL).")
+token_option = click.option("--token", envvar="CHORUS_TOKEN", default=None,
+                            help="Bearer token (or CHORUS_TOKEN).")
+
+
+@click.group()
+def main() -> None:
+    """Chorus: local differential privacy telemetry."""
+
+
+@main.command()
+@click.option("--bind", default=None, help="host:port (default CHORUS_BIND or 127.0.0.1:8000).")
+@click.option("--database", default=None, help="SQLite file (default CHORUS_DATABASE).")
+@click.option("--workers", type=int, default=None, help="Worker processes.")
+def serve(bind: str | None, database: str | None, workers: int | None) -> None:
+    """Run the collector with the production WSGI server (gunicorn)."""
+    from chorus_collector.server import serve as run_server
+
+    overrides = {k: v for k, v in (("BIND", bind), ("DATABASE", database),
+                                   ("WORKERS", workers)) if v is not None}
+    run_server(overrides)
+
+
+@main.group()
+def campaign() -> None:
+    """Create and list campaigns (admin token)."""
+
+
+@campaign.command("create")
+@click.argument("spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@url_option
+@token_option
+def campaign_create(spec_file: Path, url: str, token: str | None) -> None:
+    """Create a campaign from a JSON definition file."""
+    try:
+        spec = json.loads(spec_file.read_text())
+    except ValueError as error:
+        raise click.ClickException(f"{spec_file}: not JSON: {error}") from None
+    created = _call(lambda: _api(url, token).create_campaign(spec))
+    for warning in created.get("warnings", []):
+        click.secho(f"warning: {warning}", fg="yellow", err=True)
+    click.echo(json.dumps(created, indent=2))
+
+
+@campaign.command("list")
+@url_option
+@token_option
+def campaign_list(url: str, token: str | None) -> None:
+    """List campaigns."""
+    campaigns = _call(lambda: _api(url, token).list_campaigns())
+    for c in campaigns:
+        click.echo(f"{c['name']:<24} {c['mechanism']:<8} ε={c['epsilon']:<8.4g} "
+                   f"{c['domain']['kind']:<10} {c['digest'][:12]}")
+
+
+@main.command()
+@click.argument("name")
+@click.option("--candidate", "candidates", multiple=True, help="A RAPPOR candidate (repeat).")
+@click.option("--candidates-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="RAPPOR candidates, one per line.")
+@click.option("--start", type=int, default=None, help="Window start (Unix seconds, aligned).")
+@click.option("--end", type=int, default=None, help="Window end (exclusive).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table")
+@url_option
+@token_option
+def estimates(name: str, candidates: tuple[str, ...], candidates_file: Path | None,
+              start: int | None, end: int | None, fmt: str, url: str, token: str | None) -> None:
+    """Print a campaign's estimates with standard errors and 95% intervals."""
+    wanted = list(candidates)
+    if candidates_file is not None:
+        wanted += [line for line in candidates_file.read_text().splitlines() if line]
+    api = _api(url, token)
+    if fmt == "csv":
+        click.echo(_call(lambda: api.estimates_csv(name, candidates=wanted, start=start,
+                                                   end=end)), nl=False)
+        return
+    result = _call(lambda: api.estimates(name, candidates=wanted, start=start, end=end))
+    if fmt == "json":
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(format_estimates(result))
+
+
+@main.command()
+@click.option("--users", type=int, default=20_000, show_default=True)
+@click.option("--seed", type=int, default=7, show_default=True,
+              help="Seed of the simulated population (the client's noise is always the CSPRNG).")
+def demo(users: int, seed: int) -> None:
+    """Start a collector, create three campaigns, simulate users, print the estimates."""
+    from chorus_collector.demo import run_demo
+
+    run_demo(users=users, seed=seed, echo=click.echo)
+
+
+def format_estimates(result: dict[str, Any], truth: dict[str, float] | None = None) -> str:
+    """A human-readable table of an estimate result, optionally beside the true values."""
+    lines = [f"{result['campaign']}: {result['mechanism']}, ε = {result['epsilon']:.4g}, "
+             f"n = {result['n']}"]
+    if result["kind"] == "mean":
+        line = (f"  mean {result['mean']:.4f} ± {result['std_error']:.4f} "
+                f"(95% CI {result['ci_low']:.4f} … {result['ci_high']:.4f})")
+        if truth is not None:
+            line = f"  true mean {truth['mean']:.4f}   estimated" + line[6:]
+        return "\n".join([*lines, line])
+    header = f"  {'value':<22}" + (f"{'true':>8}" if truth is not None else "") + \
+        f"{'estimate':>10}{'std err':>9}   95% interval"
+    lines.append(header)
+    for row in result["rows"]:
+        true = f"{truth.get(row['value'], 0.0):>8.4f}" if truth is not None else ""
+        flag = "" if row.get("detected") in (None, True) else "  (not detected)"
+        lines.append(f"  {row['value'][:22]:<22}{true}{row['frequency']:>10.4f}"
+                     f"{row['frequency_std_error']:>9.4f}   [{row['frequency_ci_low']:.4f}, "
+                     f"{row['frequency_ci_high']:.4f}]{flag}")
+    return "\n".join(lines)
+
+
+def _call(fn: Any) -> Any:
+    try:
+        return fn()
+    except ClientError as error:
+        raise click.ClickException(str(error)) from None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""The production server: gunicorn with threaded workers, configured from the settings.
+
+``chorus serve`` runs exactly this, and so does the container image. The app is created once
+in the master (migrating the database there, before any worker exists) and forked into the
+workers. SIGTERM makes gunicorn stop accepting connections and finish in-flight requests
+(``graceful_timeout``); every acknowledged report was committed before its response was sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask
+from gunicorn.app.base import BaseApplication
+
+from chorus_collector.app import create_app
+from chorus_collector.settings import resolve_settings
+
+__all__ = ["serve"]
+
+
+class _Gunicorn(BaseApplication):  # type: ignore[misc]
+    def __init__(self, app: Flask, options: Mapping[str, Any]) -> None:
+        self.application = app
+        self.options = dict(options)
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Flask:
+        return self.application
+
+
+def serve(config: Mapping[str, Any] | None = None) -> None:
+    """Run the collector until SIGTERM or SIGINT."""
+    settings = resolve_settings(config)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("chorus").addHandler(handler)
+    app = create_app(config)
+    options = {
+        "bind": settings["BIND"],
+        "workers": settings["WORKERS"],
+        "threads": settings["THREADS"],
+        "worker_class": "gthread",
+        "preload_app": True,
+        "graceful_timeout": 30,
+        "timeout": 60,
+        "keepalive": 5,
+        # No access log: it would record client addresses.
+        "accesslog": None,
+        "errorlog": "-",
+        "loglevel": settings["LOG_LEVEL"].lower(),
+        "proc_name": "chorus-collector",
+        "limit_request_line": 8190,
+    }
+    _Gunicorn(app, options).run()
