@@ -1,0 +1,48 @@
+"""Small example campaigns per registered mechanism, for the registry-wide tests.
+
+A mechanism added to the registry needs entries here (``test_every_mechanism_has_examples``
+fails otherwise); the privacy, goodness-of-fit and unbiasedness tests then cover it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chorus_shared import Campaign, campaign_from_spec
+
+# Two ε and two domain sizes per mechanism (MECHANISMS.md §16: use e^ε integer where useful).
+EXAMPLES: dict[str, list[dict[str, Any]]] = {
+    "rr": [
+        {"epsilon": 1.0986122886681098, "domain": ["no", "yes"]},  # ln 3
+        {"epsilon": 0.25, "domain": ["no", "yes"]},
+    ],
+    "krr": [
+        {"epsilon": 1.0986122886681098, "domain": ["a", "b", "c", "d"]},
+        {"epsilon": 2.5, "domain": [f"v{i}" for i in range(12)]},
+        {"epsilon": 0.5, "domain": [f"v{i}" for i in range(3)]},
+    ],
+    "rappor": [
+        {"epsilon": 2.0, "domain": {"kind": "strings"}, "params": {"k": 8, "h": 2, "m": 2}},
+        {"epsilon": None, "domain": {"kind": "strings"},
+         "params": {"k": 8, "h": 1, "m": 3, "f": 0.5, "p": 0.5, "q": 0.75}},
+        {"epsilon": 4.0, "domain": {"kind": "strings"},
+         "params": {"k": 10, "h": 3, "m": 2, "f": 0.2}},
+    ],
+    "duchi": [
+        {"epsilon": 1.0, "domain": {"kind": "numeric", "lo": -5, "hi": 5}},
+        {"epsilon": 3.0, "domain": {"kind": "numeric", "lo": 0, "hi": 1}},
+    ],
+}
+
+
+def example_campaigns() -> list[Campaign]:
+    out = []
+    for mechanism, specs in EXAMPLES.items():
+        for i, spec in enumerate(specs):
+            out.append(campaign_from_spec({"name": f"{mechanism}-{i}", "mechanism": mechanism,
+                                           **spec}))
+    return out
+
+
+def example_ids() -> list[str]:
+    return [c.name for c in example_campaigns()]

@@ -1,0 +1,118 @@
+"""Test helpers: a clock, an in-process transport to the collector, a scripted transport."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from flask import Flask
+
+from chorus_client.errors import TransportError
+from chorus_client.transport import Response
+
+ADMIN = "admin-secret-token"
+ANALYST = "analyst-secret-token"
+ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN}"}
+ANALYST_HEADERS = {"Authorization": f"Bearer {ANALYST}"}
+NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z, a multiple of an hour
+
+
+class FakeClock:
+    def __init__(self, now: float = NOW) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Sent:
+    method: str
+    url: str
+    body: bytes | None
+    headers: dict[str, str]
+
+
+class WSGITransport:
+    """An in-process bridge from the client to a collector app; records every request."""
+
+    def __init__(self, app: Flask, base: str = "http://collector.test") -> None:
+        self.client = app.test_client()
+        self.base = base
+        self.sent: list[Sent] = []
+
+    def request(self, method: str, url: str, *, body: bytes | None,
+                headers: Mapping[str, str], timeout: float) -> Response:
+        assert timeout > 0, "timeouts are always on"
+        self.sent.append(Sent(method, url, body, dict(headers)))
+        path = url.removeprefix(self.base)
+        reply = self.client.open(path, method=method, data=body, headers=dict(headers))
+        return Response(reply.status_code, reply.get_data(), dict(reply.headers))
+
+
+@dataclass
+class ScriptedTransport:
+    """Answers from a script: a Response, or an exception to raise, per call."""
+
+    script: list[Response | Exception]
+    sent: list[Sent] = field(default_factory=list)
+    fallback: Callable[[Sent], Response] | None = None
+
+    def request(self, method: str, url: str, *, body: bytes | None,
+                headers: Mapping[str, str], timeout: float) -> Response:
+        assert timeout > 0
+        call = Sent(method, url, body, dict(headers))
+        self.sent.append(call)
+        if not self.script:
+            if self.fallback is None:
+                raise AssertionError(f"unexpected request {method} {url}")
+            return self.fallback(call)
+        step = self.script.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+
+def timeout_error() -> TransportError:
+    return TransportError("timed out")
+
+
+def z_threshold(alpha: float, tests: int = 1) -> float:
+    """Two-sided normal quantile for a per-test false alarm ``alpha`` over ``tests`` tests."""
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(1 - alpha / (2 * tests))
+
+
+def chi2_band(dof: int, alpha: float) -> tuple[float, float]:
+    """Acceptance band for s²/σ² with dof degrees of freedom (Wilson–Hilferty)."""
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    a = 2 / (9 * dof)
+
+    def quantile(zq: float) -> float:
+        return (1 - a + zq * math.sqrt(a)) ** 3
+
+    return quantile(-z), quantile(z)
+
+
+def campaign_spec(name: str, **overrides: Any) -> dict[str, Any]:
+    specs: dict[str, dict[str, Any]] = {
+        "krr": {"mechanism": "krr", "epsilon": 1.5, "domain": ["a", "b", "c", "d"]},
+        "rr": {"mechanism": "rr", "epsilon": 1.0, "domain": ["no", "yes"]},
+        "rappor": {"mechanism": "rappor", "epsilon": 3.0, "domain": {"kind": "strings"},
+                   "params": {"k": 32, "h": 2, "m": 8}},
+        "duchi": {"mechanism": "duchi", "epsilon": 1.0,
+                  "domain": {"kind": "numeric", "lo": 0, "hi": 100}},
+    }
+    mechanism = overrides.pop("mechanism", "krr")
+    spec = {"name": name, **specs[mechanism], "min_batch_size": 1}
+    spec.update(overrides)
+    return spec
+
+
+def flatten(items: Iterable[Iterable[Any]]) -> list[Any]:
+    return [x for group in items for x in group]

@@ -1,0 +1,77 @@
+"""Layout and import hygiene: light client, sans-IO protocol package, pinned public API."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _modules_after_import(module: str) -> set[str]:
+    code = f"import sys, {module}; print('\\n'.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    return set(out.stdout.split())
+
+
+def test_client_import_pulls_in_neither_numpy_nor_flask() -> None:
+    loaded = _modules_after_import("chorus_client")
+    assert "chorus_client" in loaded
+    heavy = {m for m in loaded if m.split(".")[0] in {"numpy", "flask", "werkzeug",
+                                                      "sqlite_utils", "chorus_collector"}}
+    assert heavy == set()
+
+
+def test_shared_is_sans_io() -> None:
+    loaded = _modules_after_import("chorus_shared")
+    banned = {"numpy", "flask", "requests", "sqlite3", "sqlite_utils", "urllib3", "socket",
+              "http"}
+    assert {m.split(".")[0] for m in loaded} & banned == set()
+
+
+@pytest.mark.parametrize("package", ["chorus_client", "chorus_collector", "chorus_shared"])
+def test_package_has_py_typed_and_exports(package: str) -> None:
+    module = importlib.import_module(package)
+    assert module.__file__ is not None
+    assert (Path(module.__file__).parent / "py.typed").exists()
+    for name in module.__all__:
+        assert hasattr(module, name), f"{package}.__all__ names missing {name}"
+
+
+def test_public_client_surface_is_pinned() -> None:
+    import chorus_client
+
+    assert sorted(chorus_client.__all__) == sorted([
+        "APIError", "CampaignUnavailable", "ChorusError", "Client", "ClientError",
+        "CollectorAPI", "FlushResult", "RequestsTransport", "Response", "RetryPolicy",
+        "Transport", "TransportError", "ValueDomainError",
+    ])
+
+
+def test_nothing_imports_top_level_folder_names() -> None:
+    offenders = []
+    for path in ROOT.glob("*/chorus_*/**/*.py"):
+        for line in path.read_text().splitlines():
+            stripped = line.strip()
+            if stripped.startswith(("import client", "import collector", "import shared",
+                                    "from client", "from collector", "from shared")):
+                offenders.append(f"{path}: {stripped}")
+    assert offenders == []
+
+
+def test_three_source_roots_in_pyproject() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert config["project"]["name"] == "chorus-ldp"
+    assert config["tool"]["setuptools"]["packages"]["find"]["where"] == [
+        "client", "collector", "shared"]
+    base = {d.split(">")[0].split("=")[0] for d in config["project"]["dependencies"]}
+    assert base == {"requests", "mmh3"}
+    collector = {d.split(">")[0] for d in config["project"]["optional-dependencies"]["collector"]}
+    assert {"flask", "numpy", "sqlite-utils", "gunicorn"} <= collector

@@ -1,0 +1,170 @@
+"""Unbiasedness and variance of every estimator, against exact theory (MECHANISMS.md §16.3–4).
+
+Model (F), fixed population: the dataset is fixed and only the mechanism is re-randomized in
+each of R repetitions (seeded). For each estimate v:
+
+* z_v = (mean over R of the estimate − truth) / √(Var_F / R) must stay below the two-sided
+  normal quantile for α = 1e-6, Bonferroni over the d estimates;
+* the sample variance over R, divided by the exact Var_F, must lie in the χ²_{R−1} band for
+  the same α (so a wrong variance formula, or a sampler with the wrong p, fails). At
+  R = 1000 the band is about [0.80, 1.23]: k-RR's f-term (+40% at f = 0.5, d = 4, ε = ln 3)
+  is well outside it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from chorus_collector.estimators import Query, estimator_for
+from chorus_collector.estimators.krr import fixed_population_variance
+from chorus_collector.estimators.rappor import design_matrix
+from chorus_shared import Campaign
+from chorus_shared.hashing import bloom_mask
+from chorus_shared.mechanisms import KRR, Duchi, Rappor
+from examples import example_campaigns
+from support import chi2_band, z_threshold
+
+ALPHA = 1e-6
+CAMPAIGNS = example_campaigns()
+
+
+def _by_kind(*names: str) -> list[Campaign]:
+    return [c for c in CAMPAIGNS if c.mechanism.name in names]
+
+
+def _run(campaign: Campaign, inputs: Sequence[Any], assignments: Sequence[dict[str, int]],
+         reps: int, query: Query, extract: Callable[[Any], np.ndarray],
+         seed: int = 99) -> tuple[np.ndarray, np.ndarray]:
+    """R repetitions through the real randomizer and the real estimator (map + finalize)."""
+    mechanism = campaign.mechanism
+    estimator = estimator_for(mechanism.name)
+    rng = random.Random(seed)
+    estimates, variances = [], []
+    for _ in range(reps):
+        payloads = [mechanism.randomize(x, rng, a) for x, a in zip(inputs, assignments,
+                                                                      strict=True)]
+        state = estimator.map(mechanism, payloads)
+        result = estimator.finalize(campaign, len(payloads), state, query)
+        values, ses = extract(result)
+        estimates.append(values)
+        variances.append(ses**2)
+    return np.array(estimates), np.array(variances)
+
+
+def _assert_unbiased_with_exact_variance(estimates: np.ndarray, truth: np.ndarray,
+                                         exact_var: np.ndarray) -> None:
+    reps, d = estimates.shape
+    z = (estimates.mean(axis=0) - truth) / np.sqrt(exact_var / reps)
+    assert np.max(np.abs(z)) < z_threshold(ALPHA, d), f"bias: z = {np.round(z, 2)}"
+    low, high = chi2_band(reps - 1, ALPHA / d)
+    ratio = estimates.var(axis=0, ddof=1) / exact_var
+    assert np.all((ratio > low) & (ratio < high)), f"variance ratio {np.round(ratio, 3)} " \
+                                                   f"outside [{low:.3f}, {high:.3f}]"
+
+
+def _frequency_values(result: Any) -> tuple[np.ndarray, np.ndarray]:
+    return (np.array([r.frequency for r in result.rows]),
+            np.array([r.frequency_std_error for r in result.rows]))
+
+
+@pytest.mark.parametrize("campaign", _by_kind("krr", "rr"), ids=lambda c: c.name)
+def test_krr_is_unbiased_with_the_exact_variance(campaign: Campaign) -> None:
+    mechanism = campaign.mechanism
+    assert isinstance(mechanism, KRR)
+    d, n = mechanism.d, 1000
+    weights = [1 / (v + 1) ** 1.1 for v in range(d)]
+    counts = [int(n * w / sum(weights)) for w in weights]
+    counts[0] += n - sum(counts)
+    inputs = [v for v, c in enumerate(counts) for _ in range(c)]
+    truth = np.array(counts) / n
+    p, q = mechanism.support_probabilities()
+    exact = np.array([fixed_population_variance(n, f, p, q) for f in truth]) / n**2
+    estimates, reported_var = _run(campaign, inputs, [{}] * n, 1000, Query(),
+                                    _frequency_values)
+    _assert_unbiased_with_exact_variance(estimates, truth, exact)
+    # Σ f̂ = 1 exactly, since 1 − d·q = p − q (§2).
+    assert np.allclose(estimates.sum(axis=1), 1.0, atol=1e-9)
+    # The reported SE is the i.i.d.-sampling variance: Var_F plus the term f(1 − f)/n.
+    expected_reported = exact + truth * (1 - truth) / n
+    assert np.allclose(reported_var.mean(axis=0), expected_reported, rtol=0.02)
+
+
+@pytest.mark.parametrize("campaign", _by_kind("duchi"), ids=lambda c: c.name)
+def test_duchi_mean_is_unbiased_with_the_exact_variance(campaign: Campaign) -> None:
+    mechanism = campaign.mechanism
+    assert isinstance(mechanism, Duchi)
+    lo, hi = mechanism.domain.lo, mechanism.domain.hi
+    n = 3000
+    values = [lo + (hi - lo) * ((i * 0.618) % 1.0) ** 2 for i in range(n)]
+    values[:50] = [hi + 10] * 50  # outside the range: clipped on the device
+    inputs = [mechanism.encode(v) for v in values]
+    clipped = [min(max(v, lo), hi) for v in values]
+    truth = np.array([sum(clipped) / n])
+    scale = (hi - lo) / 2
+    exact = np.array([scale**2 * sum(mechanism.per_report_variance(t) for t in inputs) / n**2])
+
+    def extract(result: Any) -> tuple[np.ndarray, np.ndarray]:
+        return np.array([result.mean]), np.array([result.std_error])
+
+    estimates, reported_var = _run(campaign, inputs, [{}] * n, 600, Query(), extract)
+    _assert_unbiased_with_exact_variance(estimates, truth, exact)
+    # The sample-variance SE estimates Var_F plus the spread of the true values.
+    spread = scale**2 * float(np.var(inputs)) / n
+    assert reported_var.mean() == pytest.approx(exact[0] + spread, rel=0.02)
+
+
+@pytest.mark.parametrize("campaign", _by_kind("rappor"), ids=lambda c: c.name)
+def test_rappor_decoding_is_unbiased_with_the_exact_variance(campaign: Campaign) -> None:
+    mechanism = campaign.mechanism
+    assert isinstance(mechanism, Rappor)
+    m = mechanism.m
+    candidates = _identifiable_candidates(mechanism, 3)
+    shares = [0.5, 0.3, 0.2]
+    per_cohort = [int(60 * s) for s in shares]  # identical composition in every cohort
+    inputs, assignments = [], []
+    for cohort in range(m):
+        for value, count in zip(candidates, per_cohort, strict=True):
+            inputs += [value] * count
+            assignments += [{"cohort": cohort}] * count
+    n = len(inputs)
+    truth = np.array(per_cohort) / sum(per_cohort)
+    exact = _rappor_exact_variance(mechanism, candidates, per_cohort)
+    estimates, _ = _run(campaign, inputs, assignments, 800,
+                        Query(candidates=tuple(candidates)), _frequency_values)
+    assert n == 60 * m
+    _assert_unbiased_with_exact_variance(estimates, truth, exact)
+
+
+def _identifiable_candidates(mechanism: Rappor, count: int) -> list[str]:
+    chosen: list[str] = []
+    for i in range(500):
+        trial = [*chosen, f"site-{i}"]
+        x = design_matrix(mechanism, list(range(mechanism.m)), trial)
+        if np.linalg.matrix_rank(x) == len(trial):
+            chosen = trial
+            if len(chosen) == count:
+                return chosen
+    raise AssertionError("no identifiable candidate set")
+
+
+def _rappor_exact_variance(mechanism: Rappor, candidates: list[str],
+                           per_cohort: list[int]) -> np.ndarray:
+    """Var_F of β̂ = A·Y with fixed cohorts: A diag(Var Y) Aᵀ, Var Y from r1/r0 per user."""
+    m, k = mechanism.m, mechanism.k
+    size = sum(per_cohort)
+    var_y = np.zeros((m, k))
+    for cohort in range(m):
+        for value, count in zip(candidates, per_cohort, strict=True):
+            bloom = bloom_mask(value, cohort, k, mechanism.h)
+            for i in range(k):
+                r = mechanism.r1 if (bloom >> i) & 1 else mechanism.r0
+                var_y[cohort, i] += count * r * (1 - r)
+    var_y /= size**2 * (mechanism.r1 - mechanism.r0) ** 2
+    x = design_matrix(mechanism, list(range(m)), candidates)
+    operator = np.linalg.solve(x.T @ x, x.T)  # equal weights: every cohort has `size` users
+    return np.diag((operator * var_y.ravel()) @ operator.T)
