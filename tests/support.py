@@ -116,3 +116,17 @@ def campaign_spec(name: str, **overrides: Any) -> dict[str, Any]:
 
 def flatten(items: Iterable[Iterable[Any]]) -> list[Any]:
     return [x for group in items for x in group]
+
+
+def make_report(config: dict[str, Any], value: Any, rng: Any, now: float = NOW,
+                **overrides: Any) -> dict[str, Any]:
+    """A report as the client would send it (perturbed with ``rng``)."""
+    from chorus_shared import campaign_from_config, new_report_id
+
+    campaign = campaign_from_config(config)
+    mechanism = campaign.mechanism
+    payload = mechanism.randomize(mechanism.encode(value), rng)
+    report = {"report_id": new_report_id(), "digest": campaign.digest,
+              "time": campaign.time_bucket(now), "payload": payload}
+    report.update(overrides)
+    return report

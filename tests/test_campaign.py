@@ -153,3 +153,15 @@ def test_time_bucket_truncates_to_precision() -> None:
     campaign = campaign_from_spec(spec(time_precision=3600))
     assert campaign.time_bucket(7199.9) == 3600
     assert campaign.time_bucket(7200) == 7200
+
+
+def test_numeric_range_must_have_a_finite_width() -> None:
+    with pytest.raises(CampaignError, match="finite"):
+        campaign_from_spec(spec("duchi", domain={"kind": "numeric", "lo": -1e308, "hi": 1e308}))
+
+
+def test_rappor_at_large_epsilon_keeps_full_precision() -> None:
+    with pytest.warns(PrivacyWarning):
+        campaign = campaign_from_spec(spec("rappor", epsilon=45.0, params={"h": 1}))
+    assert campaign.epsilon == pytest.approx(45.0, rel=1e-12)
+    assert campaign_from_config(campaign.public_config()).digest == campaign.digest

@@ -82,6 +82,7 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
     statuses: list[ReportStatus | None] = [None] * len(raw_reports)
     # (campaign id, report id) → (index, campaign, report, payload json)
     fresh: dict[tuple[int, bytes], tuple[int, StoredCampaign, Report, str]] = {}
+    repeats: list[tuple[int, int, str, bool]] = []  # (index, index of first copy, id, same)
     for index, raw in enumerate(raw_reports):
         stored = _resolve_campaign(storage, raw, campaign)
         if stored is None:
@@ -108,12 +109,23 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
         earlier = fresh.get(key)
         if earlier is not None:
             same = (earlier[2].time, earlier[3]) == (report.time, payload_json)
-            statuses[index] = _repeat_status(index, report.report_id, same)
+            repeats.append((index, earlier[0], report.report_id, same))
             continue
         fresh[key] = (index, stored, report, payload_json)
 
     if fresh:
         _store(storage, fresh, statuses)
+    # A repeat inside the batch shares the fate of its first copy: a duplicate if that one
+    # was accepted or was itself a duplicate, rejected otherwise.
+    for index, first, report_id, same in repeats:
+        first_status = statuses[first]
+        assert first_status is not None
+        if same and first_status.status != "rejected":
+            statuses[index] = ReportStatus(index, report_id, "duplicate")
+        elif same:
+            statuses[index] = replace(first_status, index=index)
+        else:
+            statuses[index] = _repeat_status(index, report_id, same=False)
     assert all(s is not None for s in statuses)
     return [s for s in statuses if s is not None]
 

@@ -86,6 +86,8 @@ class NumericRange:
             object.__setattr__(self, name, float(value))
         if not self.lo < self.hi:
             raise CampaignError(f"domain needs lo < hi, got lo={self.lo}, hi={self.hi}")
+        if not math.isfinite(self.hi - self.lo):
+            raise CampaignError("domain hi − lo must be a finite number")
 
     def clip(self, value: float) -> float:
         return min(max(value, self.lo), self.hi)

@@ -6,7 +6,8 @@ category v, f̂_v = (λ̂_v − q)/(p − q) is unbiased, and Σ_v f̂_v = 1 exa
 Standard error: under i.i.d. sampling of users each report equals v independently with
 probability λ_v, so Var[f̂_v] = λ_v(1 − λ_v) / (n (p − q)²), estimated by plugging in λ̂_v.
 This is the fixed-population variance plus the sampling term f(1 − f)/n (MECHANISMS.md §0),
-the right one for inference about the population the users were drawn from.
+the right one for inference about the population the users were drawn from. λ̂ is clipped to
+[q, p], where every true rate lies, so a category nobody reported still has a positive SE.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ def pure_frequencies(support_counts: np.ndarray, n: int, p_star: float,
     """Unbiased frequencies and their standard errors for any pure protocol (§0.1)."""
     share = support_counts / n
     frequency = (share - q_star) / (p_star - q_star)
-    std_error = np.sqrt(share * (1 - share) / n) / (p_star - q_star)
+    # The true support rate q* + (p* − q*)·f lies in [q*, p*]; clipping the plug-in there keeps
+    # the variance from collapsing to 0 when a category was never (or always) reported.
+    rate = np.clip(share, q_star, p_star)
+    std_error = np.sqrt(rate * (1 - rate) / n) / (p_star - q_star)
     return frequency, std_error
 
 

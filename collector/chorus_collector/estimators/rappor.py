@@ -7,8 +7,9 @@ Decoding: Y_ij = (c_ij / N_j − r0) / (r1 − r0) is an unbiased estimate of th
 whose Bloom bit i is set. With X the cohort × bit design matrix of the candidates
 (X[(j,i), s] = 1 iff candidate s sets bit i in cohort j), E[Y] = X β where β_s is the share of
 users holding s, provided the candidates include every reported value. Weighted least squares
-(weights N_j) gives an unbiased β̂, and its covariance A·diag(Var Y)·Aᵀ (A the least-squares
-operator, Var Y from the plug-in binomial per bit) gives a standard error per candidate.
+(weights N_j) gives an unbiased β̂, and its covariance A·Cov[Y]·Aᵀ (A the least-squares
+operator; Cov[Y] the plug-in binomial variance per bit plus, within a cohort, the covariance of
+one user's Bloom bits) gives a standard error per candidate.
 Candidates are flagged ``detected`` when β̂_s exceeds z_{1 − α/M}·SE_s (one-sided, Bonferroni
 over the M candidates, α = 0.05). The share left unexplained, 1 − Σ β̂, is reported with its SE.
 """
@@ -54,6 +55,30 @@ def design_matrix(mechanism: Rappor, cohorts: Sequence[int],
     return x.reshape(len(cohorts) * k, len(candidates))
 
 
+def _within_cohort_covariance(operator: np.ndarray, x: np.ndarray, beta: np.ndarray,
+                              reports: np.ndarray, k: int) -> np.ndarray:
+    """The part of Cov[β̂] from correlated bits of one report.
+
+    Given its Bloom filter a report's bits are perturbed independently, but under i.i.d.
+    sampling the Bloom bits of one user are correlated: within cohort j,
+    Cov[Y_j] has off-diagonal part X_j (diag π − π πᵀ) X_jᵀ / N_j. π is plugged in as β̂,
+    clipped to be a distribution.
+    """
+    pi = np.clip(beta, 0.0, None)
+    if pi.sum() > 1:
+        pi = pi / pi.sum()
+    spread = np.diag(pi) - np.outer(pi, pi)
+    extra = np.zeros((operator.shape[0], operator.shape[0]))
+    for j, n_j in enumerate(reports):
+        rows = slice(j * k, (j + 1) * k)
+        x_j = x[rows]
+        block = x_j @ spread @ x_j.T
+        np.fill_diagonal(block, 0.0)  # the diagonal is already in the per-bit binomial term
+        o_j = operator[:, rows]
+        extra += o_j @ block @ o_j.T / n_j
+    return extra
+
+
 class RapporEstimator(Estimator):
     name: ClassVar[str] = "rappor"
 
@@ -84,7 +109,9 @@ class RapporEstimator(Estimator):
         share = table[used, 1:] / reports[:, None]
         gap = mechanism.r1 - mechanism.r0
         y = ((share - mechanism.r0) / gap).ravel()
-        var_y = (share * (1 - share) / (reports[:, None] * gap**2)).ravel()
+        # Every true bit rate lies in [r0, r1]: clip the plug-in so no variance collapses to 0.
+        rate = np.clip(share, mechanism.r0, mechanism.r1)
+        var_y = (rate * (1 - rate) / (reports[:, None] * gap**2)).ravel()
         weights = np.repeat(reports, mechanism.k)
 
         x = design_matrix(mechanism, used.tolist(), candidates)
@@ -99,6 +126,7 @@ class RapporEstimator(Estimator):
         operator = np.linalg.solve(gram, (x * weights[:, None]).T)  # M × rows
         beta = operator @ y
         covariance = (operator * var_y) @ operator.T
+        covariance += _within_cohort_covariance(operator, x, beta, reports, mechanism.k)
         std_error = np.sqrt(np.clip(np.diag(covariance), 0, None))
         threshold = NormalDist().inv_cdf(1 - ALPHA / len(candidates))
         rows = [

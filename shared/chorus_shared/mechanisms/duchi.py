@@ -76,9 +76,8 @@ class Duchi(Mechanism):
         return int(bernoulli(rng, self.prob_one(x)))
 
     def check_payload(self, payload: object) -> int:
-        if isinstance(payload, bool) or payload not in (0, 1):
+        if isinstance(payload, bool) or not isinstance(payload, int) or payload not in (0, 1):
             raise WireError(f"a {self.name} payload is the bit 0 or 1, got {payload!r}")
-        assert isinstance(payload, int)
         return payload
 
     @property

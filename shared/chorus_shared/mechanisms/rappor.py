@@ -61,11 +61,11 @@ def one_report_epsilon(h: int, f: float, p: float, q: float) -> float:
     return h * math.log(r1 * (1 - r0) / (r0 * (1 - r1)))
 
 
-def _symmetric_q(epsilon: float, h: int, f: float) -> float:
-    """The q (with p = 1 − q) that makes one report exactly ε-LDP, by bisection."""
+def _symmetric_pq(epsilon: float, h: int, f: float) -> tuple[float, float]:
+    """The (p, q = 1 − p) that make one report exactly ε-LDP (bisection when f > 0)."""
     if f == 0:
         z = math.exp(epsilon / (2 * h))
-        return z / (1 + z)
+        return 1 / (1 + z), z / (1 + z)  # not 1 − q: that loses precision at large ε
     if epsilon >= 2 * h * math.log((1 - f / 2) / (f / 2)):
         raise CampaignError(
             f"epsilon = {epsilon} is unreachable with f = {f}: the PRR alone caps one report "
@@ -78,7 +78,8 @@ def _symmetric_q(epsilon: float, h: int, f: float) -> float:
             lo = mid
         else:
             hi = mid
-    return (lo + hi) / 2
+    q = (lo + hi) / 2
+    return 1 - q, q
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,7 @@ class Rappor(Mechanism):
         else:
             if epsilon is None:
                 raise CampaignError("rappor needs epsilon, or explicit f, p and q")
-            q = _symmetric_q(check_epsilon(epsilon), h, f)
-            p = 1.0 - q
+            p, q = _symmetric_pq(check_epsilon(epsilon), h, f)
         return cls(domain=domain, k=k, h=h, m=m, f=f, p=p, q=q)
 
     @property
