@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,5 +67,5 @@ def rng() -> random.Random:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Iterator[Path]:
-    yield tmp_path / "chorus.db"
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "chorus.db"

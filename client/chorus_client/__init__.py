@@ -4,13 +4,12 @@ Values are perturbed on the device with the OS CSPRNG; only noisy reports are up
 Depends on requests and mmh3 only: importing it never imports numpy or flask.
 """
 
-from chorus_shared.errors import ChorusError, ValueDomainError
-
 from chorus_client.api import CollectorAPI
 from chorus_client.client import Client, FlushResult
 from chorus_client.errors import APIError, CampaignUnavailable, ClientError, TransportError
 from chorus_client.retry import RetryPolicy
 from chorus_client.transport import RequestsTransport, Response, Transport
+from chorus_shared.errors import ChorusError, ValueDomainError
 
 __all__ = [
     "APIError",

@@ -21,14 +21,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from chorus_client.errors import APIError, CampaignUnavailable, TransportError
+from chorus_client.retry import RetryPolicy, send_with_retries
+from chorus_client.transport import RequestsTransport, Response, Transport
 from chorus_shared.campaign import Campaign, campaign_from_config
 from chorus_shared.errors import CampaignError
 from chorus_shared.rng import RandomSource, resolve_rng
 from chorus_shared.wire import new_report_id
-
-from chorus_client.errors import APIError, CampaignUnavailable, TransportError
-from chorus_client.retry import RetryPolicy, send_with_retries
-from chorus_client.transport import RequestsTransport, Response, Transport
 
 __all__ = ["Client", "FlushResult"]
 

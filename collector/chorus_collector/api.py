@@ -17,8 +17,6 @@ import json
 import warnings
 from typing import Any
 
-from chorus_shared.campaign import campaign_from_spec
-from chorus_shared.errors import CampaignError, PrivacyWarning
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from chorus_collector.auth import Role, TokenVerifier
@@ -26,6 +24,8 @@ from chorus_collector.estimators import Query, QueryError, estimator_for
 from chorus_collector.ingest import ingest_reports, parse_body
 from chorus_collector.problems import Problem
 from chorus_collector.storage import Storage, StoredCampaign
+from chorus_shared.campaign import campaign_from_spec
+from chorus_shared.errors import CampaignError, PrivacyWarning
 
 __all__ = ["api"]
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
-from chorus_shared.campaign import canonical_json
-from chorus_shared.errors import DigestMismatch, WireError
-from chorus_shared.wire import Report, parse_report
 
 from chorus_collector.estimators import estimator_for
 from chorus_collector.storage import Storage, StoredCampaign, StoredReport
+from chorus_shared.campaign import canonical_json
+from chorus_shared.errors import DigestMismatch, WireError
+from chorus_shared.wire import Report, parse_report
 
 __all__ = ["ReportStatus", "ingest_reports"]
 

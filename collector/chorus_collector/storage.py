@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 import sqlite_utils
-from chorus_shared.campaign import Campaign, campaign_from_config, canonical_json
 from sqlite_utils.migrations import Migrations
+
+from chorus_shared.campaign import Campaign, campaign_from_config, canonical_json
 
 __all__ = ["SchemaError", "Storage", "StoredReport", "migrations"]
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-from chorus_shared.campaign import Campaign
-from chorus_shared.mechanisms import Mechanism
 
 from chorus_collector.results import FrequencyEstimate, MeanEstimate
+from chorus_shared.campaign import Campaign
+from chorus_shared.mechanisms import Mechanism
 
 __all__ = ["Estimator", "Query", "QueryError"]
 

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-from chorus_shared.campaign import Campaign
-from chorus_shared.mechanisms import Duchi, Mechanism
 
 from chorus_collector.estimators.base import Estimator, Query
 from chorus_collector.results import MeanEstimate
+from chorus_shared.campaign import Campaign
+from chorus_shared.mechanisms import Duchi, Mechanism
 
 __all__ = ["DuchiEstimator"]
 

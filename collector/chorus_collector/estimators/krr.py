@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-from chorus_shared.campaign import Campaign
-from chorus_shared.mechanisms import KRR, Mechanism
 
 from chorus_collector.estimators.base import Estimator, Query
 from chorus_collector.results import FrequencyEstimate, FrequencyRow
+from chorus_shared.campaign import Campaign
+from chorus_shared.mechanisms import KRR, Mechanism
 
 __all__ = ["KRREstimator", "pure_frequencies"]
 

@@ -21,13 +21,13 @@ from statistics import NormalDist
 from typing import Any, ClassVar
 
 import numpy as np
+
+from chorus_collector.estimators.base import Estimator, Query, QueryError
+from chorus_collector.results import FrequencyEstimate, FrequencyRow
 from chorus_shared.campaign import Campaign
 from chorus_shared.errors import ValueDomainError
 from chorus_shared.hashing import bloom_bits
 from chorus_shared.mechanisms import Mechanism, Rappor
-
-from chorus_collector.estimators.base import Estimator, Query, QueryError
-from chorus_collector.results import FrequencyEstimate, FrequencyRow
 
 __all__ = ["RapporEstimator", "design_matrix"]
 
