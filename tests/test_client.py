@@ -1,0 +1,242 @@
+"""The client: perturb once, retry identical bytes, never leak the raw value."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import secrets
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from flask import Flask
+
+from chorus_client import (
+    CampaignUnavailable,
+    Client,
+    Response,
+    RetryPolicy,
+    TransportError,
+    ValueDomainError,
+)
+from chorus_shared import campaign_from_spec
+from support import (
+    ADMIN_HEADERS,
+    ANALYST_HEADERS,
+    FakeClock,
+    ScriptedTransport,
+    Sent,
+    WSGITransport,
+    campaign_spec,
+    timeout_error,
+)
+
+BASE = "http://collector.test"
+
+
+def accepted(call: Sent) -> Response:
+    reports = json.loads(call.body or b"{}")["reports"]
+    body = {"results": [{"report_id": r["report_id"], "status": "accepted"} for r in reports]}
+    return Response(200, json.dumps(body).encode())
+
+
+def krr_config() -> dict[str, Any]:
+    return campaign_from_spec(campaign_spec("browser")).public_config()
+
+
+def make_client(transport: Any, sleeps: list[float] | None = None, **kwargs: Any) -> Client:
+    sleeps = [] if sleeps is None else sleeps
+    return Client(BASE, transport=transport, rng=random.Random(1), sleep=sleeps.append,
+                  campaign_configs={"browser": krr_config()},
+                  retry=RetryPolicy(max_attempts=4, base_delay=0.5, max_delay=8.0,
+                                    jitter=random.Random(0)), **kwargs)
+
+
+def test_retries_resend_identical_bytes_after_timeouts_and_5xx() -> None:
+    transport = ScriptedTransport([timeout_error(), Response(503)], fallback=accepted)
+    sleeps: list[float] = []
+    client = make_client(transport, sleeps)
+    client.report("browser", "a")
+    client.report("browser", "b")
+    result = client.flush()
+    assert result.accepted == 2
+    assert result.pending == 0
+    bodies = [s.body for s in transport.sent]
+    assert len(bodies) == 3
+    assert bodies[0] == bodies[1] == bodies[2]
+    assert len(sleeps) == 2
+    assert all(0 <= s <= 8.0 for s in sleeps)
+
+
+def test_a_4xx_is_not_retried_and_the_batch_is_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    problem = {"type": "https://chorus.dev/problems/digest-mismatch", "title": "x",
+               "status": 400, "detail": "stale"}
+    transport = ScriptedTransport([Response(400, json.dumps(problem).encode())])
+    client = make_client(transport)
+    client.report("browser", "a")
+    with caplog.at_level(logging.WARNING, logger="chorus.client"):
+        result = client.flush()
+    assert len(transport.sent) == 1
+    assert (result.rejected, result.pending, client.dropped) == (1, 0, 1)
+    assert "digest-mismatch" in caplog.text
+    assert client.flush().accepted == 0  # nothing left to resend
+    assert len(transport.sent) == 1
+
+
+def test_retry_after_is_honoured() -> None:
+    transport = ScriptedTransport([Response(429, headers={"Retry-After": "5"})],
+                                  fallback=accepted)
+    sleeps: list[float] = []
+    client = make_client(transport, sleeps)
+    client.report("browser", "a")
+    assert client.flush().accepted == 1
+    assert sleeps == [pytest.approx(5.0, abs=0.5)] or sleeps[0] >= 5.0
+
+
+def test_retry_after_beyond_the_cap_keeps_the_reports_for_later() -> None:
+    transport = ScriptedTransport([Response(503, headers={"Retry-After": "3600"})],
+                                  fallback=accepted)
+    client = make_client(transport)
+    client.report("browser", "a")
+    first = client.flush()
+    assert (first.accepted, first.pending) == (0, 1)
+    second = client.flush()
+    assert (second.accepted, second.pending) == (1, 0)
+    assert transport.sent[0].body == transport.sent[1].body
+
+
+def test_unreachable_collector_keeps_reports_and_resends_the_same_bytes() -> None:
+    transport = ScriptedTransport([timeout_error()] * 4, fallback=accepted)
+    client = make_client(transport)
+    for value in "abcd":
+        client.report("browser", value)
+    assert client.flush().pending == 4
+    assert client.pending() == 4
+    assert client.flush().accepted == 4
+    assert len({s.body for s in transport.sent}) == 1  # five sends, one body
+
+
+def test_batches_respect_batch_size() -> None:
+    transport = ScriptedTransport([], fallback=accepted)
+    client = make_client(transport, batch_size=3)
+    for _ in range(7):
+        client.report("browser", "a")  # the queue flushes itself at 3 and 6
+    client.flush()
+    sizes = [len(json.loads(s.body or b"")["reports"]) for s in transport.sent]
+    assert sizes == [3, 3, 1]
+    assert client.totals.accepted == 7
+
+
+def test_values_outside_the_domain_raise_and_queue_nothing() -> None:
+    client = make_client(ScriptedTransport([]))
+    with pytest.raises(ValueDomainError, match="not one of"):
+        client.report("browser", "zzz")
+    with pytest.raises(ValueDomainError):
+        client.report("browser", 3)
+    assert client.pending() == 0
+
+
+def test_default_randomness_is_the_os_csprng() -> None:
+    client = Client(BASE, transport=ScriptedTransport([]))
+    assert isinstance(client._rng, secrets.SystemRandom)
+    assert client.timeout > 0
+
+
+def test_a_config_that_understates_epsilon_is_refused() -> None:
+    config = campaign_from_spec(campaign_spec("urls", mechanism="rappor")).public_config()
+    config["epsilon"] = 0.1  # the parameters give ε = 3
+    transport = ScriptedTransport([Response(200, json.dumps(config).encode())])
+    client = Client(BASE, transport=transport)
+    with pytest.raises(CampaignUnavailable, match="invalid campaign config"):
+        client.report("urls", "x")
+
+
+def test_max_epsilon_refuses_looser_campaigns() -> None:
+    config = krr_config()
+    transport = ScriptedTransport([Response(200, json.dumps(config).encode())])
+    client = Client(BASE, transport=transport, max_epsilon=1.0)
+    with pytest.raises(CampaignUnavailable, match="above this client's limit"):
+        client.campaign("browser")
+
+
+def test_unknown_campaign_is_a_clear_error() -> None:
+    problem = {"type": "https://chorus.dev/problems/unknown-campaign", "title": "Unknown",
+               "status": 404, "detail": "no campaign is named 'x'"}
+    transport = ScriptedTransport([Response(404, json.dumps(problem).encode())])
+    with pytest.raises(CampaignUnavailable, match="unknown-campaign"):
+        Client(BASE, transport=transport).report("x", "a")
+
+
+def test_rappor_cohort_is_assigned_once_per_client() -> None:
+    config = campaign_from_spec(campaign_spec("urls", mechanism="rappor")).public_config()
+    transport = ScriptedTransport([], fallback=accepted)
+    client = Client(BASE, transport=transport, campaign_configs={"urls": config},
+                    rng=random.Random(5))
+    for value in ("x", "y", "z") * 5:
+        client.report("urls", value)
+    client.flush()
+    cohorts = {r["payload"]["cohort"] for r in json.loads(transport.sent[0].body or b"")["reports"]}
+    assert len(cohorts) == 1
+
+
+def test_concurrent_reports_from_many_threads_are_each_sent_once() -> None:
+    lock = threading.Lock()
+    seen: list[str] = []
+
+    def record(call: Sent) -> Response:
+        with lock:
+            seen.extend(r["report_id"] for r in json.loads(call.body or b"")["reports"])
+        return accepted(call)
+
+    client = make_client(ScriptedTransport([], fallback=record), batch_size=25)
+
+    def worker() -> None:
+        for i in range(200):
+            client.report("browser", "abcd"[i % 4])
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    client.flush()
+    assert len(seen) == 1600
+    assert len(set(seen)) == 1600
+    assert client.pending() == 0
+
+
+def test_the_raw_value_never_leaves_the_process(make_app: Callable[..., Flask],
+                                                clock: FakeClock) -> None:
+    """Capture every HTTP body end to end (client → in-process collector)."""
+    app = make_app()
+    http = app.test_client()
+    secret_url = "https://very-secret.example/a/7f3c9"
+    secret_category = "category-only-on-device"
+    specs = [campaign_spec("urls", mechanism="rappor"),
+             campaign_spec("browser", domain=["x", "y", secret_category]),
+             campaign_spec("latency", mechanism="duchi")]
+    for spec in specs:
+        assert http.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS).status_code == 201
+    transport = WSGITransport(app, BASE)
+    client = Client(BASE, transport=transport, clock=clock)
+    for _ in range(50):
+        client.report("urls", secret_url)
+        client.report("browser", secret_category)
+        client.report("latency", 73.123456)
+    assert client.flush().accepted == 150
+    everything = b"".join((s.url.encode() + (s.body or b"") + json.dumps(s.headers).encode())
+                          for s in transport.sent)
+    for raw in (secret_url, secret_category, "73.123456", "very-secret"):
+        assert raw.encode() not in everything
+    estimates = http.get("/v1/campaigns/browser/estimates", headers=ANALYST_HEADERS).get_json()
+    assert estimates["n"] == 50
+
+
+def test_transport_errors_are_typed() -> None:
+    from chorus_client import RequestsTransport
+
+    transport = RequestsTransport()
+    with pytest.raises(TransportError):
+        transport.request("GET", "http://127.0.0.1:9/", body=None, headers={}, timeout=0.5)
