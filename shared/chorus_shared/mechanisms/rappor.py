@@ -35,6 +35,7 @@ from chorus_shared.rng import RandomSource
 __all__ = ["Rappor"]
 
 MAX_BITS = 4096
+MAX_CELLS = 1 << 20  # k × m: bounds the collector's statistics per time bucket (8 MiB)
 _PARAMS = ("k", "h", "m", "f", "p", "q")
 _DEFAULTS = {"k": 32, "h": 2, "m": 16, "f": 0.0}
 
@@ -107,6 +108,11 @@ class Rappor(Mechanism):
         k = _integer(merged, "k", 1, MAX_BITS)
         h = _integer(merged, "h", 1, min(k, MAX_HASHES))
         m = _integer(merged, "m", 1, MAX_COHORTS)
+        if k * m > MAX_CELLS:
+            raise CampaignError(
+                f"k × m = {k * m} exceeds {MAX_CELLS}: the collector keeps k + 1 counters per "
+                "cohort and time bucket; use fewer bits or cohorts"
+            )
         f = _number(merged, "f")
         if not 0 <= f < 1:
             raise CampaignError(f"rappor parameter f must be in [0, 1), got {f}")

@@ -1,0 +1,49 @@
+"""The README is the manual: settings, quick start and the API table stay true."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from chorus_collector.api import api
+from chorus_collector.settings import SETTINGS, SettingsError, resolve_settings
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+def test_every_setting_is_documented_with_its_default() -> None:
+    for setting in SETTINGS:
+        row = next((line for line in README.splitlines()
+                    if line.startswith(f"| `CHORUS_{setting.name}` |")), None)
+        assert row is not None, f"CHORUS_{setting.name} is not in the README"
+        default = "unset" if setting.default is None else str(setting.default)
+        assert default in row
+
+
+def test_quick_start_is_the_two_commands() -> None:
+    block = README.split("```")[1]
+    commands = [line.split("#")[0].strip() for line in block.strip().splitlines()]
+    assert commands == ["make demo", "make test"]
+
+
+def test_every_route_is_in_the_api_table(app: object) -> None:
+    from flask import Flask
+
+    assert isinstance(app, Flask)
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint == "static" or not rule.endpoint.startswith(api.name):
+            continue
+        path = re.sub(r"<(\w+)>", r"{\1}", rule.rule)
+        assert f"`{path}`" in README or f"{path}`" in README, path
+
+
+def test_unknown_settings_fail_with_a_hint() -> None:
+    with pytest.raises(SettingsError, match="did you mean 'ADMIN_TOKEN'"):
+        resolve_settings(environ={"CHORUS_ADMN_TOKEN": "x"})
+    with pytest.raises(SettingsError, match="must be an integer"):
+        resolve_settings(environ={"CHORUS_WORKERS": "many"})
+    with pytest.raises(SettingsError, match="unknown setting"):
+        resolve_settings({"NOPE": 1}, environ={})
+    assert resolve_settings({"WORKERS": 3}, environ={"CHORUS_WORKERS": "5"})["WORKERS"] == 3
