@@ -133,10 +133,6 @@ class Storage:
             raise SchemaError(f"{self.path} is not a Chorus database (tables: {sorted(tables)})")
         migrations.apply(db)
 
-    def check_schema(self) -> None:
-        """Raise :class:`SchemaError` unless the schema is exactly the one this code expects."""
-        self.migrate()
-
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
@@ -271,9 +267,3 @@ class Storage:
             n += count
             total += _state_array(blob)
         return n, total
-
-    def count_reports(self, campaign_id: int) -> int:
-        row = self.connect().execute(
-            "SELECT count(*) FROM reports WHERE campaign_id = ?", (campaign_id,)
-        ).fetchone()
-        return int(row[0])

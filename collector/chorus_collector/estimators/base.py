@@ -55,7 +55,3 @@ class Estimator(ABC):
     @abstractmethod
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> FrequencyEstimate | MeanEstimate: ...
-
-    def merge(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
-        merged: np.ndarray = left + right
-        return merged
