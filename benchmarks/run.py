@@ -1,0 +1,273 @@
+"""Chorus benchmarks: ``make bench`` (or ``python benchmarks/run.py [--quick]``).
+
+Prints a table and writes ``bench-results/results.json``. Every figure is paired with a
+baseline measured in the same run, so ratios stay comparable across machines:
+
+* client: µs per report (encode + randomize with the OS CSPRNG), against one bare
+  ``SystemRandom().random()`` call;
+* aggregation: reports/s of each estimator's ``map`` on stored payloads, against
+  ``np.bincount`` over as many integers;
+* ingest (in process): reports/s through validation, dedup, storage and statistics in
+  1,000-report batches, against a bare SQLite ``executemany`` of the same rows;
+* estimate: latency of a query on campaigns with 10^3 and 10^5 stored reports (it should not
+  grow with n);
+* HTTP: reports/s and p50/p99 latency against the production server on loopback, batched and
+  single-report, bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import secrets
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import requests
+
+from chorus_collector import create_app
+from chorus_collector.estimators import estimator_for
+from chorus_collector.ingest import ingest_reports
+from chorus_collector.process import CollectorProcess
+from chorus_shared import Campaign, campaign_from_spec, new_report_id
+
+SPECS: dict[str, dict[str, Any]] = {
+    "rr": {"mechanism": "rr", "epsilon": 1.0, "domain": ["no", "yes"]},
+    "krr": {"mechanism": "krr", "epsilon": 2.0, "domain": [f"c{i}" for i in range(16)]},
+    "rappor": {"mechanism": "rappor", "epsilon": 4.0, "domain": {"kind": "strings"},
+               "params": {"k": 128, "h": 2, "m": 32}},
+    "duchi": {"mechanism": "duchi", "epsilon": 1.0,
+              "domain": {"kind": "numeric", "lo": 0, "hi": 10}},
+}
+VALUES: dict[str, Callable[[random.Random], Any]] = {
+    "rr": lambda r: r.choice(["no", "yes"]),
+    "krr": lambda r: f"c{r.randrange(16)}",
+    "rappor": lambda r: f"https://site-{r.randrange(100)}.example/",
+    "duchi": lambda r: r.uniform(0, 10),
+}
+
+
+def campaigns() -> dict[str, Campaign]:
+    return {name: campaign_from_spec({"name": name, "min_batch_size": 1, **spec})
+            for name, spec in SPECS.items()}
+
+
+def per_call_seconds(fn: Callable[[], object], repeat: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return (time.perf_counter() - start) / repeat
+
+
+def bench_client(camps: dict[str, Campaign], n: int) -> dict[str, Any]:
+    secure = secrets.SystemRandom()
+    baseline = per_call_seconds(secure.random, n)
+    out: dict[str, Any] = {"baseline_us": baseline * 1e6}
+    values = random.Random(1)
+    for name, campaign in camps.items():
+        mechanism = campaign.mechanism
+        assignment = mechanism.assign(secure)
+
+        def one() -> object:
+            return mechanism.randomize(mechanism.encode(VALUES[name](values)), secure,
+                                       assignment)
+
+        cost = per_call_seconds(one, n)
+        out[name] = {"us_per_report": cost * 1e6, "ratio_to_one_csprng_draw": cost / baseline}
+    return out
+
+
+def payloads(campaign: Campaign, n: int, seed: int = 2) -> list[Any]:
+    rng = random.Random(seed)
+    mechanism = campaign.mechanism
+    # Many simulated users: RAPPOR draws each report's cohort when no assignment is given.
+    return [mechanism.randomize(mechanism.encode(VALUES[campaign.name](rng)), rng)
+            for _ in range(n)]
+
+
+def bench_aggregation(camps: dict[str, Campaign], n: int) -> dict[str, Any]:
+    ints = np.random.default_rng(0).integers(0, 16, size=n)
+    start = time.perf_counter()
+    np.bincount(ints, minlength=16)
+    baseline = n / (time.perf_counter() - start)
+    out: dict[str, Any] = {"baseline_bincount_reports_per_s": baseline}
+    for name, campaign in camps.items():
+        data = payloads(campaign, n)
+        estimator = estimator_for(campaign.mechanism.name)
+        start = time.perf_counter()
+        estimator.map(campaign.mechanism, data)
+        rate = n / (time.perf_counter() - start)
+        out[name] = {"reports_per_s": rate, "ratio_to_bincount": rate / baseline}
+    return out
+
+
+def bench_ingest(camps: dict[str, Campaign], n: int, workdir: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, campaign in camps.items():
+        app = create_app({"DATABASE": str(workdir / f"ingest-{name}.db")})
+        storage = app.extensions["chorus.storage"]
+        stored, _ = storage.insert_campaign(campaign)
+        now = time.time()
+        bucket = campaign.time_bucket(now)
+        reports = [{"report_id": new_report_id(), "digest": campaign.digest, "time": bucket,
+                    "payload": p} for p in payloads(campaign, n)]
+        start = time.perf_counter()
+        for i in range(0, n, 1000):
+            ingest_reports(storage, reports[i:i + 1000], now, campaign=stored)
+        rate = n / (time.perf_counter() - start)
+        # Baseline: the same rows inserted with a bare executemany, one transaction per 1,000.
+        conn = sqlite3.connect(workdir / f"bare-{name}.db", isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("CREATE TABLE r (id BLOB PRIMARY KEY, t INTEGER, p TEXT) WITHOUT ROWID")
+        rows = [(bytes.fromhex(r["report_id"]), r["time"], json.dumps(r["payload"]))
+                for r in reports]
+        start = time.perf_counter()
+        for i in range(0, n, 1000):
+            conn.execute("BEGIN")
+            conn.executemany("INSERT INTO r VALUES (?, ?, ?)", rows[i:i + 1000])
+            conn.execute("COMMIT")
+        bare = n / (time.perf_counter() - start)
+        conn.close()
+        out[name] = {"reports_per_s": rate, "bare_sqlite_reports_per_s": bare,
+                     "ratio_to_bare": rate / bare}
+    return out
+
+
+def bench_estimates(camps: dict[str, Campaign], sizes: list[int],
+                    workdir: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    candidates = tuple(f"https://site-{i}.example/" for i in range(100))
+    for name, campaign in camps.items():
+        row: dict[str, Any] = {}
+        for size in sizes:
+            app = create_app({"DATABASE": str(workdir / f"est-{name}-{size}.db"),
+                              "ANALYST_TOKEN": "t"})
+            storage = app.extensions["chorus.storage"]
+            stored, _ = storage.insert_campaign(campaign)
+            now = time.time()
+            bucket = campaign.time_bucket(now)
+            data = payloads(campaign, size)
+            for i in range(0, size, 5000):
+                ingest_reports(storage, [{"report_id": new_report_id(),
+                                          "digest": campaign.digest, "time": bucket,
+                                          "payload": p} for p in data[i:i + 5000]],
+                               now, campaign=stored)
+            http = app.test_client()
+            query = {"candidates": list(candidates)} if name == "rappor" else {}
+            url = f"/v1/campaigns/{name}/estimates"
+            headers = {"Authorization": "Bearer t"}
+            first = http.post(url, json=query, headers=headers)
+            assert first.status_code == 200, first.get_data(as_text=True)
+            latencies = []
+            for _ in range(5):
+                start = time.perf_counter()
+                http.post(url, json=query, headers=headers)
+                latencies.append(time.perf_counter() - start)
+            row[f"ms_at_{size}"] = statistics.median(latencies) * 1000
+        row["ratio_largest_to_smallest"] = (row[f"ms_at_{sizes[-1]}"]
+                                            / row[f"ms_at_{sizes[0]}"])
+        out[name] = row
+    return out
+
+
+def bench_http(camps: dict[str, Campaign], batches: int, singles: int,
+               workdir: Path) -> dict[str, Any]:
+    campaign = camps["krr"]
+    admin = secrets.token_hex(8)
+    out: dict[str, Any] = {}
+    with CollectorProcess(workdir / "http.db", settings={"ADMIN_TOKEN": admin,
+                                                         "LOG_LEVEL": "WARNING"}) as server:
+        requests.post(f"{server.url}/v1/campaigns", json={"name": "krr", "min_batch_size": 1,
+                                                            **SPECS["krr"]},
+                      headers={"Authorization": f"Bearer {admin}"}, timeout=10)
+        data = payloads(campaign, 1000)
+        bucket = campaign.time_bucket(time.time())
+        session = requests.Session()
+
+        def body(count: int) -> bytes:
+            reports = [{"report_id": new_report_id(), "digest": campaign.digest,
+                        "time": bucket, "payload": data[i % 1000]} for i in range(count)]
+            return json.dumps({"reports": reports}).encode()
+
+        def post(payload: bytes) -> float:
+            start = time.perf_counter()
+            reply = session.post(f"{server.url}/v1/reports", data=payload, timeout=30,
+                                 headers={"Content-Type": "application/json"})
+            reply.raise_for_status()
+            return time.perf_counter() - start
+
+        for label, count, size in (("batch_1000", batches, 1000), ("single", singles, 1)):
+            bodies = [body(size) for _ in range(count)]
+            deadline = time.monotonic() + 60  # bounded in time as well as in count
+            start = time.perf_counter()
+            with ThreadPoolExecutor(8) as pool:
+                latencies = [t for t in pool.map(
+                    lambda b: post(b) if time.monotonic() < deadline else float("nan"),
+                    bodies) if t == t]
+            elapsed = time.perf_counter() - start
+            latencies.sort()
+            out[label] = {
+                "requests": len(latencies),
+                "reports_per_s": len(latencies) * size / elapsed,
+                "requests_per_s": len(latencies) / elapsed,
+                "p50_ms": latencies[len(latencies) // 2] * 1000,
+                "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+            }
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
+    parser.add_argument("--out", type=Path, default=Path("bench-results/results.json"))
+    args = parser.parse_args(argv)
+    quick = args.quick
+    camps = campaigns()
+    results: dict[str, Any] = {"quick": quick, "python": sys.version.split()[0]}
+    with tempfile.TemporaryDirectory(prefix="chorus-bench-") as tmp:
+        workdir = Path(tmp)
+        results["client"] = bench_client(camps, 200 if quick else 20_000)
+        results["aggregation"] = bench_aggregation(camps, 2_000 if quick else 200_000)
+        results["ingest"] = bench_ingest(camps, 2_000 if quick else 50_000, workdir)
+        results["estimates"] = bench_estimates(camps, [100, 1_000] if quick
+                                               else [1_000, 100_000], workdir)
+        results["http"] = bench_http(camps, 3 if quick else 100, 20 if quick else 4_000,
+                                     workdir)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    print_table(results)
+    print(f"\nwritten to {args.out}")
+    return results
+
+
+def print_table(results: dict[str, Any]) -> None:
+    print(f"{'mechanism':<10}{'client µs':>11}{'map rep/s':>13}{'ingest rep/s':>14}"
+          f"{'vs bare SQLite':>16}{'estimate ms (small→large)':>28}")
+    for name in SPECS:
+        est = results["estimates"][name]
+        sizes = [k for k in est if k.startswith("ms_at_")]
+        print(f"{name:<10}{results['client'][name]['us_per_report']:>11.1f}"
+              f"{results['aggregation'][name]['reports_per_s']:>13,.0f}"
+              f"{results['ingest'][name]['reports_per_s']:>14,.0f}"
+              f"{results['ingest'][name]['ratio_to_bare']:>16.2f}"
+              f"{est[sizes[0]]:>16.2f} → {est[sizes[-1]]:.2f}")
+    print(f"baselines: one CSPRNG draw {results['client']['baseline_us']:.2f} µs; "
+          f"np.bincount {results['aggregation']['baseline_bincount_reports_per_s']:,.0f} rep/s")
+    for label, row in results["http"].items():
+        print(f"HTTP {label:<11} {row['reports_per_s']:>10,.0f} reports/s "
+              f"{row['requests_per_s']:>8,.0f} req/s  p50 {row['p50_ms']:.1f} ms  "
+              f"p99 {row['p99_ms']:.1f} ms  ({row['requests']} requests)")
+
+
+if __name__ == "__main__":
+    main()

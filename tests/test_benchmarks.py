@@ -1,0 +1,27 @@
+"""The benchmark command runs (on a tiny size); the figures themselves are never asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_benchmark_command_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick",
+                          "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    results = json.loads(out.read_text())
+    assert set(results) >= {"client", "aggregation", "ingest", "estimates", "http"}
+    for mechanism in ("rr", "krr", "rappor", "duchi"):
+        assert results["client"][mechanism]["us_per_report"] > 0
+        assert results["ingest"][mechanism]["reports_per_s"] > 0
+    assert results["http"]["single"]["requests"] > 0
+    assert "HTTP batch_1000" in run.stdout
