@@ -26,7 +26,7 @@ from chorus_shared.domain import Domain
 from chorus_shared.errors import CampaignError
 from chorus_shared.rng import RandomSource
 
-__all__ = ["EMPTY", "Mechanism", "Payload", "check_epsilon", "check_params"]
+__all__ = ["EMPTY", "Mechanism", "Payload", "check_epsilon", "check_params", "required_epsilon"]
 
 Payload = Any  # JSON-compatible: int, str, list or dict, as each mechanism defines.
 EMPTY: Mapping[str, int] = MappingProxyType({})
@@ -41,6 +41,13 @@ def check_epsilon(epsilon: object) -> float:
     if epsilon > 50:
         raise CampaignError(f"epsilon = {epsilon} is meaningless (> 50); no protection is left")
     return epsilon
+
+
+def required_epsilon(mechanism: str, epsilon: object) -> float:
+    """ε for a mechanism whose parameters all follow from it."""
+    if epsilon is None:
+        raise CampaignError(f"mechanism {mechanism!r} needs epsilon")
+    return check_epsilon(epsilon)
 
 
 def check_params(params: Mapping[str, Any], allowed: Iterable[str], mechanism: str) -> None:

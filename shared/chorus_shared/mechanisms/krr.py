@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Self
 
 from chorus_shared.domain import Categories, Domain
 from chorus_shared.errors import CampaignError, ValueDomainError, WireError
-from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_epsilon, check_params
+from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
 from chorus_shared.rng import RandomSource, bernoulli
 
 __all__ = ["KRR", "BinaryRR"]
@@ -37,13 +37,12 @@ class KRR(Mechanism):
     @classmethod
     def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
         check_params(params, (), cls.name)
-        if epsilon is None:
-            raise CampaignError(f"mechanism {cls.name!r} needs epsilon")
+        eps = required_epsilon(cls.name, epsilon)
         if not isinstance(domain, Categories):
             raise CampaignError(f"mechanism {cls.name!r} needs a categories domain")
         if domain.size < 2:
             raise CampaignError(f"mechanism {cls.name!r} needs at least 2 categories")
-        return cls(domain=domain, eps=check_epsilon(epsilon))
+        return cls(domain=domain, eps=eps)
 
     @property
     def d(self) -> int:
