@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from itertools import combinations
+from itertools import combinations, pairwise
 from typing import Any
 
 import pytest
@@ -112,3 +112,21 @@ def test_pure_protocol_support_probabilities(campaign: Campaign) -> None:
             expected = p_star if v == x else q_star
             assert mechanism.output_probability(v, x) == pytest.approx(expected, rel=1e-15)
     assert math.log(p_star / q_star) == pytest.approx(campaign.epsilon, rel=1e-12)
+
+
+def test_batched_uniforms_are_uniform_and_independent() -> None:
+    """RAPPOR draws its k uniforms in one call; check their mean, spread and lag correlation."""
+    from chorus_shared.rng import uniforms
+
+    rng = random.Random(5)
+    draws = [u for _ in range(2000) for u in uniforms(rng, 50)]
+    n = len(draws)
+    mean = sum(draws) / n
+    assert abs(mean - 0.5) < 5 * math.sqrt(1 / 12 / n)
+    assert all(0 <= u < 1 for u in draws)
+    centred = [u - 0.5 for u in draws]
+    lag1 = sum(a * b for a, b in pairwise(centred)) / (n - 1) / (1 / 12)
+    assert abs(lag1) < 5 / math.sqrt(n)
+    counts = Counter(int(u * 10) for u in draws)
+    chi2 = sum((counts[b] - n / 10) ** 2 / (n / 10) for b in range(10))
+    assert chi2 / 9 < chi2_band(9, 2e-6)[1]

@@ -30,7 +30,7 @@ from chorus_shared.domain import Domain, OpenStrings
 from chorus_shared.errors import CampaignError, ValueDomainError, WireError
 from chorus_shared.hashing import MAX_COHORTS, MAX_HASHES, bloom_mask
 from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_epsilon, check_params
-from chorus_shared.rng import RandomSource
+from chorus_shared.rng import RandomSource, uniforms
 
 __all__ = ["Rappor"]
 
@@ -179,9 +179,8 @@ class Rappor(Mechanism):
         bloom = bloom_mask(x, cohort, self.k, self.h)
         r1, r0 = self.r1, self.r0
         bits = 0
-        for i in range(self.k):
-            rate = r1 if (bloom >> i) & 1 else r0
-            if rng.random() < rate:
+        for i, u in enumerate(uniforms(rng, self.k)):
+            if u < (r1 if (bloom >> i) & 1 else r0):
                 bits |= 1 << i
         return {"cohort": cohort, "bits": self.bits_to_hex(bits)}
 
