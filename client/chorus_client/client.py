@@ -72,6 +72,7 @@ class Client:
     :param max_epsilon: refuse campaigns whose ε exceeds this.
     :param campaign_configs: public campaign configs the app ships with, by name; they are
         verified exactly like fetched ones and save a request each.
+    :param ingest_key: sent as a bearer token with reports, for collectors that require one.
     """
 
     def __init__(self, url: str, *, transport: Transport | None = None,
@@ -80,7 +81,7 @@ class Client:
                  max_epsilon: float = math.inf, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
                  campaign_configs: Mapping[str, Mapping[str, Any] | Campaign] | None = None,
-                 ) -> None:
+                 ingest_key: str | None = None) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         if batch_size < 1:
@@ -92,6 +93,9 @@ class Client:
         self.batch_size = batch_size
         self.retry = retry or RetryPolicy()
         self.max_epsilon = max_epsilon
+        self._post_headers = dict(JSON_HEADERS)
+        if ingest_key:
+            self._post_headers["Authorization"] = f"Bearer {ingest_key}"
         self._clock = clock
         self._sleep = sleep
         self._lock = threading.RLock()
@@ -207,7 +211,8 @@ class Client:
         """Send one batch; False if it should be kept for a later flush."""
         url = f"{self.url}/v1/reports"
         try:
-            response = send_with_retries(self.transport, "POST", url, batch.body, JSON_HEADERS,
+            response = send_with_retries(self.transport, "POST", url, batch.body,
+                                         self._post_headers,
                                          timeout=self.timeout, policy=self.retry,
                                          sleep=self._sleep)
         except TransportError as error:

@@ -2,6 +2,7 @@
 
 =================================================  =========  ==========================
 ``GET  /healthz``                                    none       liveness and database check
+``GET  /metrics``                                    metrics    Prometheus text format
 ``GET  /v1/campaigns``                               admin      list campaigns
 ``POST /v1/campaigns``                               admin      create a campaign
 ``GET  /v1/campaigns/<name>``                        none       a campaign's public config
@@ -14,15 +15,19 @@
 from __future__ import annotations
 
 import json
+import math
 import warnings
+from collections import Counter
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from chorus_collector.auth import Role, TokenVerifier
 from chorus_collector.estimators import Query, QueryError, estimator_for
-from chorus_collector.ingest import ingest_reports, parse_body
+from chorus_collector.ingest import ReportStatus, ingest_reports, parse_body
+from chorus_collector.metrics import Metrics
 from chorus_collector.problems import Problem
+from chorus_collector.ratelimit import RateLimiter
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.campaign import campaign_from_spec
 from chorus_shared.errors import CampaignError, PrivacyWarning
@@ -114,7 +119,21 @@ def submit_reports(name: str) -> tuple[Response, int]:
     return _submit(_campaign(name))
 
 
+def _admit_reporter() -> None:
+    """The optional ingest key, then the optional per-address rate limit."""
+    _require("ingest")
+    limiter: RateLimiter | None = current_app.extensions["chorus.ratelimit"]
+    if limiter is not None:
+        wait = limiter.check(request.remote_addr or "")
+        if wait is not None:
+            seconds = max(1, math.ceil(wait))
+            raise Problem(429, "rate-limited", "Too many requests",
+                          f"this address is over the report rate limit; retry in {seconds} s",
+                          headers={"Retry-After": str(seconds)})
+
+
 def _submit(stored: StoredCampaign | None) -> tuple[Response, int]:
+    _admit_reporter()
     body = _json_body()
     single = isinstance(body, dict) and "reports" not in body
     if single:
@@ -131,7 +150,10 @@ def _submit(stored: StoredCampaign | None) -> tuple[Response, int]:
     if not raw_reports:
         raise Problem(400, "invalid-request", "Invalid request", "the batch has no reports")
     now = current_app.extensions["chorus.clock"]()
-    statuses = ingest_reports(_storage(), raw_reports, now, campaign=stored)
+    statuses = ingest_reports(_storage(), raw_reports, now, campaign=stored,
+                              max_payload_bytes=current_app.config["CHORUS"]
+                              ["MAX_PAYLOAD_BYTES"])
+    _count_outcomes(statuses)
     if single:
         status = statuses[0]
         if status.status == "rejected":
@@ -142,6 +164,20 @@ def _submit(stored: StoredCampaign | None) -> tuple[Response, int]:
     counts = {k: sum(s.status == k for s in statuses)
               for k in ("accepted", "duplicate", "rejected")}
     return jsonify(results=[s.to_json() for s in statuses], **counts), 200
+
+
+def _count_outcomes(statuses: list[ReportStatus]) -> None:
+    metrics: Metrics = current_app.extensions["chorus.metrics"]
+    tally = Counter((s.campaign or "", s.error or s.status) for s in statuses)
+    for (campaign, outcome), count in tally.items():
+        metrics.reports.labels(campaign, outcome).inc(count)
+
+
+@api.get("/metrics")
+def metrics() -> Response:
+    _require("metrics")
+    body, content_type = current_app.extensions["chorus.metrics"].render()
+    return Response(body, content_type=content_type)
 
 
 def _int_arg(source: dict[str, Any], name: str) -> int | None:

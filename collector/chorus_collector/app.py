@@ -17,13 +17,21 @@ from werkzeug.exceptions import HTTPException
 
 from chorus_collector.api import api
 from chorus_collector.auth import TokenVerifier
+from chorus_collector.metrics import Metrics
 from chorus_collector.problems import Problem, problem_response
+from chorus_collector.ratelimit import RateLimiter
 from chorus_collector.settings import resolve_settings
 from chorus_collector.storage import Storage
 
 __all__ = ["create_app"]
 
 log = logging.getLogger("chorus.collector")
+
+# Problems that refuse a whole report request; counted as chorus_requests_rejected{reason}.
+REQUEST_LEVEL_REJECTIONS = frozenset({
+    "malformed-json", "invalid-request", "too-many-reports", "body-too-large",
+    "unsupported-media-type", "rate-limited", "unauthorized", "forbidden",
+})
 
 _HTTP_KINDS = {400: "bad-request", 404: "not-found", 405: "method-not-allowed",
                413: "body-too-large", 415: "unsupported-media-type"}
@@ -43,9 +51,14 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     storage.migrate()
     storage.close()  # no connection may cross a fork into server workers
     app.extensions["chorus.storage"] = storage
-    app.extensions["chorus.tokens"] = TokenVerifier(settings["ADMIN_TOKEN"],
-                                                    settings["ANALYST_TOKEN"])
+    app.extensions["chorus.tokens"] = TokenVerifier(
+        admin=settings["ADMIN_TOKEN"], analyst=settings["ANALYST_TOKEN"],
+        ingest=settings["INGEST_KEY"], metrics=settings["METRICS_TOKEN"])
     app.extensions["chorus.clock"] = clock
+    app.extensions["chorus.metrics"] = Metrics()
+    app.extensions["chorus.ratelimit"] = (
+        RateLimiter(settings["RATE_LIMIT"], settings["RATE_BURST"], time.monotonic)
+        if settings["RATE_LIMIT"] else None)
     app.register_blueprint(api)
     _register_error_handlers(app)
     _register_request_log(app)
@@ -83,6 +96,15 @@ def _register_request_log(app: Flask) -> None:
     @app.after_request
     def log_request(response: Response) -> Response:
         elapsed = time.perf_counter() - g.get("chorus_started", time.perf_counter())
+        route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+        metrics: Metrics = app.extensions["chorus.metrics"]
+        metrics.latency.labels(request.method, route, str(response.status_code)).observe(
+            elapsed)
+        if response.status_code >= 400 and request.path.endswith("/reports"):
+            kind = (response.get_json(silent=True) or {}).get("type", "")
+            reason = kind.rsplit("/", 1)[-1] or str(response.status_code)
+            if reason in REQUEST_LEVEL_REJECTIONS:
+                metrics.requests_rejected.labels(reason).inc()
         log.info("%s %s %d %.1fms", request.method, request.path, response.status_code,
                  elapsed * 1000)
         return response

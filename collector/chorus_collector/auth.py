@@ -1,8 +1,8 @@
-"""Bearer tokens for admins and analysts.
+"""Bearer tokens: admin, analyst, and the optional ingest key and metrics token.
 
 Tokens are kept only as SHA-256 digests and compared with :func:`hmac.compare_digest`, so the
 comparison takes the same time whatever the presented token; they are never logged. Clients
-need no token to submit reports.
+need no token to submit reports unless an ingest key is configured.
 """
 
 from __future__ import annotations
@@ -13,9 +13,18 @@ from typing import Literal
 
 from chorus_collector.problems import Problem
 
-__all__ = ["TokenVerifier"]
+__all__ = ["Role", "TokenVerifier"]
 
-Role = Literal["admin", "analyst"]
+Role = Literal["admin", "analyst", "ingest", "metrics"]
+# Which configured tokens grant each role.
+GRANTS: dict[Role, tuple[Role, ...]] = {
+    "admin": ("admin",),
+    "analyst": ("admin", "analyst"),
+    "metrics": ("admin", "metrics"),
+    "ingest": ("ingest",),
+}
+# Roles that are open to anyone while no token of their own is configured.
+OPEN_UNLESS_CONFIGURED: tuple[Role, ...] = ("ingest", "metrics")
 
 
 def _digest(token: str) -> bytes:
@@ -23,30 +32,33 @@ def _digest(token: str) -> bytes:
 
 
 class TokenVerifier:
-    def __init__(self, admin_token: str | None, analyst_token: str | None) -> None:
-        self._admin = _digest(admin_token) if admin_token else None
-        self._analyst = _digest(analyst_token) if analyst_token else None
+    def __init__(self, *, admin: str | None, analyst: str | None, ingest: str | None = None,
+                 metrics: str | None = None) -> None:
+        raw: dict[Role, str | None] = {"admin": admin, "analyst": analyst, "ingest": ingest,
+                                       "metrics": metrics}
+        self._digests: dict[Role, bytes] = {r: _digest(t) for r, t in raw.items() if t}
 
     def __repr__(self) -> str:
-        return "TokenVerifier(<hashed tokens>)"
+        return f"TokenVerifier(roles={sorted(self._digests)}, <hashed>)"
 
     def check(self, authorization: str | None, role: Role) -> None:
         """Raise a 401 or 403 :class:`Problem` unless the header grants ``role``."""
+        if role in OPEN_UNLESS_CONFIGURED and role not in self._digests:
+            return
+        label = "ingest key" if role == "ingest" else f"{role} bearer token"
         challenge = {"WWW-Authenticate": 'Bearer realm="chorus"'}
         if not authorization:
             raise Problem(401, "unauthorized", "Authentication required",
-                          f"this endpoint needs an {role} bearer token", headers=challenge)
+                          f"this endpoint needs the {label}", headers=challenge)
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Problem(401, "unauthorized", "Authentication required",
                           "use 'Authorization: Bearer <token>'", headers=challenge)
         presented = _digest(token.strip())
-        allowed = [self._admin] if role == "admin" else [self._admin, self._analyst]
-        # Compare against every configured token, without short-circuiting.
         granted = False
-        for expected in allowed:
+        for grantor in GRANTS[role]:  # compare with every candidate, no short-circuit
+            expected = self._digests.get(grantor)
             if expected is not None:
                 granted |= hmac.compare_digest(presented, expected)
         if not granted:
-            raise Problem(403, "forbidden", "Forbidden",
-                          f"the token does not grant {role} access")
+            raise Problem(403, "forbidden", "Forbidden", f"the token is not the {label}")

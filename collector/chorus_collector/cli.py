@@ -3,7 +3,8 @@
 * ``chorus serve``: run the collector with the production server;
 * ``chorus campaign create|list``: admin calls over HTTP (``CHORUS_URL``, ``CHORUS_TOKEN``);
 * ``chorus estimates NAME``: analyst call, printed as a table, JSON or CSV;
-* ``chorus demo``: a collector, three campaigns and 20,000 simulated users, end to end.
+* ``chorus demo``: a collector, three campaigns and 20,000 simulated users, end to end;
+* ``chorus gc``: erase report payloads past their campaign's expiry, keeping report IDs.
 """
 
 from __future__ import annotations
@@ -49,6 +50,23 @@ def serve(bind: str | None, database: str | None, workers: int | None) -> None:
     overrides = {k: v for k, v in (("BIND", bind), ("DATABASE", database),
                                    ("WORKERS", workers)) if v is not None}
     run_server(overrides)
+
+
+@main.command()
+@click.option("--database", envvar="CHORUS_DATABASE", default="chorus.db", show_default=True,
+              help="SQLite file (or CHORUS_DATABASE).")
+def gc(database: str) -> None:
+    """Erase report payloads older than their campaign's expiry (report IDs are kept).
+
+    Safe to run while the collector serves; schedule it (cron) daily.
+    """
+    import time
+
+    from chorus_collector.storage import Storage
+
+    storage = Storage(database)
+    storage.migrate()
+    click.echo(f"scrubbed {storage.scrub_expired(time.time())} expired report payloads")
 
 
 @main.group()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -34,6 +34,7 @@ class ReportStatus:
     status: Status
     error: str | None = None  # a problem type name, e.g. "report-conflict"
     detail: str | None = None
+    campaign: str | None = field(default=None, compare=False)  # for metrics only
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"report_id": self.report_id, "status": self.status}
@@ -72,8 +73,22 @@ def _resolve_campaign(storage: Storage, raw: object,
     return storage.get_campaign_by_digest(digest) if digest else None
 
 
+def _payload_too_large(raw: object, limit: int) -> str | None:
+    """A size check before any mechanism-specific validation (a rule of its own)."""
+    if not isinstance(raw, dict) or "payload" not in raw:
+        return None
+    try:
+        size = len(canonical_json(raw["payload"]))
+    except (TypeError, ValueError):
+        return None  # not canonical JSON: parse_report rejects it with the reason
+    if size > limit:
+        return f"payload is {size} bytes; at most {limit} are accepted"
+    return None
+
+
 def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, *,
-                   campaign: StoredCampaign | None = None) -> list[ReportStatus]:
+                   campaign: StoredCampaign | None = None,
+                   max_payload_bytes: int = 8192) -> list[ReportStatus]:
     """Ingest reports; one status per report, in request order.
 
     With ``campaign`` every report must be for that campaign; without it each report's digest
@@ -83,12 +98,17 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
     # (campaign id, report id) → (index, campaign, report, payload json)
     fresh: dict[tuple[int, bytes], tuple[int, StoredCampaign, Report, str]] = {}
     repeats: list[tuple[int, int, str, bool]] = []  # (index, index of first copy, id, same)
-    for index, raw in enumerate(raw_reports):
-        stored = _resolve_campaign(storage, raw, campaign)
+    resolved = [_resolve_campaign(storage, raw, campaign) for raw in raw_reports]
+    for index, (raw, stored) in enumerate(zip(raw_reports, resolved, strict=True)):
         if stored is None:
             statuses[index] = ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
                                            "unknown-campaign",
                                            "the report's digest names no campaign here")
+            continue
+        oversize = _payload_too_large(raw, max_payload_bytes)
+        if oversize is not None:
+            statuses[index] = ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
+                                           "report-too-large", oversize)
             continue
         try:
             report = parse_report(raw, stored.campaign)
@@ -126,8 +146,9 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
             statuses[index] = replace(first_status, index=index)
         else:
             statuses[index] = _repeat_status(index, report_id, same=False)
-    assert all(s is not None for s in statuses)
-    return [s for s in statuses if s is not None]
+    names = [stored.campaign.name if stored else None for stored in resolved]
+    return [replace(s, campaign=name) for s, name in zip(statuses, names, strict=True)
+            if s is not None]
 
 
 def _repeat_status(index: int, report_id: str, same: bool) -> ReportStatus:
@@ -170,10 +191,14 @@ def _store(storage: Storage,
             storage.add_to_aggregates(conn, campaign_id, partials)
 
 
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def parse_body(body: bytes) -> Any:
     """Parse a JSON request body; raises ``ValueError`` with a readable message."""
     try:
-        return json.loads(body)
+        return json.loads(body, parse_constant=_no_constants)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
     except ValueError as error:  # JSONDecodeError, bad UTF-8, integers too long

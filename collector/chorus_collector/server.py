@@ -9,6 +9,9 @@ workers. SIGTERM makes gunicorn stop accepting connections and finish in-flight 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +41,10 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
 def serve(config: Mapping[str, Any] | None = None) -> None:
     """Run the collector until SIGTERM or SIGINT."""
     settings = resolve_settings(config)
+    # Workers are separate processes: metrics go through files that /metrics sums up. The
+    # variable must be set before prometheus_client is first imported (by create_app).
+    metrics_dir = tempfile.mkdtemp(prefix="chorus-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("chorus").addHandler(handler)
@@ -57,5 +64,15 @@ def serve(config: Mapping[str, Any] | None = None) -> None:
         "loglevel": settings["LOG_LEVEL"].lower(),
         "proc_name": "chorus-collector",
         "limit_request_line": 8190,
+        "child_exit": _child_exit,
     }
-    _Gunicorn(app, options).run()
+    try:
+        _Gunicorn(app, options).run()
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _child_exit(server: Any, worker: Any) -> None:
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]

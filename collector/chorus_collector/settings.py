@@ -40,7 +40,19 @@ SETTINGS: tuple[Setting, ...] = (
             "Largest request body accepted; larger bodies get 413."),
     Setting("MAX_REPORTS_PER_REQUEST", int, 10_000,
             "Most reports in one batch; more get 413."),
+    Setting("MAX_PAYLOAD_BYTES", int, 8192,
+            "Largest payload of one report (canonical JSON bytes); larger ones are rejected."),
     Setting("MAX_CANDIDATES", int, 10_000, "Most candidate strings in one RAPPOR query."),
+    Setting("INGEST_KEY", str, None,
+            "Optional key apps must send (Authorization: Bearer) to submit reports.",
+            secret=True),
+    Setting("METRICS_TOKEN", str, None,
+            "Bearer token for /metrics; unset leaves /metrics open (keep it internal).",
+            secret=True),
+    Setting("RATE_LIMIT", int, 0,
+            "Report requests per second allowed per client address (0: no limit); each "
+            "worker process counts separately."),
+    Setting("RATE_BURST", int, 50, "Requests a client address may send at once above the rate."),
     Setting("SQLITE_SYNCHRONOUS", str, "FULL",
             "SQLite synchronous mode: FULL makes every acknowledged report survive power loss; "
             "NORMAL survives process crashes only."),
@@ -101,7 +113,9 @@ def resolve_settings(config: Mapping[str, Any] | None = None,
     if values["SQLITE_SYNCHRONOUS"] not in ("FULL", "NORMAL", "EXTRA"):
         raise SettingsError("SQLITE_SYNCHRONOUS must be FULL, NORMAL or EXTRA")
     for name in ("MAX_BODY_BYTES", "MAX_REPORTS_PER_REQUEST", "MAX_CANDIDATES", "WORKERS",
-                 "THREADS"):
+                 "THREADS", "MAX_PAYLOAD_BYTES", "RATE_BURST"):
         if values[name] < 1:
             raise SettingsError(f"{name} must be at least 1")
+    if values["RATE_LIMIT"] < 0:
+        raise SettingsError("RATE_LIMIT must be 0 (off) or positive")
     return values

@@ -267,3 +267,22 @@ class Storage:
             n += count
             total += _state_array(blob)
         return n, total
+
+    # -- retention ----------------------------------------------------------------------------
+
+    def scrub_expired(self, now: float) -> int:
+        """Erase the payloads of reports older than their campaign's report expiry.
+
+        The report IDs stay, so a replay is still recognised; such a replay is also refused
+        as expired before it reaches the ID check. Statistics already counted stay too: they
+        are aggregates, not reports. Nothing younger than the expiry is touched.
+        """
+        scrubbed = 0
+        for stored in self.list_campaigns():
+            cutoff = now - stored.campaign.report_expiry
+            with self.write() as conn:
+                cursor = conn.execute(
+                    "UPDATE reports SET payload = '' WHERE campaign_id = ? AND time < ? "
+                    "AND payload != ''", (stored.id, cutoff))
+                scrubbed += cursor.rowcount
+        return scrubbed

@@ -1,0 +1,46 @@
+"""Prometheus metrics: reports accepted and rejected by reason, per campaign; request latency.
+
+Under the production server several worker processes serve requests, so ``chorus serve``
+sets ``PROMETHEUS_MULTIPROC_DIR`` before the app is created and ``/metrics`` sums every
+worker's counters. ``prometheus_client`` is imported when the first :class:`Metrics` is built,
+after that variable is set.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["Metrics"]
+
+# Latency buckets from 1 ms to 10 s.
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Histogram
+
+        # One registry per app: tests and several apps in a process do not share counters.
+        self.registry = CollectorRegistry()
+        self.reports = Counter(
+            "chorus_reports", "Reports received, by campaign and outcome (accepted, "
+            "duplicate, or the rejection reason).", ["campaign", "outcome"],
+            registry=self.registry)
+        self.requests_rejected = Counter(
+            "chorus_requests_rejected", "Requests refused before any report was read, by "
+            "reason.", ["reason"], registry=self.registry)
+        self.latency = Histogram(
+            "chorus_request_duration_seconds", "Request latency by route and status.",
+            ["method", "route", "status"], buckets=BUCKETS, registry=self.registry)
+
+    def render(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+        registry: Any = self.registry
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from prometheus_client import multiprocess
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), CONTENT_TYPE_LATEST
