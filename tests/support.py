@@ -130,3 +130,29 @@ def make_report(config: dict[str, Any], value: Any, rng: Any, now: float = NOW,
               "time": campaign.time_bucket(now), "payload": payload}
     report.update(overrides)
     return report
+
+
+class FaultInjector:
+    """WSGI middleware: make the next requests fail before the handler, or lose the response
+    after the handler has run (the work is done but the client sees a 500)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.mode: str | None = None
+        self.remaining = 0
+
+    def fail(self, mode: str, times: int = 1) -> None:
+        assert mode in ("before", "after")
+        self.mode, self.remaining = mode, times
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        if self.remaining <= 0:
+            return self.app(environ, start_response)
+        self.remaining -= 1
+        if self.mode == "after":
+            chunks = self.app(environ, lambda *args, **kwargs: None)
+            b"".join(chunks)  # the handler runs to completion; its answer is dropped
+            if hasattr(chunks, "close"):
+                chunks.close()
+        start_response("500 Internal Server Error", [("Content-Type", "text/plain")])
+        return [b"injected fault"]

@@ -51,8 +51,10 @@ class CollectorProcess:
 
     def start(self) -> CollectorProcess:
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            # A session of its own, so kill() can take down the workers with the master.
             self.process = subprocess.Popen(self.command(), env=self.env,
-                                            stdout=subprocess.DEVNULL, stderr=log)
+                                            stdout=subprocess.DEVNULL, stderr=log,
+                                            start_new_session=True)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -78,6 +80,13 @@ class CollectorProcess:
                 self.process.kill()
                 self.process.wait(5)
         return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the master and every worker at once: a crash, not a shutdown."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
 
     def log(self) -> str:
         """What the server wrote to stderr so far."""
