@@ -25,6 +25,7 @@ import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -184,54 +185,79 @@ def bench_estimates(camps: dict[str, Campaign], sizes: list[int],
     return out
 
 
-def bench_http(camps: dict[str, Campaign], batches: int, singles: int,
+def bench_http(camps: dict[str, Campaign], batches: int, singles: int, seconds: float,
                workdir: Path) -> dict[str, Any]:
+    """A bounded load on loopback: batched, then single-report uploads from 16 threads.
+
+    Each section stops after its request count or ``seconds``, whichever comes first. Every
+    acknowledged report ID is remembered and checked against the database afterwards: the
+    figures include lost and duplicated reports and 5xx answers, which must all be zero.
+    """
     campaign = camps["krr"]
     admin = secrets.token_hex(8)
     out: dict[str, Any] = {}
-    with CollectorProcess(workdir / "http.db", settings={"ADMIN_TOKEN": admin,
-                                                         "LOG_LEVEL": "WARNING"}) as server:
+    acked: set[str] = set()
+    sent = 0
+    database = workdir / "http.db"
+    with CollectorProcess(database, settings={"ADMIN_TOKEN": admin,
+                                              "LOG_LEVEL": "WARNING"}) as server:
         requests.post(f"{server.url}/v1/campaigns", json={"name": "krr", "min_batch_size": 1,
                                                             **SPECS["krr"]},
                       headers={"Authorization": f"Bearer {admin}"}, timeout=10)
         data = payloads(campaign, 1000)
         bucket = campaign.time_bucket(time.time())
-        session = requests.Session()
+        local = threading.local()
 
         def body(count: int) -> bytes:
             reports = [{"report_id": new_report_id(), "digest": campaign.digest,
                         "time": bucket, "payload": data[i % 1000]} for i in range(count)]
             return json.dumps({"reports": reports}).encode()
 
-        def post(payload: bytes) -> float:
+        def post(payload: bytes) -> tuple[float, int, list[str]]:
+            session = getattr(local, "session", None) or requests.Session()
+            local.session = session
             start = time.perf_counter()
             reply = session.post(f"{server.url}/v1/reports", data=payload, timeout=30,
                                  headers={"Content-Type": "application/json"})
-            reply.raise_for_status()
-            return time.perf_counter() - start
+            elapsed = time.perf_counter() - start
+            ok = [r["report_id"] for r in reply.json().get("results", [])
+                  if r["status"] in ("accepted", "duplicate")] if reply.status_code == 200 else []
+            return elapsed, reply.status_code, ok
 
         for label, count, size in (("batch_1000", batches, 1000), ("single", singles, 1)):
             bodies = [body(size) for _ in range(count)]
-            deadline = time.monotonic() + 60  # bounded in time as well as in count
+            deadline = time.monotonic() + seconds  # bounded in time as well as in count
             start = time.perf_counter()
-            with ThreadPoolExecutor(8) as pool:
-                timings = pool.map(partial(post_until, post, deadline), bodies)
-                latencies = [t for t in timings if t == t]
+            with ThreadPoolExecutor(16) as pool:
+                answers = [a for a in pool.map(partial(post_until, post, deadline), bodies)
+                           if a is not None]
             elapsed = time.perf_counter() - start
-            latencies.sort()
+            latencies = sorted(a[0] for a in answers)
+            for _, _, ok in answers:
+                acked.update(ok)
+            sent += len(answers) * size
             out[label] = {
-                "requests": len(latencies),
-                "reports_per_s": len(latencies) * size / elapsed,
-                "requests_per_s": len(latencies) / elapsed,
+                "requests": len(answers),
+                "reports_per_s": len(answers) * size / elapsed,
+                "requests_per_s": len(answers) / elapsed,
                 "p50_ms": latencies[len(latencies) // 2] * 1000,
                 "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+                "errors_5xx": sum(a[1] >= 500 for a in answers),
             }
+    with sqlite3.connect(database) as conn:
+        stored = [r[0] for r in conn.execute("SELECT lower(hex(report_id)) FROM reports")]
+        counted = conn.execute("SELECT coalesce(sum(n), 0) FROM aggregates").fetchone()[0]
+    out["integrity"] = {"sent": sent, "acknowledged": len(acked),
+                        "lost": len(acked - set(stored)),
+                        "duplicated": len(stored) - len(set(stored)),
+                        "counted_minus_stored": counted - len(stored)}
     return out
 
 
-def post_until(post: Callable[[bytes], float], deadline: float, payload: bytes) -> float:
-    """Send unless the time budget is spent (then NaN, dropped from the figures)."""
-    return post(payload) if time.monotonic() < deadline else float("nan")
+def post_until(post: Callable[[bytes], tuple[float, int, list[str]]], deadline: float,
+               payload: bytes) -> tuple[float, int, list[str]] | None:
+    """Send unless the time budget is spent (then None: not sent, not counted)."""
+    return post(payload) if time.monotonic() < deadline else None
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -249,8 +275,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["ingest"] = bench_ingest(camps, 2_000 if quick else 50_000, workdir)
         results["estimates"] = bench_estimates(camps, [100, 1_000] if quick
                                                else [1_000, 100_000], workdir)
-        results["http"] = bench_http(camps, 3 if quick else 100, 20 if quick else 4_000,
-                                     workdir)
+        results["http"] = bench_http(camps, 3 if quick else 100, 20 if quick else 60_000,
+                                     5 if quick else 60, workdir)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     print_table(results)
@@ -271,10 +297,16 @@ def print_table(results: dict[str, Any]) -> None:
               f"{est[sizes[0]]:>16.2f} → {est[sizes[-1]]:.2f}")
     print(f"baselines: one CSPRNG draw {results['client']['baseline_us']:.2f} µs; "
           f"np.bincount {results['aggregation']['baseline_bincount_reports_per_s']:,.0f} rep/s")
-    for label, row in results["http"].items():
+    for label in ("batch_1000", "single"):
+        row = results["http"][label]
         print(f"HTTP {label:<11} {row['reports_per_s']:>10,.0f} reports/s "
               f"{row['requests_per_s']:>8,.0f} req/s  p50 {row['p50_ms']:.1f} ms  "
-              f"p99 {row['p99_ms']:.1f} ms  ({row['requests']} requests)")
+              f"p99 {row['p99_ms']:.1f} ms  ({row['requests']} requests, "
+              f"{row['errors_5xx']} 5xx)")
+    check = results["http"]["integrity"]
+    print(f"HTTP integrity: {check['acknowledged']} acknowledged of {check['sent']} sent, "
+          f"{check['lost']} lost, {check['duplicated']} duplicated, statistics − stored = "
+          f"{check['counted_minus_stored']}")
 
 
 if __name__ == "__main__":

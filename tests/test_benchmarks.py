@@ -24,4 +24,9 @@ def test_benchmark_command_runs_on_a_tiny_size(tmp_path: Path) -> None:
         assert results["client"][mechanism]["us_per_report"] > 0
         assert results["ingest"][mechanism]["reports_per_s"] > 0
     assert results["http"]["single"]["requests"] > 0
+    integrity = results["http"]["integrity"]
+    assert integrity["acknowledged"] == integrity["sent"] > 0
+    assert (integrity["lost"], integrity["duplicated"], integrity["counted_minus_stored"]) \
+        == (0, 0, 0)
+    assert results["http"]["single"]["errors_5xx"] == 0
     assert "HTTP batch_1000" in run.stdout

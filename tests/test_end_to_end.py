@@ -90,6 +90,13 @@ def test_real_client_over_http_estimates_within_four_standard_errors(
     assert abs(mean["mean"] - true_mean) <= 4 * mean["std_error"]
     assert math.isfinite(mean["std_error"])
 
+    # /metrics sums the counters of every worker process.
+    metrics = requests.get(f"{server.url}/metrics", timeout=10).text
+    for name in ("e2e-krr", "e2e-rappor", "e2e-mean"):
+        line = next(row for row in metrics.splitlines() if row.startswith(
+            f'chorus_reports_total{{campaign="{name}",outcome="accepted"}}'))
+        assert float(line.rsplit(" ", 1)[1]) == users
+
 
 def test_cli_creates_lists_and_queries(server: CollectorProcess, tmp_path: Path) -> None:
     spec = {"name": "cli-krr", "mechanism": "krr", "epsilon": 1.0, "domain": ["x", "y"],
