@@ -109,7 +109,9 @@ def campaign_spec(name: str, **overrides: Any) -> dict[str, Any]:
                   "domain": {"kind": "numeric", "lo": 0, "hi": 100}},
     }
     mechanism = overrides.pop("mechanism", "krr")
-    spec = {"name": name, **specs[mechanism], "min_batch_size": 1}
+    # Tests send many reports per client: a generous per-install policy unless overridden.
+    spec = {"name": name, **specs[mechanism], "min_batch_size": 1,
+            "privacy": {"budget": 1000.0, "max_reports": 1_000_000}}
     spec.update(overrides)
     return spec
 

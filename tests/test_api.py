@@ -483,3 +483,96 @@ def test_a_category_nobody_reported_still_has_a_positive_standard_error(
     rows = http.get("/v1/campaigns/browser/estimates", headers=ANALYST_HEADERS).get_json()["rows"]
     assert all(r["frequency_std_error"] > 0 for r in rows)
     assert all(r["frequency_ci_low"] < r["frequency_ci_high"] for r in rows)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"reports": [{"report_id": "00000000000000000000000000000000", "digest": "\\ud800", '
+    b'"time": 0, "payload": 0}]}',
+    b'{"report_id": "\\udfff"}',
+    b'{"reports": [{"digest": "' + b"\xed\xa0\x80" + b'"}]}',  # an encoded surrogate
+    b'{"reports": [{"time": 1' + b"0" * 400 + b"}]}",
+    b'{"reports": [{"time": -1' + b"0" * 30 + b"}]}",
+])
+def test_lone_surrogates_and_huge_integers_are_400(http: FlaskClient, create: Create,
+                                                   db_path: Path, body: bytes) -> None:
+    create("browser")
+    before = row_counts(db_path)
+    for path in ("/v1/reports", "/v1/campaigns/browser/reports"):
+        reply = http.post(path, data=body, content_type="application/json")
+        assert_problem(reply, 400, "malformed-json")
+    assert row_counts(db_path) == before
+
+
+@pytest.mark.parametrize("spec_text", [
+    '{"name": "x", "mechanism": "krr", "epsilon": 1' + "0" * 400 + ', "domain": ["a", "b"]}',
+    '{"name": "x", "mechanism": "duchi", "epsilon": 1, '
+    '"domain": {"kind": "numeric", "lo": 0, "hi": 1' + "0" * 400 + "}}",
+    '{"name": "x", "mechanism": "krr", "epsilon": 1, "domain": ["a", "\\ud800"]}',
+    '{"name": "x", "mechanism": "krr", "epsilon": 1, "domain": ["a", "b"], '
+    '"description": "\\udc00"}',
+])
+def test_campaign_bodies_that_cannot_be_numbers_or_text_are_400(http: FlaskClient,
+                                                                spec_text: str) -> None:
+    reply = http.post("/v1/campaigns", data=spec_text, content_type="application/json",
+                      headers=ADMIN_HEADERS)
+    assert reply.status_code == 400
+    assert reply.mimetype == PROBLEM
+
+
+def test_huge_epsilon_from_python_is_a_campaign_error() -> None:
+    from chorus_shared import CampaignError, campaign_from_spec
+
+    with pytest.raises(CampaignError, match="finite"):
+        campaign_from_spec(campaign_spec("x", epsilon=10**400))
+    with pytest.raises(CampaignError, match="finite"):
+        campaign_from_spec(campaign_spec("x", mechanism="rappor", epsilon=None,
+                                         params={"p": 0.1, "q": 10**400}))
+
+
+@pytest.mark.parametrize("query", ["start=３６００", "start=%2B3600", "start=3_600",
+                                   "start=" + "3" * 40, "end=-3600"])
+def test_window_bounds_are_plain_bounded_integers(http: FlaskClient, create: Create,
+                                                  rng: random.Random, query: str) -> None:
+    config = create("browser")
+    _submit(http, config, ["a"], rng)
+    reply = http.get(f"/v1/campaigns/browser/estimates?{query}", headers=ANALYST_HEADERS)
+    assert_problem(reply, 400, "invalid-query")
+
+
+def test_estimate_queries_refuse_what_does_not_apply(http: FlaskClient, create: Create,
+                                                     rng: random.Random) -> None:
+    config = create("browser")
+    _submit(http, config, ["a"], rng)
+    url = "/v1/campaigns/browser/estimates"
+    assert_problem(http.get(f"{url}?candidate=x", headers=ANALYST_HEADERS), 400,
+                   "invalid-query")
+    assert_problem(http.post(url, json={"candidats": ["x"]}, headers=ANALYST_HEADERS), 400,
+                   "invalid-query")
+
+
+def test_405_says_which_methods_are_allowed(http: FlaskClient) -> None:
+    reply = http.delete("/v1/reports")
+    assert_problem(reply, 405, "method-not-allowed")
+    assert "POST" in reply.headers["Allow"]
+
+
+def test_malformed_digest_is_an_invalid_report_not_an_unknown_campaign(
+        http: FlaskClient, create: Create, rng: random.Random) -> None:
+    config = create("browser")
+    body = http.post("/v1/reports", json={"reports": [
+        make_report(config, "a", rng, digest=[1]),
+        make_report(config, "a", rng, digest="f" * 64)]}).get_json()
+    assert [r["error"] for r in body["results"]] == ["invalid-report", "unknown-campaign"]
+
+
+def test_rappor_queries_too_large_to_decode_are_refused(make_app: Callable[..., Flask],
+                                                        rng: random.Random) -> None:
+    http = make_app(MAX_CANDIDATES=20_000).test_client()
+    spec = campaign_spec("big", mechanism="rappor", params={"k": 1024, "h": 2, "m": 1024})
+    config = http.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS).get_json()
+    _submit(http, config, [f"v{i}" for i in range(3000)], rng)
+    candidates = [f"v{i}" for i in range(1000)]
+    reply = http.post("/v1/campaigns/big/estimates", json={"candidates": candidates},
+                      headers=ANALYST_HEADERS)
+    body = assert_problem(reply, 422, "query-too-large")
+    assert "fewer candidates" in body["detail"]

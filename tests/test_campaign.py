@@ -45,6 +45,13 @@ def spec(mechanism: str = "krr", **overrides: Any) -> dict[str, Any]:
     ({"time_precision": 0}, "time_precision"),
     ({"min_batch_size": 0}, "min_batch_size"),
     ({"surprise": 1}, "unknown campaign fields"),
+    ({"privacy": {"unit": "week"}}, "privacy.unit"),
+    ({"privacy": {"budget": 1.0}}, "privacy.budget"),
+    ({"privacy": {"budget": float("inf")}}, "privacy.budget"),
+    ({"privacy": {"memoize": "yes"}}, "privacy.memoize"),
+    ({"privacy": {"max_reports": 0}}, "privacy.max_reports"),
+    ({"privacy": {"extra": 0}}, "unknown privacy fields"),
+    ({"privacy": []}, "privacy must be an object"),
 ])
 def test_invalid_categorical_campaigns_are_refused(overrides: dict[str, Any],
                                                    message: str) -> None:
@@ -114,6 +121,10 @@ def test_epsilon_ten_is_not_warned() -> None:
     {"time_precision": 60},
     {"min_batch_size": 2},
     {"report_expiry": 86400},
+    {"privacy": {"unit": "day"}},
+    {"privacy": {"memoize": False}},
+    {"privacy": {"budget": 3.0}},
+    {"privacy": {"max_reports": 5}},
     {"description": "x"},
     {"mechanism": "rappor", "domain": {"kind": "strings"}, "epsilon": 1.5},
 ])
@@ -145,6 +156,7 @@ def test_a_config_claiming_less_privacy_loss_than_its_parameters_is_refused() ->
     altered["params"]["q"] = 0.9
     altered["epsilon"] = campaign_from_spec(
         {k: altered[k] for k in ("name", "mechanism", "domain", "params")}).epsilon
+    altered["privacy"]["budget"] = altered["epsilon"]
     with pytest.raises(CampaignError, match="digest"):
         campaign_from_config(altered)
 

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -100,7 +101,7 @@ def test_real_client_over_http_estimates_within_four_standard_errors(
 
 def test_cli_creates_lists_and_queries(server: CollectorProcess, tmp_path: Path) -> None:
     spec = {"name": "cli-krr", "mechanism": "krr", "epsilon": 1.0, "domain": ["x", "y"],
-            "min_batch_size": 1}
+            "min_batch_size": 1, "privacy": {"budget": 2.0}}
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec))
     runner = CliRunner()
@@ -232,3 +233,27 @@ def test_compose_validator_rejects_a_broken_file(tmp_path: Path) -> None:
     result = _compose_config(tmp_path / "docker-compose.yml")
     assert result.returncode != 0
     assert "ports_typo" in result.stderr
+
+
+def test_chunked_bodies_over_the_limit_are_refused_not_truncated(
+        server: CollectorProcess) -> None:
+    admin = CollectorAPI(server.url, ADMIN)
+    config = admin.create_campaign({"name": "chunked", "mechanism": "krr", "epsilon": 1.0,
+                                    "domain": ["a", "b"], "min_batch_size": 1})
+    campaign = campaign_from_config(config)
+    report = {"report_id": "ab" * 16, "digest": campaign.digest,
+              "time": campaign.time_bucket(time.time()), "payload": 1}
+    head = json.dumps(report).encode()
+
+    def chunks(padding: int) -> Iterator[bytes]:
+        yield head
+        for _ in range(padding // 65536):
+            yield b" " * 65536
+
+    over = requests.post(f"{server.url}/v1/reports", data=chunks(5 * 2**20), timeout=30,
+                         headers={"Content-Type": "application/json"})
+    assert over.status_code == 413, over.text
+    assert over.headers["Content-Type"] == "application/problem+json"
+    under = requests.post(f"{server.url}/v1/reports", data=chunks(2**20), timeout=30,
+                          headers={"Content-Type": "application/json"})
+    assert under.status_code == 201, under.text

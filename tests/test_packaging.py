@@ -47,9 +47,9 @@ def test_public_client_surface_is_pinned() -> None:
     import chorus_client
 
     assert sorted(chorus_client.__all__) == sorted([
-        "APIError", "CampaignUnavailable", "ChorusError", "Client", "ClientError",
-        "CollectorAPI", "FlushResult", "RequestsTransport", "Response", "RetryPolicy",
-        "Transport", "TransportError", "ValueDomainError",
+        "APIError", "BudgetExceeded", "CampaignUnavailable", "ChorusError", "Client",
+        "ClientError", "CollectorAPI", "FlushResult", "Outcome", "RequestsTransport",
+        "Response", "RetryPolicy", "Transport", "TransportError", "ValueDomainError",
     ])
 
 
@@ -75,3 +75,12 @@ def test_three_source_roots_in_pyproject() -> None:
     assert base == {"requests", "mmh3"}
     collector = {d.split(">")[0] for d in config["project"]["optional-dependencies"]["collector"]}
     assert {"flask", "numpy", "sqlite-utils", "gunicorn"} <= collector
+
+
+def test_chorus_command_explains_a_missing_collector_extra() -> None:
+    code = ("import sys; sys.modules['flask'] = None\n"
+            "from chorus_collector.entry import main\nmain()")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 1
+    assert "pip install 'chorus-ldp[collector]'" in run.stderr
+    assert "Traceback" not in run.stderr

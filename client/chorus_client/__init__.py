@@ -5,20 +5,28 @@ Depends on requests and mmh3 only: importing it never imports numpy or flask.
 """
 
 from chorus_client.api import CollectorAPI
-from chorus_client.client import Client, FlushResult
-from chorus_client.errors import APIError, CampaignUnavailable, ClientError, TransportError
+from chorus_client.client import Client, FlushResult, Outcome
+from chorus_client.errors import (
+    APIError,
+    BudgetExceeded,
+    CampaignUnavailable,
+    ClientError,
+    TransportError,
+)
 from chorus_client.retry import RetryPolicy
 from chorus_client.transport import RequestsTransport, Response, Transport
 from chorus_shared.errors import ChorusError, ValueDomainError
 
 __all__ = [
     "APIError",
+    "BudgetExceeded",
     "CampaignUnavailable",
     "ChorusError",
     "Client",
     "ClientError",
     "CollectorAPI",
     "FlushResult",
+    "Outcome",
     "RequestsTransport",
     "Response",
     "RetryPolicy",

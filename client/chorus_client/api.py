@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
-from chorus_client.errors import APIError
+from chorus_client.errors import APIError, ClientError
 from chorus_client.retry import RetryPolicy, send_with_retries
 from chorus_client.transport import RequestsTransport, Response, Transport
 
@@ -55,6 +56,8 @@ class CollectorAPI:
 
     def create_campaign(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """Create a campaign (admin). Returns its public config, with any warnings."""
+        if not isinstance(spec, Mapping):
+            raise ClientError("a campaign definition is a JSON object")
         result: dict[str, Any] = self._json("POST", "/v1/campaigns", dict(spec))
         return result
 
@@ -63,14 +66,14 @@ class CollectorAPI:
         return result
 
     def get_campaign(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._json("GET", f"/v1/campaigns/{name}")
+        result: dict[str, Any] = self._json("GET", f"/v1/campaigns/{quote(name, safe='')}")
         return result
 
     def estimates(self, name: str, *, candidates: Sequence[str] = (), start: int | None = None,
                   end: int | None = None) -> dict[str, Any]:
         """Estimates as JSON (analyst)."""
         result: dict[str, Any] = self._json(
-            "POST", f"/v1/campaigns/{name}/estimates",
+            "POST", f"/v1/campaigns/{quote(name, safe='')}/estimates",
             {"candidates": list(candidates), "start": start, "end": end, "format": "json"},
         )
         return result
@@ -78,7 +81,7 @@ class CollectorAPI:
     def estimates_csv(self, name: str, *, candidates: Sequence[str] = (),
                       start: int | None = None, end: int | None = None) -> str:
         response = self._call(
-            "POST", f"/v1/campaigns/{name}/estimates",
+            "POST", f"/v1/campaigns/{quote(name, safe='')}/estimates",
             {"candidates": list(candidates), "start": start, "end": end, "format": "csv"},
             accept="text/csv",
         )

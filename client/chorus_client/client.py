@@ -1,13 +1,14 @@
-"""The Chorus client: perturb on the device, upload only the noisy report.
+"""The Chorus client: perturb on the device, upload only the noisy report, never get in the way.
 
-Create one :class:`Client` per app with the collector's URL::
+Create one :class:`Client` per app with the collector's URL and a directory for its state::
 
-    client = Client("https://collector.example")
-    client.report("browser", "firefox")   # perturbed here; queued
-    client.flush()                         # batched upload with retries
+    client = Client("https://collector.example", state_dir=app_data / "chorus")
+    client.report("browser", "firefox")   # perturbed here, charged, written to the outbox
+    client.flush()                         # batched upload with retries (or background=True)
 
 The true value never leaves :meth:`Client.report`: it is encoded and randomized with the OS
-CSPRNG before anything is queued, and only the randomized payload is ever serialized.
+CSPRNG (or, for a memoized campaign, with a stream keyed by the install's secret) before
+anything is stored or queued; only the randomized payload is ever written or sent.
 """
 
 from __future__ import annotations
@@ -17,22 +18,29 @@ import logging
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
 
-from chorus_client.errors import APIError, CampaignUnavailable, TransportError
+from chorus_client.errors import APIError, BudgetExceeded, CampaignUnavailable, TransportError
 from chorus_client.retry import RetryPolicy, send_with_retries
+from chorus_client.state import ClientState
 from chorus_client.transport import RequestsTransport, Response, Transport
-from chorus_shared.campaign import Campaign, campaign_from_config
+from chorus_shared.campaign import Campaign, campaign_from_config, canonical_json
 from chorus_shared.errors import CampaignError
-from chorus_shared.rng import RandomSource, resolve_rng
+from chorus_shared.privacy import report_cost
+from chorus_shared.rng import DeterministicRandom, RandomSource, derive_key, resolve_rng
 from chorus_shared.wire import new_report_id
 
-__all__ = ["Client", "FlushResult"]
+__all__ = ["Client", "FlushResult", "Outcome"]
 
 log = logging.getLogger("chorus.client")
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+Outcome = Literal["queued", "suppressed", "unavailable"]
+_ONE_ATTEMPT = RetryPolicy(max_attempts=1)
 
 
 @dataclass
@@ -42,16 +50,10 @@ class FlushResult:
     accepted: int = 0
     duplicate: int = 0
     rejected: int = 0
-    pending: int = 0  # still queued after this flush (the collector could not be reached)
+    pending: int = 0  # still in the outbox afterwards (the collector could not be reached)
 
 
-@dataclass(frozen=True)
-class _Batch:
-    body: bytes  # serialized once: retries resend exactly these bytes
-    size: int
-
-
-def _problem(response: Response) -> dict[str, Any] | None:
+def _json_object(response: Response) -> dict[str, Any] | None:
     try:
         body = json.loads(response.body)
     except ValueError:
@@ -60,24 +62,35 @@ def _problem(response: Response) -> dict[str, Any] | None:
 
 
 class Client:
-    """Reports values to one collector. Thread-safe.
+    """Reports values to one collector. Thread-safe; never raises into the host app for
+    network trouble or an exhausted budget (unless ``strict``).
 
     :param url: the collector's base URL.
+    :param state_dir: where the install's secret, privacy ledger and outbox live (an SQLite
+        file). ``None`` keeps them in memory: budgets and memoization then last only as long
+        as the process, and unsent reports are lost at exit.
     :param transport: how requests are sent (default: :class:`RequestsTransport`).
     :param rng: randomness for the randomizers; ``None`` (the default) is the OS CSPRNG.
         Pass a seeded ``random.Random`` only in tests and simulations.
     :param timeout: seconds for each HTTP request; always on.
-    :param batch_size: reports per upload; :meth:`report` flushes when a campaign's queue
-        reaches it.
-    :param max_epsilon: refuse campaigns whose ε exceeds this.
-    :param campaign_configs: public campaign configs the app ships with, by name; they are
-        verified exactly like fetched ones and save a request each.
+    :param batch_size: reports per upload.
+    :param max_batch_age: with ``background``, send when the oldest queued report is this old
+        (seconds) even if the batch is not full.
+    :param background: run a daemon thread that sends by size and age.
+    :param strict: raise :class:`BudgetExceeded` and :class:`CampaignUnavailable` from
+        :meth:`report` instead of logging and counting them.
+    :param total_budget: cap on the ε this install spends over all campaigns, ever.
+    :param max_epsilon: refuse campaigns whose one-report ε exceeds this.
+    :param campaign_configs: public campaign configs (or verified :class:`Campaign` objects)
+        the app ships with, by name; verified like fetched ones, they save a request each.
     :param ingest_key: sent as a bearer token with reports, for collectors that require one.
     """
 
-    def __init__(self, url: str, *, transport: Transport | None = None,
-                 rng: RandomSource | None = None, timeout: float = 10.0,
-                 batch_size: int = 100, retry: RetryPolicy | None = None,
+    def __init__(self, url: str, *, state_dir: str | Path | None = None,
+                 transport: Transport | None = None, rng: RandomSource | None = None,
+                 timeout: float = 10.0, batch_size: int = 100, max_batch_age: float = 60.0,
+                 background: bool = False, strict: bool = False,
+                 total_budget: float = math.inf, retry: RetryPolicy | None = None,
                  max_epsilon: float = math.inf, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
                  campaign_configs: Mapping[str, Mapping[str, Any] | Campaign] | None = None,
@@ -86,43 +99,56 @@ class Client:
             raise ValueError("timeout must be positive")
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        if max_batch_age <= 0:
+            raise ValueError("max_batch_age must be positive")
         self.url = url.rstrip("/")
         self.transport: Transport = transport if transport is not None else RequestsTransport()
         self._rng = resolve_rng(rng)
         self.timeout = timeout
         self.batch_size = batch_size
+        self.max_batch_age = max_batch_age
+        self.strict = strict
+        self.total_budget = total_budget
         self.retry = retry or RetryPolicy()
         self.max_epsilon = max_epsilon
+        self._clock = clock
+        self._sleep = sleep
         self._post_headers = dict(JSON_HEADERS)
         if ingest_key:
             self._post_headers["Authorization"] = f"Bearer {ingest_key}"
-        self._clock = clock
-        self._sleep = sleep
+        self._state = ClientState(state_dir)
         self._lock = threading.RLock()
+        self._flush_lock = threading.Lock()
         self._campaigns: dict[str, Campaign] = {}
         self._assignments: dict[str, dict[str, int]] = {}
-        self._queue: list[dict[str, Any]] = []
-        self._unsent: list[_Batch] = []
+        self.suppressed: Counter[str] = Counter()  # reports not sent, by reason
         self.dropped = 0  # reports the collector refused for good (logged, never retried)
         self.totals = FlushResult()  # everything acknowledged over this client's life
         for name, config in (campaign_configs or {}).items():
             self._adopt(name, config)
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._sender: threading.Thread | None = None
+        if background:
+            self._sender = threading.Thread(target=self._send_in_background, daemon=True,
+                                            name="chorus-sender")
+            self._sender.start()
 
     # -- campaigns --------------------------------------------------------------------------
 
-    def campaign(self, name: str) -> Campaign:
+    def campaign(self, name: str, *, retry: RetryPolicy | None = None) -> Campaign:
         """Fetch, verify and cache a campaign's public config."""
         with self._lock:
             cached = self._campaigns.get(name)
         if cached is not None:
             return cached
         response = send_with_retries(
-            self.transport, "GET", f"{self.url}/v1/campaigns/{name}", None,
-            {"Accept": "application/json"}, timeout=self.timeout, policy=self.retry,
+            self.transport, "GET", f"{self.url}/v1/campaigns/{quote(name, safe='')}", None,
+            {"Accept": "application/json"}, timeout=self.timeout, policy=retry or self.retry,
             sleep=self._sleep,
         )
         if response.status != 200:
-            raise CampaignUnavailable(response.status, _problem(response),
+            raise CampaignUnavailable(response.status, _json_object(response),
                                       response.body.decode("utf-8", "replace"))
         try:
             config = json.loads(response.body)
@@ -151,77 +177,119 @@ class Client:
             raise CampaignUnavailable(200, {"detail": f"campaign {name!r} has ε = "
                                         f"{campaign.epsilon:g}, above this client's limit of "
                                         f"{self.max_epsilon:g}"})
+        # The per-install assignment (cohort, α) is derived from the install's secret, so it
+        # is the same after every restart and independent of any value.
+        assigner = DeterministicRandom(derive_key(self._state.secret, "assign", campaign.digest))
         with self._lock:
             campaign = self._campaigns.setdefault(name, campaign)
-            self._assignments.setdefault(name, campaign.mechanism.assign(self._rng))
+            self._assignments.setdefault(name, campaign.mechanism.assign(assigner))
         return campaign
 
     # -- reporting --------------------------------------------------------------------------
 
-    def report(self, campaign_name: str, value: object) -> None:
-        """Perturb ``value`` on the device and queue the noisy report.
+    def report(self, campaign_name: str, value: object) -> Outcome:
+        """Perturb ``value`` on the device, charge the privacy ledger and queue the report.
 
-        Raises ``ValueDomainError`` if the value does not fit the campaign's domain.
+        Returns ``"queued"``, ``"suppressed"`` (over the campaign's budget or report cap, or
+        the client's total budget) or ``"unavailable"`` (the campaign's config could not be
+        had). Raises ``ValueDomainError`` if the value does not fit the campaign's domain.
         """
-        campaign = self.campaign(campaign_name)
-        mechanism = campaign.mechanism
+        try:
+            # One attempt only: report() must not keep the host app waiting on a retry loop.
+            campaign = self.campaign(campaign_name, retry=_ONE_ATTEMPT)
+        except (CampaignUnavailable, TransportError) as error:
+            if self.strict:
+                raise
+            self.suppressed["unavailable"] += 1
+            log.warning("chorus: campaign %r unavailable, report not made: %s", campaign_name,
+                        error)
+            return "unavailable"
+        mechanism, policy = campaign.mechanism, campaign.policy
         x = mechanism.encode(value)
-        with self._lock:
-            payload = mechanism.randomize(x, self._rng, self._assignments[campaign_name])
-            report = {"report_id": new_report_id(), "digest": campaign.digest,
-                      "time": campaign.time_bucket(self._clock()), "payload": payload}
-            self._queue.append(report)
-            full = len(self._queue) >= self.batch_size
-        if full:
-            self.flush()
+        assignment = self._assignments[campaign_name]
+        fingerprint: bytes | None = None
+        if policy.memoize:
+            memo_value = canonical_json(mechanism.memo_input(x, assignment))
+            fingerprint = derive_key(self._state.secret, "memo", campaign.digest, memo_value)
+            permanent_rng = DeterministicRandom(
+                derive_key(self._state.secret, "permanent", campaign.digest, memo_value))
+            permanent = mechanism.permanent(mechanism.memo_input(x, assignment), permanent_rng,
+                                            assignment)
+            with self._lock:
+                payload = mechanism.instantaneous(permanent, self._rng)
+        else:
+            with self._lock:
+                payload = mechanism.randomize(x, self._rng, assignment)
+        now = self._clock()
+        report = json.dumps({"report_id": new_report_id(), "digest": campaign.digest,
+                             "time": campaign.time_bucket(now), "payload": payload},
+                            separators=(",", ":"))
+        decision = self._state.charge_and_queue(
+            campaign=campaign.digest, period=policy.period(now), fingerprint=fingerprint,
+            cost_of=lambda earlier: report_cost(mechanism, policy.memoize, earlier),
+            budget=policy.budget, max_reports=policy.max_reports,
+            total_budget=self.total_budget, report=report, now=now)
+        if not decision.allowed:
+            self.suppressed[decision.reason] += 1
+            if self.strict:
+                raise BudgetExceeded(campaign_name, decision.reason)
+            log.info("chorus: report for %r not sent: %s exhausted", campaign_name,
+                     decision.reason)
+            return "suppressed"
+        if self._sender is not None and self._state.outbox_size() >= self.batch_size:
+            self._wake.set()
+        return "queued"
+
+    def spent(self, campaign_name: str | None = None) -> float:
+        """ε this install has spent, on one campaign (all periods) or in total."""
+        if campaign_name is None:
+            return self._state.spent()
+        return self._state.spent(self.campaign(campaign_name).digest)
 
     def pending(self) -> int:
-        """Reports perturbed but not yet acknowledged by the collector."""
-        with self._lock:
-            return len(self._queue) + sum(b.size for b in self._unsent)
+        """Reports perturbed and queued, not yet answered by the collector."""
+        return self._state.outbox_size()
 
-    def _seal_batches(self) -> None:
-        """Turn queued reports into serialized batches (under the lock)."""
-        for start in range(0, len(self._queue), self.batch_size):
-            chunk = self._queue[start:start + self.batch_size]
-            body = json.dumps({"reports": chunk}, separators=(",", ":")).encode()
-            self._unsent.append(_Batch(body, len(chunk)))
-        self._queue.clear()
+    # -- sending ----------------------------------------------------------------------------
 
-    def flush(self) -> FlushResult:
-        """Upload everything queued. Batches the collector cannot take yet stay queued."""
+    def flush(self, timeout: float | None = None) -> FlushResult:
+        """Send the outbox in batches until it is empty, the collector cannot take more, or
+        ``timeout`` seconds have passed. Unsent reports stay queued."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         result = FlushResult()
+        with self._flush_lock:
+            while True:
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                rows = self._state.outbox(self.batch_size)
+                if not rows or not self._send_batch(rows, result, deadline):
+                    break
+        result.pending = self._state.outbox_size()
         with self._lock:
-            self._seal_batches()
-            batches, self._unsent = self._unsent, []
-        kept: list[_Batch] = []
-        for batch in batches:
-            if not self._send_batch(batch, result):
-                kept.append(batch)
-        with self._lock:
-            self._unsent = kept + self._unsent
-            result.pending = len(self._queue) + sum(b.size for b in self._unsent)
             self.totals.accepted += result.accepted
             self.totals.duplicate += result.duplicate
             self.totals.rejected += result.rejected
             self.totals.pending = result.pending
         return result
 
-    def _send_batch(self, batch: _Batch, result: FlushResult) -> bool:
-        """Send one batch; False if it should be kept for a later flush."""
-        url = f"{self.url}/v1/reports"
+    def _send_batch(self, rows: list[tuple[int, str]], result: FlushResult,
+                    deadline: float | None) -> bool:
+        """Send one batch; False if it stays queued (the collector could not take it)."""
+        body = ('{"reports":[' + ",".join(report for _, report in rows) + "]}").encode()
         try:
-            response = send_with_retries(self.transport, "POST", url, batch.body,
-                                         self._post_headers,
-                                         timeout=self.timeout, policy=self.retry,
-                                         sleep=self._sleep)
+            response = send_with_retries(self.transport, "POST", f"{self.url}/v1/reports",
+                                         body, self._post_headers, timeout=self.timeout,
+                                         policy=self.retry, sleep=self._sleep,
+                                         deadline=deadline)
         except TransportError as error:
-            log.warning("chorus: collector unreachable, %d reports kept: %s", batch.size, error)
+            log.warning("chorus: collector unreachable, %d reports kept: %s", len(rows), error)
             return False
+        seqs = [seq for seq, _ in rows]
         if response.status == 200:
-            body = _problem(response) or {}
-            for item in body.get("results", []):
-                status = item.get("status")
+            answers = (_json_object(response) or {}).get("results", [])
+            done = []
+            for seq, answer in zip(seqs, answers, strict=False):
+                status = answer.get("status") if isinstance(answer, dict) else None
                 if status == "accepted":
                     result.accepted += 1
                 elif status == "duplicate":
@@ -230,24 +298,53 @@ class Client:
                     result.rejected += 1
                     self.dropped += 1
                     log.warning("chorus: report rejected by the collector: %s",
-                                item.get("error"))
-            return True
+                                answer.get("error") if isinstance(answer, dict) else answer)
+                done.append(seq)
+            self._state.remove(done)
+            return len(done) == len(seqs)
         if 400 <= response.status < 500 and response.status != 429:
-            refusal = APIError(response.status, _problem(response))
-            log.warning("chorus: dropping %d reports: %s", batch.size, refusal)
-            result.rejected += batch.size
-            self.dropped += batch.size
+            refusal = APIError(response.status, _json_object(response))
+            log.warning("chorus: dropping %d reports: %s", len(rows), refusal)
+            result.rejected += len(rows)
+            self.dropped += len(rows)
+            self._state.remove(seqs)
             return True
         log.warning("chorus: collector answered %d, %d reports kept", response.status,
-                    batch.size)
+                    len(rows))
         return False
 
-    def close(self) -> FlushResult:
-        """Flush what is queued and release the transport."""
-        result = self.flush()
+    def _send_in_background(self) -> None:
+        """Send when a batch is full or the oldest report is ``max_batch_age`` old."""
+        failures = 0
+        while not self._stopping.is_set():
+            oldest = self._state.oldest_queued()
+            wait = self.max_batch_age
+            if oldest is not None:
+                wait = max(0.0, oldest + self.max_batch_age - self._clock())
+            if failures:
+                wait = max(wait, self.retry.delay(min(failures, 10)))
+            self._wake.wait(timeout=min(wait, 3600.0))
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            oldest = self._state.oldest_queued()
+            due = oldest is not None and self._clock() - oldest >= self.max_batch_age
+            if due or self._state.outbox_size() >= self.batch_size:
+                result = self.flush(timeout=self.timeout * self.retry.max_attempts)
+                failures = failures + 1 if result.pending else 0
+
+    def close(self, timeout: float | None = 10.0) -> FlushResult:
+        """Stop the background sender, flush for at most ``timeout`` seconds, release the
+        transport. Reports still unsent stay in the outbox for the next run."""
+        self._stopping.set()
+        self._wake.set()
+        if self._sender is not None:
+            self._sender.join(timeout)
+        result = self.flush(timeout)
         closer = getattr(self.transport, "close", None)
         if callable(closer):
             closer()
+        self._state.close()
         return result
 
     def __enter__(self) -> Client:

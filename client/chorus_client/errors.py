@@ -3,6 +3,7 @@
     ChorusError
     └── ClientError
         ├── TransportError     the request did not complete (timeout, connection refused)
+        ├── BudgetExceeded     a report would exceed the privacy budget (strict mode only)
         └── APIError           the collector answered with an error (a problem+json body)
             └── CampaignUnavailable   the campaign does not exist or its config is invalid
 """
@@ -13,7 +14,8 @@ from typing import Any
 
 from chorus_shared.errors import ChorusError
 
-__all__ = ["APIError", "CampaignUnavailable", "ClientError", "TransportError"]
+__all__ = ["APIError", "BudgetExceeded", "CampaignUnavailable", "ClientError",
+           "TransportError"]
 
 
 class ClientError(ChorusError):
@@ -22,6 +24,15 @@ class ClientError(ChorusError):
 
 class TransportError(ClientError):
     """The request did not complete: a timeout or a connection error. Retryable."""
+
+
+class BudgetExceeded(ClientError):
+    """A report was not made: it would exceed a budget or report cap (strict mode only)."""
+
+    def __init__(self, campaign: str, reason: str) -> None:
+        self.campaign = campaign
+        self.reason = reason
+        super().__init__(f"report for {campaign!r} not made: {reason} exhausted")
 
 
 class APIError(ClientError):

@@ -53,18 +53,25 @@ def _retry_after(response: Response) -> float | None:
 
 def send_with_retries(transport: Transport, method: str, url: str, body: bytes | None,
                       headers: Mapping[str, str], *, timeout: float, policy: RetryPolicy,
-                      sleep: Callable[[float], None] = time.sleep) -> Response:
+                      sleep: Callable[[float], None] = time.sleep,
+                      deadline: float | None = None) -> Response:
     """Send until a final answer; raise ``TransportError`` if every attempt failed.
 
     Returns the last response when it is final (2xx, or a non-retryable status), or the last
-    retryable response once the attempts are used up.
+    retryable response once the attempts (or the time until ``deadline``, a
+    ``time.monotonic()`` value) are used up.
     """
     last_error: TransportError | None = None
     response: Response | None = None
     for attempt in range(policy.max_attempts):
+        budget = timeout
+        if deadline is not None:
+            budget = min(timeout, deadline - time.monotonic())
+            if budget <= 0:
+                break
         try:
             response = transport.request(method, url, body=body, headers=headers,
-                                         timeout=timeout)
+                                         timeout=budget)
         except TransportError as error:
             last_error, response = error, None
         else:
@@ -79,8 +86,9 @@ def send_with_retries(transport: Transport, method: str, url: str, body: bytes |
                 if advised > policy.max_delay:
                     break  # the server asks for longer than we may wait: give up for now
                 wait = max(wait, advised)
+        if deadline is not None and time.monotonic() + wait >= deadline:
+            break
         sleep(wait)
     if response is not None:
         return response
-    assert last_error is not None
-    raise last_error
+    raise last_error or TransportError("no attempt was made before the deadline")

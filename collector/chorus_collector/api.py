@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 from collections import Counter
 from typing import Any
@@ -31,10 +32,13 @@ from chorus_collector.ratelimit import RateLimiter
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.campaign import campaign_from_spec
 from chorus_shared.errors import CampaignError, PrivacyWarning
+from chorus_shared.wire import MAX_TIME
 
 __all__ = ["api"]
 
 api = Blueprint("chorus_api", __name__)
+_DIGITS = re.compile(r"[0-9]{1,13}")
+_QUERY_FIELDS = {"candidates", "start", "end", "format"}
 
 
 def _storage() -> Storage:
@@ -53,9 +57,26 @@ def _json_body() -> Any:
         raise Problem(415, "unsupported-media-type", "Unsupported Media Type",
                       f"send JSON (Content-Type: application/json), not {request.mimetype}")
     try:
-        return parse_body(request.get_data(cache=False))
+        return parse_body(_read_body())
     except ValueError as error:
         raise Problem(400, "malformed-json", "Malformed JSON", str(error)) from None
+
+
+def _read_body() -> bytes:
+    """The request body, refusing one over the limit whether or not it declared a length.
+
+    Werkzeug stops a body with Content-Length over the limit (413). A chunked body has no
+    length: read it ourselves up to one byte past the limit, so it is refused, not cut short.
+    """
+    limit: int = current_app.config["MAX_CONTENT_LENGTH"]
+    if request.content_length is not None:
+        return request.get_data(cache=False)
+    data: bytes = request.environ["wsgi.input"].read(limit + 1)
+    if len(data) > limit:
+        raise Problem(413, "body-too-large", "Request Entity Too Large",
+                      f"request body is larger than {limit} bytes; send fewer reports per "
+                      "request")
+    return data
 
 
 def _campaign(name: str) -> StoredCampaign:
@@ -185,12 +206,10 @@ def _int_arg(source: dict[str, Any], name: str) -> int | None:
     if value is None or value == "":
         return None
     if isinstance(value, str):
-        try:
-            value = int(value)
-        except ValueError:
-            value = None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise Problem(400, "invalid-query", "Invalid query", f"{name} must be an integer")
+        value = int(value) if _DIGITS.fullmatch(value) else None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_TIME:
+        raise Problem(400, "invalid-query", "Invalid query",
+                      f"{name} must be a Unix time in seconds (0 <= {name} < 2**40)")
     return value
 
 
@@ -199,14 +218,21 @@ def _estimate_query(stored: StoredCampaign) -> tuple[Query, str]:
         body = _json_body()
         if not isinstance(body, dict):
             raise Problem(400, "invalid-query", "Invalid query", "send a JSON object")
+        unknown = set(body) - _QUERY_FIELDS
+        if unknown:
+            raise Problem(400, "invalid-query", "Invalid query",
+                          f"unknown fields {sorted(unknown)}; allowed: {sorted(_QUERY_FIELDS)}")
         source: dict[str, Any] = dict(body)
-        candidates = body.get("candidates", [])
+        candidates = body.get("candidates") or []
         if not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates):
             raise Problem(400, "invalid-query", "Invalid query",
                           "candidates must be a list of strings")
     else:
         source = request.args.to_dict()
         candidates = request.args.getlist("candidate")
+    if candidates and stored.campaign.mechanism.name != "rappor":
+        raise Problem(400, "invalid-query", "Invalid query",
+                      "candidates apply to RAPPOR campaigns only")
     limit = current_app.config["CHORUS"]["MAX_CANDIDATES"]
     if len(candidates) > limit:
         raise Problem(413, "too-many-candidates", "Too many candidates",

@@ -77,8 +77,11 @@ def _register_error_handlers(app: Flask) -> None:
         if status == 413:
             detail = (f"request body is larger than {app.config['MAX_CONTENT_LENGTH']} bytes; "
                       "send fewer reports per request")
+        # Keep Werkzeug's headers that matter to the client, e.g. Allow on a 405.
+        headers = {k: v for k, v in error.get_headers() if k.lower() in ("allow",
+                                                                           "retry-after")}
         return problem_response(Problem(status, _HTTP_KINDS.get(status, "http-error"),
-                                        error.name, detail))
+                                        error.name, detail, headers=headers))
 
     @app.errorhandler(Exception)
     def on_unexpected(error: Exception) -> Response:

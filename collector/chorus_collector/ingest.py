@@ -69,8 +69,17 @@ def _resolve_campaign(storage: Storage, raw: object,
                       fixed: StoredCampaign | None) -> StoredCampaign | None:
     if fixed is not None:
         return fixed
-    digest = _raw_field(raw, "digest")
-    return storage.get_campaign_by_digest(digest) if digest else None
+    if _digest_is_malformed(raw):
+        return None
+    digest = raw.get("digest") if isinstance(raw, dict) else None
+    assert isinstance(digest, str)
+    return storage.get_campaign_by_digest(digest)
+
+
+def _digest_is_malformed(raw: object) -> bool:
+    digest = raw.get("digest") if isinstance(raw, dict) else None
+    return not (isinstance(digest, str) and len(digest) == 64
+                and all(c in "0123456789abcdef" for c in digest))
 
 
 def _payload_too_large(raw: object, limit: int) -> str | None:
@@ -101,6 +110,11 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
     resolved = [_resolve_campaign(storage, raw, campaign) for raw in raw_reports]
     for index, (raw, stored) in enumerate(zip(raw_reports, resolved, strict=True)):
         if stored is None:
+            if _digest_is_malformed(raw):
+                statuses[index] = ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
+                                               "invalid-report",
+                                               "digest must be 64 lowercase hex digits")
+                continue
             statuses[index] = ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
                                            "unknown-campaign",
                                            "the report's digest names no campaign here")
@@ -191,15 +205,34 @@ def _store(storage: Storage,
             storage.add_to_aggregates(conn, campaign_id, partials)
 
 
+MAX_INTEGER_DIGITS = 19  # every accepted integer fits in SQLite's 64-bit integers
+
+
 def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise ValueError(f"integer with {len(text)} digits is out of range")
+    return int(text)
+
+
 def parse_body(body: bytes) -> Any:
-    """Parse a JSON request body; raises ``ValueError`` with a readable message."""
+    """Parse a JSON request body strictly; raises ``ValueError`` with a readable message.
+
+    Strict UTF-8 (no encoded surrogates), no NaN or Infinity, integers of at most 19 digits,
+    and no lone surrogate escapes: whatever passes can be stored, hashed and compared.
+    """
     try:
-        return json.loads(body, parse_constant=_no_constants)
+        text = body.decode("utf-8")
+        value = json.loads(text, parse_constant=_no_constants, parse_int=_bounded_int)
+        if "\\u" in text:  # only an escape can produce a lone surrogate
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return value
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
-    except ValueError as error:  # JSONDecodeError, bad UTF-8, integers too long
+    except UnicodeError:
+        raise ValueError("malformed JSON: not valid UTF-8 text") from None
+    except ValueError as error:  # JSONDecodeError, integers too long, NaN
         raise ValueError(f"malformed JSON: {error}") from None

@@ -20,6 +20,7 @@ from typing import Any
 from chorus_shared.domain import Domain, domain_from_json
 from chorus_shared.errors import CampaignError, PrivacyWarning
 from chorus_shared.mechanisms import Mechanism, mechanism_class
+from chorus_shared.privacy import PrivacyPolicy, policy_from_json
 
 __all__ = [
     "CONFIG_FORMAT",
@@ -37,7 +38,7 @@ DEFAULT_TIME_PRECISION = 3600
 DEFAULT_MIN_BATCH_SIZE = 100
 DEFAULT_REPORT_EXPIRY = 90 * 86400
 _SPEC_FIELDS = {"name", "mechanism", "epsilon", "domain", "params", "time_precision",
-                "min_batch_size", "report_expiry", "description"}
+                "min_batch_size", "report_expiry", "privacy", "description"}
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -56,10 +57,13 @@ class Campaign:
     min_batch_size: int = DEFAULT_MIN_BATCH_SIZE
     report_expiry: int = DEFAULT_REPORT_EXPIRY
     description: str = ""
+    policy: PrivacyPolicy = None  # type: ignore[assignment]  # None: the default policy
     config: dict[str, Any] = field(init=False, repr=False, compare=False)
     digest: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.policy is None:
+            object.__setattr__(self, "policy", policy_from_json(None, self.mechanism))
         config = {
             "format": CONFIG_FORMAT,
             "name": self.name,
@@ -71,6 +75,7 @@ class Campaign:
             "time_precision": self.time_precision,
             "min_batch_size": self.min_batch_size,
             "report_expiry": self.report_expiry,
+            "privacy": self.policy.to_json(),
         }
         object.__setattr__(self, "config", config)
         object.__setattr__(self, "digest", hashlib.sha256(canonical_json(config)).hexdigest())
@@ -112,7 +117,9 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
     ``spec`` holds ``name``, ``mechanism``, ``epsilon`` (optional where the parameters fix it),
     ``domain``, optional ``params``, ``time_precision`` (seconds; report times are truncated to
     it), ``min_batch_size`` (fewest accepted reports an estimate may use), ``report_expiry``
-    (seconds after which a report is too old to accept) and ``description``.
+    (seconds after which a report is too old to accept), ``privacy`` (the per-install policy:
+    ``unit``, ``budget``, ``max_reports``, ``memoize``; see :mod:`chorus_shared.privacy`) and
+    ``description``.
     Issues :class:`PrivacyWarning` when ε > 10.
     """
     if not isinstance(spec, Mapping):
@@ -161,8 +168,10 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
     if warn:
         for message in privacy_warnings(mechanism.epsilon):
             warnings.warn(message, PrivacyWarning, stacklevel=2)
+    policy = policy_from_json(spec.get("privacy"), mechanism)
     return Campaign(name=name, mechanism=mechanism, time_precision=precision,
-                    min_batch_size=min_batch, report_expiry=expiry, description=description)
+                    min_batch_size=min_batch, report_expiry=expiry, description=description,
+                    policy=policy)
 
 
 def _integer_field(spec: Mapping[str, Any], name: str, default: int, lo: int, hi: int) -> int:

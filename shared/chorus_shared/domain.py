@@ -14,11 +14,22 @@ from typing import Any, ClassVar
 from chorus_shared.errors import CampaignError
 
 __all__ = ["MAX_CATEGORIES", "MAX_STRING_BYTES", "Categories", "Domain", "NumericRange",
-           "OpenStrings", "domain_from_json"]
+           "OpenStrings", "domain_from_json", "finite_float"]
 
 MAX_CATEGORIES = 65_536
 MAX_CATEGORY_CHARS = 200
 MAX_STRING_BYTES = 1_024
+
+
+def finite_float(value: object) -> float | None:
+    """``value`` as a finite float, or None (bools, non-numbers, NaN, ±inf, huge integers)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 @dataclass(frozen=True)
@@ -81,9 +92,10 @@ class NumericRange:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise CampaignError(f"domain.{name} must be a number, got {value!r}")
-            if not math.isfinite(value):
-                raise CampaignError(f"domain.{name} must be finite, got {value!r}")
-            object.__setattr__(self, name, float(value))
+            number = finite_float(value)
+            if number is None:
+                raise CampaignError(f"domain.{name} must be a finite number")
+            object.__setattr__(self, name, number)
         if not self.lo < self.hi:
             raise CampaignError(f"domain needs lo < hi, got lo={self.lo}, hi={self.hi}")
         if not math.isfinite(self.hi - self.lo):

@@ -9,7 +9,8 @@ whose Bloom bit i is set. With X the cohort × bit design matrix of the candidat
 users holding s, provided the candidates include every reported value. Weighted least squares
 (weights N_j) gives an unbiased β̂, and its covariance A·Cov[Y]·Aᵀ (A the least-squares
 operator; Cov[Y] the plug-in binomial variance per bit plus, within a cohort, the covariance of
-one user's Bloom bits) gives a standard error per candidate.
+one user's Bloom bits) gives a standard error per candidate. A query whose design would be too
+large to decode quickly is refused (``query-too-large``) rather than left to exhaust memory.
 Candidates are flagged ``detected`` when β̂_s exceeds z_{1 − α/M}·SE_s (one-sided, Bonferroni
 over the M candidates, α = 0.05). The share left unexplained, 1 − Σ β̂, is reported with its SE.
 """
@@ -32,6 +33,8 @@ from chorus_shared.mechanisms import Mechanism, Rappor
 __all__ = ["RapporEstimator", "design_matrix"]
 
 ALPHA = 0.05
+MAX_DESIGN_CELLS = 25_000_000  # cohort·bit rows × candidates: 200 MB of float64
+MAX_WORK = 10_000_000_000  # rows × candidates², the cost of the standard errors
 VARIANCE_MODEL = ("iid-sampling: plug-in binomial variance per cohort bit, propagated through "
                   "weighted least squares; unbiased when the candidates cover every reported value")
 
@@ -55,28 +58,32 @@ def design_matrix(mechanism: Rappor, cohorts: Sequence[int],
     return x.reshape(len(cohorts) * k, len(candidates))
 
 
-def _within_cohort_covariance(operator: np.ndarray, x: np.ndarray, beta: np.ndarray,
-                              reports: np.ndarray, k: int) -> np.ndarray:
-    """The part of Cov[β̂] from correlated bits of one report.
+def _variances(operator: np.ndarray, x: np.ndarray, beta: np.ndarray, var_y: np.ndarray,
+               reports: np.ndarray, k: int) -> tuple[np.ndarray, float]:
+    """Var[β̂_s] for every candidate, and Var[Σ_s β̂_s], without the full covariance matrix.
 
-    Given its Bloom filter a report's bits are perturbed independently, but under i.i.d.
-    sampling the Bloom bits of one user are correlated: within cohort j,
-    Cov[Y_j] has off-diagonal part X_j (diag π − π πᵀ) X_jᵀ / N_j. π is plugged in as β̂,
-    clipped to be a distribution.
+    Cov[Y] has two parts. The per-bit binomial variance var_y (diagonal). And, under i.i.d.
+    sampling, the covariance of one user's Bloom bits within a cohort: given its Bloom filter a
+    report's bits are perturbed independently, but the Bloom bits of one user are correlated,
+    Cov[B_j] = X_j (diag π − π πᵀ) X_jᵀ (off-diagonal part; the diagonal is already in
+    var_y). π is plugged in as β̂, clipped to be a distribution.
     """
     pi = np.clip(beta, 0.0, None)
     if pi.sum() > 1:
         pi = pi / pi.sum()
-    spread = np.diag(pi) - np.outer(pi, pi)
-    extra = np.zeros((operator.shape[0], operator.shape[0]))
+    diagonal = (operator**2) @ var_y
+    total_weights = operator.sum(axis=0)
+    total = float(total_weights**2 @ var_y)
     for j, n_j in enumerate(reports):
         rows = slice(j * k, (j + 1) * k)
-        x_j = x[rows]
-        block = x_j @ spread @ x_j.T
-        np.fill_diagonal(block, 0.0)  # the diagonal is already in the per-bit binomial term
-        o_j = operator[:, rows]
-        extra += o_j @ block @ o_j.T / n_j
-    return extra
+        o_j, x_j = operator[:, rows], x[rows]
+        g = o_j @ x_j  # M × M
+        set_rate = x_j @ pi
+        bit_var = set_rate * (1 - set_rate)  # the diagonal of X_j S X_jᵀ, excluded
+        diagonal += ((g**2) @ pi - (g @ pi) ** 2 - (o_j**2) @ bit_var) / n_j
+        w = x_j.T @ total_weights[rows]
+        total += float(pi @ w**2 - (pi @ w) ** 2 - total_weights[rows] ** 2 @ bit_var) / n_j
+    return np.clip(diagonal, 0.0, None), max(total, 0.0)
 
 
 class RapporEstimator(Estimator):
@@ -114,6 +121,13 @@ class RapporEstimator(Estimator):
         var_y = (rate * (1 - rate) / (reports[:, None] * gap**2)).ravel()
         weights = np.repeat(reports, mechanism.k)
 
+        design_rows, columns = len(used) * mechanism.k, len(candidates)
+        if design_rows * columns > MAX_DESIGN_CELLS or design_rows * columns**2 > MAX_WORK:
+            raise QueryError(
+                "query-too-large",
+                f"{columns} candidates over {len(used)} cohorts × {mechanism.k} bits is too "
+                "large to decode in one query; query fewer candidates",
+            )
         x = design_matrix(mechanism, used.tolist(), candidates)
         gram = x.T @ (x * weights[:, None])
         if np.linalg.matrix_rank(gram) < len(candidates):
@@ -125,9 +139,8 @@ class RapporEstimator(Estimator):
             )
         operator = np.linalg.solve(gram, (x * weights[:, None]).T)  # M × rows
         beta = operator @ y
-        covariance = (operator * var_y) @ operator.T
-        covariance += _within_cohort_covariance(operator, x, beta, reports, mechanism.k)
-        std_error = np.sqrt(np.clip(np.diag(covariance), 0, None))
+        variance, total_variance = _variances(operator, x, beta, var_y, reports, mechanism.k)
+        std_error = np.sqrt(variance)
         threshold = NormalDist().inv_cdf(1 - ALPHA / len(candidates))
         rows = [
             FrequencyRow.from_frequency(c, float(b), float(se), n,
@@ -141,7 +154,7 @@ class RapporEstimator(Estimator):
             postprocessing="none (unbiased weighted least squares)",
             extra={
                 "unexplained_frequency": unexplained,
-                "unexplained_std_error": float(np.sqrt(max(covariance.sum(), 0.0))),
+                "unexplained_std_error": float(np.sqrt(total_variance)),
                 "detection_threshold": f"one-sided z > {threshold:.3f} (Bonferroni, "
                                        f"alpha = {ALPHA} over {len(candidates)} candidates)",
                 "cohorts_with_reports": len(used),

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Self
 
-from chorus_shared.domain import Domain
+from chorus_shared.domain import Domain, finite_float
 from chorus_shared.errors import CampaignError
 from chorus_shared.rng import RandomSource
 
@@ -35,9 +35,10 @@ EMPTY: Mapping[str, int] = MappingProxyType({})
 def check_epsilon(epsilon: object) -> float:
     if isinstance(epsilon, bool) or not isinstance(epsilon, int | float):
         raise CampaignError(f"epsilon must be a number, got {epsilon!r}")
-    epsilon = float(epsilon)
-    if not epsilon > 0 or epsilon != epsilon or epsilon == float("inf"):
-        raise CampaignError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    number = finite_float(epsilon)
+    if number is None or not number > 0:
+        raise CampaignError(f"epsilon must be a finite number > 0, got {epsilon!r:.40}")
+    epsilon = number
     if epsilon > 50:
         raise CampaignError(f"epsilon = {epsilon} is meaningless (> 50); no protection is left")
     return epsilon
@@ -106,6 +107,28 @@ class Mechanism(ABC):
     @abstractmethod
     def check_payload(self, payload: object) -> Payload:
         """Validate a received payload and return it in canonical form. Raises ``WireError``."""
+
+    # -- longitudinal use (memoization) ---------------------------------------------------
+
+    def permanent(self, x: Any, rng: RandomSource,
+                  assignment: Mapping[str, int] = EMPTY) -> Payload:
+        """The part of the randomizer that is memoized per value (all of it by default)."""
+        return self.randomize(x, rng, assignment)
+
+    def instantaneous(self, permanent: Payload, rng: RandomSource) -> Payload:
+        """Fresh noise on top of a memoized response for each report (none by default)."""
+        return permanent
+
+    def memo_input(self, x: Any, assignment: Mapping[str, int]) -> Any:
+        """Map an input to the value whose response is memoized (identity by default)."""
+        return x
+
+    def memo_cumulative(self, reports: float) -> float:
+        """Total ε revealed by ``reports`` reports of one memoized value.
+
+        A fully memoized response reveals ε once, however often it is sent.
+        """
+        return self.epsilon if reports >= 1 else 0.0
 
     @property
     @abstractmethod

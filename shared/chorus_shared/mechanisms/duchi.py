@@ -2,7 +2,8 @@
 
 Sources: Duchi, Jordan, Wainwright, FOCS 2013 and JASA 2018. MECHANISMS.md §9.2.
 
-The device clips x to [lo, hi], maps it to t ∈ [−1, 1] and sends one bit b with
+The device clips x to [lo, hi], maps it to t ∈ [−1, 1] (and, when the campaign memoizes,
+rounds t to a grid by α-point rounding) and sends one bit b with
 P(b = 1) = 1/2 + t·(e^ε − 1) / (2(e^ε + 1)). The collector reads b as t* = ±C_ε with
 C_ε = (e^ε + 1)/(e^ε − 1), which is unbiased for t; Var[t* | t] = C_ε² − t².
 P(b = 1) ranges over [1/(e^ε + 1), e^ε/(e^ε + 1)], so every likelihood ratio is at most e^ε,
@@ -16,12 +17,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from chorus_shared.domain import Domain, NumericRange
+from chorus_shared.domain import Domain, NumericRange, finite_float
 from chorus_shared.errors import CampaignError, ValueDomainError, WireError
 from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
 from chorus_shared.rng import RandomSource, bernoulli
 
 __all__ = ["Duchi"]
+
+DEFAULT_BUCKETS = 32  # grid cells for α-point rounding when memoizing
 
 
 @dataclass(frozen=True)
@@ -33,13 +36,18 @@ class Duchi(Mechanism):
     domain: NumericRange
     eps: float
 
+    buckets: int = DEFAULT_BUCKETS
+
     @classmethod
     def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
-        check_params(params, (), cls.name)
+        check_params(params, ("buckets",), cls.name)
         eps = required_epsilon(cls.name, epsilon)
         if not isinstance(domain, NumericRange):
             raise CampaignError(f"mechanism {cls.name!r} needs a numeric domain [lo, hi]")
-        return cls(domain=domain, eps=eps)
+        buckets = params.get("buckets", DEFAULT_BUCKETS)
+        if isinstance(buckets, bool) or not isinstance(buckets, int) or not 1 <= buckets <= 4096:
+            raise CampaignError("duchi parameter buckets must be an integer in [1, 4096]")
+        return cls(domain=domain, eps=eps, buckets=buckets)
 
     @property
     def c(self) -> float:
@@ -52,7 +60,24 @@ class Duchi(Mechanism):
         return self.eps
 
     def params(self) -> dict[str, Any]:
-        return {}
+        return {"buckets": self.buckets}
+
+    def assign(self, rng: RandomSource) -> dict[str, int]:
+        """α for α-point rounding, drawn once per install (53 bits of [0, 1))."""
+        return {"alpha": rng.getrandbits(53)}
+
+    def memo_input(self, x: float, assignment: Mapping[str, int]) -> float:
+        """α-point rounding to a grid of ``buckets`` cells over [−1, 1] (Ding et al. 2017).
+
+        With α uniform on [0, Δ) and fixed per install, x in [L, L + Δ) is rounded up to
+        L + Δ when x − L > α, down to L otherwise: unbiased over installs, and a value that
+        stays in one cell is memoized as one grid point.
+        """
+        width = 2.0 / self.buckets
+        cell = min(int((x + 1.0) / width), self.buckets - 1)
+        low = -1.0 + cell * width
+        alpha = assignment.get("alpha", 0) * 2.0**-53 * width
+        return min(1.0, low + width) if x - low > alpha else low
 
     def prob_one(self, t: float) -> float:
         """P(b = 1 | t)."""
@@ -63,10 +88,11 @@ class Duchi(Mechanism):
         """Clip to [lo, hi] (on the device) and map to t ∈ [−1, 1]."""
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueDomainError(f"a numeric campaign takes a number, got {value!r}")
-        if not math.isfinite(value):
-            raise ValueDomainError(f"cannot report a non-finite number: {value!r}")
+        number = finite_float(value)
+        if number is None:
+            raise ValueDomainError(f"cannot report a non-finite number: {value!r:.40}")
         lo, hi = self.domain.lo, self.domain.hi
-        clipped = self.domain.clip(float(value))
+        clipped = self.domain.clip(number)
         return 2.0 * (clipped - lo) / (hi - lo) - 1.0
 
     def randomize(

@@ -14,8 +14,10 @@ One report's per-bit rates, with the PRR marginalised (neutral names, see MECHAN
 ε of one report is h·ln(r1(1 − r0) / (r0(1 − r1))): two values' Bloom filters differ in at most
 2h bits. The longitudinal bound with a memoized PRR is ε∞ = 2h·ln((1 − f/2)/(f/2)).
 
-This version draws a fresh PRR for every report, so each report is ε₁-LDP and the two stages
-are sampled in one Bernoulli draw per bit with rates r1 / r0 (the same distribution).
+Without memoization (``randomize``) the two stages are sampled in one Bernoulli draw per bit
+with rates r1 / r0, the same distribution. With memoization the client computes the PRR
+(``permanent``) from a deterministic stream keyed by its secret, the campaign and the value,
+and draws the IRR (``instantaneous``) afresh for every report.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any, ClassVar, Self
 
-from chorus_shared.domain import Domain, OpenStrings
+from chorus_shared.domain import Domain, OpenStrings, finite_float
 from chorus_shared.errors import CampaignError, ValueDomainError, WireError
 from chorus_shared.hashing import MAX_COHORTS, MAX_HASHES, bloom_mask
 from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_epsilon, check_params
@@ -41,10 +43,10 @@ _DEFAULTS = {"k": 32, "h": 2, "m": 16, "f": 0.0}
 
 
 def _number(params: Mapping[str, Any], name: str) -> float:
-    value = params[name]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise CampaignError(f"rappor parameter {name} must be a finite number, got {value!r}")
-    return float(value)
+    number = finite_float(params[name])
+    if number is None:
+        raise CampaignError(f"rappor parameter {name} must be a finite number")
+    return number
 
 
 def _integer(params: Mapping[str, Any], name: str, lo: int, hi: int) -> int:
@@ -183,6 +185,37 @@ class Rappor(Mechanism):
             if u < (r1 if (bloom >> i) & 1 else r0):
                 bits |= 1 << i
         return {"cohort": cohort, "bits": self.bits_to_hex(bits)}
+
+    def permanent(self, x: str, rng: RandomSource,
+                  assignment: Mapping[str, int] = EMPTY) -> dict[str, Any]:
+        """The PRR: each Bloom bit replaced by a fair coin with probability f (f exact)."""
+        cohort = assignment.get("cohort")
+        if cohort is None:
+            cohort = rng.randrange(self.m)
+        bloom = bloom_mask(x, cohort, self.k, self.h)
+        draws = uniforms(rng, 2 * self.k)
+        bits = 0
+        for i in range(self.k):
+            # With probability f the bit becomes a fair coin (f/2 each way), else stays.
+            coin = draws[2 * i] < self.f
+            bit = draws[2 * i + 1] < 0.5 if coin else bool((bloom >> i) & 1)
+            bits |= int(bit) << i
+        return {"cohort": cohort, "bits": self.bits_to_hex(bits)}
+
+    def instantaneous(self, permanent: dict[str, Any], rng: RandomSource) -> dict[str, Any]:
+        """The IRR, fresh for every report: 1 with probability q if the PRR bit is 1, else p."""
+        prr = int(permanent["bits"], 16)
+        bits = 0
+        for i, u in enumerate(uniforms(rng, self.k)):
+            if u < (self.q if (prr >> i) & 1 else self.p):
+                bits |= 1 << i
+        return {"cohort": permanent["cohort"], "bits": self.bits_to_hex(bits)}
+
+    def memo_cumulative(self, reports: float) -> float:
+        """min(r·ε₁, ε∞): each report reveals at most ε₁, all of them at most ε∞."""
+        if reports <= 0:
+            return 0.0
+        return min(reports * self.epsilon, self.epsilon_longitudinal)
 
     def bits_to_hex(self, bits: int) -> str:
         return format(bits, f"0{(self.k + 3) // 4}x")
