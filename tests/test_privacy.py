@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from chorus_shared import REGISTRY, Campaign
-from chorus_shared.hashing import bloom_bits
+from chorus_shared.hashing import bloom_bits, bloom_mask
 from chorus_shared.mechanisms import Rappor
 from examples import EXAMPLES, example_campaigns, example_ids
-from support import chi2_band
+from support import chi2_band, z_threshold
 
 CAMPAIGNS = example_campaigns()
 
@@ -130,3 +130,28 @@ def test_batched_uniforms_are_uniform_and_independent() -> None:
     counts = Counter(int(u * 10) for u in draws)
     chi2 = sum((counts[b] - n / 10) ** 2 / (n / 10) for b in range(10))
     assert chi2 / 9 < chi2_band(9, 2e-6)[1]
+
+
+@pytest.mark.parametrize("campaign", [c for c in CAMPAIGNS if c.mechanism.name == "rappor"],
+                         ids=lambda c: c.name)
+def test_rappor_prr_then_irr_has_the_one_report_rates(campaign: Campaign) -> None:
+    """Memoized RAPPOR splits the randomizer in two stages; with fresh coins for both, each
+    report bit must be 1 with probability r1 (Bloom bit set) or r0, as the single-stage
+    randomizer and the ε₁ claim assume."""
+    mechanism = campaign.mechanism
+    assert isinstance(mechanism, Rappor)
+    rng = random.Random(9)
+    draws = 20_000
+    value = "value-3"
+    bloom = bloom_mask(value, 1, mechanism.k, mechanism.h)
+    ones = [0] * mechanism.k
+    for _ in range(draws):
+        prr = mechanism.permanent(value, rng, {"cohort": 1})
+        bits = int(mechanism.instantaneous(prr, rng)["bits"], 16)
+        for i in range(mechanism.k):
+            ones[i] += (bits >> i) & 1
+    limit = z_threshold(1e-6, mechanism.k)
+    for i in range(mechanism.k):
+        rate = mechanism.r1 if (bloom >> i) & 1 else mechanism.r0
+        z = (ones[i] - draws * rate) / math.sqrt(draws * rate * (1 - rate))
+        assert abs(z) < limit, (i, z)
