@@ -99,6 +99,41 @@ def payloads(campaign: Campaign, n: int, seed: int = 2) -> list[Any]:
             for _ in range(n)]
 
 
+def bench_client_sdk(camps: dict[str, Campaign], n: int, workdir: Path) -> dict[str, Any]:
+    """The whole ``Client.report()``: encode, memoize, randomize, charge, write the outbox."""
+    import subprocess
+
+    from chorus_client import Client
+
+    def run(code: str) -> float:
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    interpreter = run("pass")
+    out: dict[str, Any] = {"import_ms": (run("import chorus_client") - interpreter) * 1000,
+                           "interpreter_start_ms": interpreter * 1000}
+    generous = {name: campaign_from_spec({
+        **{k: v for k, v in c.config.items() if k not in ("format", "epsilon")},
+        "epsilon": c.epsilon,
+        "privacy": {"budget": 1e6, "max_reports": 10**6, "memoize": True}})
+        for name, c in camps.items()}
+    values = random.Random(3)
+    for label, state_dir in (("memory", None), ("disk", workdir / "client-state")):
+        client = Client("http://127.0.0.1:9", state_dir=state_dir, campaign_configs=generous)
+        for name in camps:
+            count = n if state_dir is None else max(20, n // 50)
+            start = time.perf_counter()
+            for _ in range(count):
+                client.report(name, VALUES[name](values))
+            out.setdefault(name, {})[f"report_us_{label}"] = \
+                (time.perf_counter() - start) / count * 1e6
+    return out
+
+
 def bench_aggregation(camps: dict[str, Campaign], n: int) -> dict[str, Any]:
     ints = np.random.default_rng(0).integers(0, 16, size=n)
     start = time.perf_counter()
@@ -271,6 +306,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="chorus-bench-") as tmp:
         workdir = Path(tmp)
         results["client"] = bench_client(camps, 200 if quick else 20_000)
+        results["client_sdk"] = bench_client_sdk(camps, 200 if quick else 5_000, workdir)
         results["aggregation"] = bench_aggregation(camps, 2_000 if quick else 200_000)
         results["ingest"] = bench_ingest(camps, 2_000 if quick else 50_000, workdir)
         results["estimates"] = bench_estimates(camps, [100, 1_000] if quick
@@ -295,6 +331,12 @@ def print_table(results: dict[str, Any]) -> None:
               f"{results['ingest'][name]['reports_per_s']:>14,.0f}"
               f"{results['ingest'][name]['ratio_to_bare']:>16.2f}"
               f"{est[sizes[0]]:>16.2f} → {est[sizes[-1]]:.2f}")
+    sdk = results["client_sdk"]
+    print("Client.report() µs (memoized; in-memory state / on-disk state, fsync per report): "
+          + ", ".join(f"{name} {sdk[name]['report_us_memory']:.0f} / "
+                      f"{sdk[name]['report_us_disk']:.0f}" for name in SPECS))
+    print(f"import chorus_client: {sdk['import_ms']:.0f} ms beyond the interpreter's "
+          f"{sdk['interpreter_start_ms']:.0f} ms")
     print(f"baselines: one CSPRNG draw {results['client']['baseline_us']:.2f} µs; "
           f"np.bincount {results['aggregation']['baseline_bincount_reports_per_s']:,.0f} rep/s")
     for label in ("batch_1000", "single"):

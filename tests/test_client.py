@@ -270,3 +270,19 @@ def test_huge_numbers_are_a_value_domain_error() -> None:
     client = Client(BASE, transport=ScriptedTransport([]), campaign_configs={"lat": config})
     with pytest.raises(ValueDomainError, match="non-finite"):
         client.report("lat", 10**400)
+
+
+def test_the_library_wsgi_bridge_talks_to_the_collector(make_app: Callable[..., Flask],
+                                                         clock: FakeClock) -> None:
+    from chorus_client import WSGITransport as Bridge
+
+    app = make_app()
+    http = app.test_client()
+    http.post("/v1/campaigns", json=campaign_spec("browser"), headers=ADMIN_HEADERS)
+    bridge = Bridge(app)
+    client = Client("http://collector.test", transport=bridge, clock=clock)
+    assert client.report("browser", "a") == "queued"
+    assert client.flush().accepted == 1
+    assert [m for m, _, _ in bridge.sent] == ["GET", "POST"]
+    assert http.get("/v1/campaigns/browser/estimates", headers=ANALYST_HEADERS).get_json()[
+        "n"] == 1

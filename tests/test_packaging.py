@@ -50,6 +50,7 @@ def test_public_client_surface_is_pinned() -> None:
         "APIError", "BudgetExceeded", "CampaignUnavailable", "ChorusError", "Client",
         "ClientError", "CollectorAPI", "FlushResult", "Outcome", "RequestsTransport",
         "Response", "RetryPolicy", "Transport", "TransportError", "ValueDomainError",
+        "WSGITransport",
     ])
 
 

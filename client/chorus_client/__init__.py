@@ -14,7 +14,7 @@ from chorus_client.errors import (
     TransportError,
 )
 from chorus_client.retry import RetryPolicy
-from chorus_client.transport import RequestsTransport, Response, Transport
+from chorus_client.transport import RequestsTransport, Response, Transport, WSGITransport
 from chorus_shared.errors import ChorusError, ValueDomainError
 
 __all__ = [
@@ -33,4 +33,5 @@ __all__ = [
     "Transport",
     "TransportError",
     "ValueDomainError",
+    "WSGITransport",
 ]

@@ -6,15 +6,17 @@ to the collector's WSGI app; both only need to implement :class:`Transport`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import io
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import requests
 
 from chorus_client.errors import TransportError
 
-__all__ = ["RequestsTransport", "Response", "Transport"]
+__all__ = ["RequestsTransport", "Response", "Transport", "WSGITransport"]
 
 
 @dataclass(frozen=True)
@@ -57,3 +59,53 @@ class RequestsTransport:
 
     def close(self) -> None:
         self.session.close()
+
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class WSGITransport:
+    """An in-process bridge to any WSGI app, e.g. the collector's ``create_app()``: for
+    end-to-end tests of an integration without a server or a socket. Records what it sent."""
+
+    def __init__(self, app: WSGIApp) -> None:
+        self.app = app
+        self.sent: list[tuple[str, str, bytes | None]] = []
+
+    def request(self, method: str, url: str, *, body: bytes | None,
+                headers: Mapping[str, str], timeout: float) -> Response:
+        if timeout <= 0:
+            raise ValueError("timeouts are always on")
+        self.sent.append((method, url, body))
+        parts = urlsplit(url)
+        data = body or b""
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": method, "SCRIPT_NAME": "", "PATH_INFO": parts.path or "/",
+            "QUERY_STRING": parts.query, "SERVER_NAME": parts.hostname or "localhost",
+            "SERVER_PORT": str(parts.port or 80), "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": "127.0.0.1", "CONTENT_LENGTH": str(len(data)),
+            "wsgi.version": (1, 0), "wsgi.url_scheme": parts.scheme or "http",
+            "wsgi.input": io.BytesIO(data), "wsgi.errors": io.StringIO(),
+            "wsgi.multithread": True, "wsgi.multiprocess": False, "wsgi.run_once": False,
+        }
+        for name, value in headers.items():
+            key = name.upper().replace("-", "_")
+            if key == "CONTENT_TYPE":
+                environ["CONTENT_TYPE"] = value
+            else:
+                environ[f"HTTP_{key}"] = value
+        status: list[str] = []
+        reply_headers: dict[str, str] = {}
+
+        def start_response(line: str, pairs: list[tuple[str, str]], *_: Any) -> None:
+            status.append(line)
+            reply_headers.update(pairs)
+
+        chunks = self.app(environ, start_response)
+        try:
+            content = b"".join(chunks)
+        finally:
+            closer = getattr(chunks, "close", None)
+            if callable(closer):
+                closer()
+        return Response(int(status[0].split()[0]), content, reply_headers)
