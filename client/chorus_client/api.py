@@ -61,6 +61,13 @@ class CollectorAPI:
         result: dict[str, Any] = self._json("POST", "/v1/campaigns", dict(spec))
         return result
 
+    def submit(self, reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Upload already-perturbed reports as they are (no token needed unless an ingest key
+        is configured, which then goes in ``token``). Returns the per-report statuses."""
+        result: dict[str, Any] = self._json("POST", "/v1/reports",
+                                            {"reports": [dict(r) for r in reports]})
+        return result
+
     def list_campaigns(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._json("GET", "/v1/campaigns")["campaigns"]
         return result

@@ -38,7 +38,7 @@ __all__ = ["api"]
 
 api = Blueprint("chorus_api", __name__)
 _DIGITS = re.compile(r"[0-9]{1,13}")
-_QUERY_FIELDS = {"candidates", "start", "end", "format"}
+_QUERY_FIELDS = {"candidates", "start", "end", "format", "postprocessing"}
 
 
 def _storage() -> Storage:
@@ -252,7 +252,13 @@ def _estimate_query(stored: StoredCampaign) -> tuple[Query, str]:
         fmt = "csv" if request.accept_mimetypes.best == "text/csv" else "json"
     if fmt not in ("json", "csv"):
         raise Problem(400, "invalid-query", "Invalid query", "format must be json or csv")
-    return Query(start=start, end=end, candidates=tuple(candidates)), fmt
+    method = source.get("postprocessing") or "none"
+    allowed = estimator_for(stored.campaign.mechanism.name).postprocessing
+    if method not in allowed:
+        raise Problem(400, "invalid-query", "Invalid query",
+                      f"postprocessing must be one of {list(allowed)} for this campaign")
+    return Query(start=start, end=end, candidates=tuple(candidates),
+                 postprocessing=method), fmt
 
 
 @api.route("/v1/campaigns/<name>/estimates", methods=["GET", "POST"])

@@ -4,7 +4,8 @@
 * ``chorus campaign create|list``: admin calls over HTTP (``CHORUS_URL``, ``CHORUS_TOKEN``);
 * ``chorus estimates NAME``: analyst call, printed as a table, JSON or CSV;
 * ``chorus demo``: a collector, three campaigns and 20,000 simulated users, end to end;
-* ``chorus gc``: erase report payloads past their campaign's expiry, keeping report IDs.
+* ``chorus gc``: erase report payloads past their campaign's expiry, keeping report IDs;
+* ``chorus rappor params|import``: campaigns and reports from google/rappor clients.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ def campaign_create(spec_file: Path, url: str, token: str | None) -> None:
         spec = json.loads(spec_file.read_text())
     except ValueError as error:
         raise click.ClickException(f"{spec_file}: not JSON: {error}") from None
+    if not isinstance(spec, dict):
+        raise click.ClickException(f"{spec_file}: a campaign definition is a JSON object")
     created = _call(lambda: _api(url, token).create_campaign(spec))
     for warning in created.get("warnings", []):
         click.secho(f"warning: {warning}", fg="yellow", err=True)
@@ -127,6 +130,64 @@ def estimates(name: str, candidates: tuple[str, ...], candidates_file: Path | No
         click.echo(json.dumps(result, indent=2))
     else:
         click.echo(format_estimates(result))
+
+
+@main.group()
+def rappor() -> None:
+    """Use data from google/rappor clients."""
+
+
+@rappor.command("params")
+@click.argument("params_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--name", required=True, help="Name of the campaign to define.")
+def rappor_params(params_csv: Path, name: str) -> None:
+    """Print a campaign definition for google/rappor's k,h,m,p,q,f parameter CSV."""
+    from chorus_collector.rappor_compat import CompatError, spec_from_google_params
+
+    try:
+        spec = spec_from_google_params(params_csv.read_text(), name)
+    except CompatError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(json.dumps(spec, indent=2))
+
+
+@rappor.command("import")
+@click.argument("name")
+@click.argument("reports_csv", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--time", "when", type=int, default=None,
+              help="Report time (Unix seconds; default now), truncated to the precision.")
+@url_option
+@token_option
+def rappor_import(name: str, reports_csv: Path, when: int | None, url: str,
+                  token: str | None) -> None:
+    """Upload google/rappor client reports (client,cohort,bloom,prr,irr) to a campaign."""
+    import time
+
+    from chorus_collector.rappor_compat import CompatError, reports_from_google_csv
+    from chorus_shared.campaign import campaign_from_config
+
+    api = _api(url, token)
+    campaign = campaign_from_config(_call(lambda: api.get_campaign(name)))
+    stamp = campaign.time_bucket(time.time() if when is None else when)
+    counts = {"accepted": 0, "duplicate": 0, "rejected": 0}
+    try:
+        with reports_csv.open(newline="") as lines:
+            batch: list[dict[str, Any]] = []
+            for report in reports_from_google_csv(lines, campaign, stamp):
+                batch.append(report)
+                if len(batch) == 1000:
+                    _tally(counts, _call(lambda b=batch: api.submit(b)))
+                    batch = []
+            if batch:
+                _tally(counts, _call(lambda: api.submit(batch)))
+    except CompatError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(", ".join(f"{v} {k}" for k, v in counts.items()))
+
+
+def _tally(counts: dict[str, int], answer: dict[str, Any]) -> None:
+    for key in counts:
+        counts[key] += int(answer.get(key, 0))
 
 
 @main.command()

@@ -8,9 +8,16 @@ has its own independent set of h hash functions (RAPPOR's cohorts, Erlingsson et
 
 from __future__ import annotations
 
+import hashlib
+import struct
+
 import mmh3
 
-__all__ = ["MAX_COHORTS", "MAX_HASHES", "bloom_bits", "bloom_mask"]
+__all__ = ["GOOGLE_MAX_BITS", "GOOGLE_MAX_HASHES", "MAX_COHORTS", "MAX_HASHES", "bloom_bits",
+           "bloom_mask", "google_bloom_bits"]
+
+GOOGLE_MAX_BITS = 256  # one MD5 digest byte per hash
+GOOGLE_MAX_HASHES = 16  # the digest has 16 bytes
 
 MAX_HASHES = 64
 MAX_COHORTS = 1 << 20  # so that every seed fits in 32 bits
@@ -25,9 +32,22 @@ def bloom_bits(value: str, cohort: int, num_bits: int, num_hashes: int) -> tuple
     )
 
 
-def bloom_mask(value: str, cohort: int, num_bits: int, num_hashes: int) -> int:
+def google_bloom_bits(value: str, cohort: int, num_bits: int,
+                      num_hashes: int) -> tuple[int, ...]:
+    """google/rappor's Bloom bits, for reports from its clients (compatibility mode).
+
+    MD5 over the cohort as 4 big-endian bytes followed by the value's UTF-8 bytes; digest
+    byte i modulo k is hash i (``client/python/rappor.py``, ``get_bloom_bits``).
+    """
+    digest = hashlib.md5(struct.pack(">L", cohort) + value.encode("utf-8")).digest()
+    return tuple(digest[i] % num_bits for i in range(num_hashes))
+
+
+def bloom_mask(value: str, cohort: int, num_bits: int, num_hashes: int,
+               scheme: str = "mmh3") -> int:
     """The Bloom filter as an integer: bit i (1 << i) is Bloom bit i."""
+    hasher = google_bloom_bits if scheme == "google-md5" else bloom_bits
     mask = 0
-    for bit in bloom_bits(value, cohort, num_bits, num_hashes):
+    for bit in hasher(value, cohort, num_bits, num_hashes):
         mask |= 1 << bit
     return mask

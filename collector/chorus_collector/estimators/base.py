@@ -37,6 +37,7 @@ class Query:
     start: int | None = None
     end: int | None = None
     candidates: tuple[str, ...] = field(default_factory=tuple)
+    postprocessing: str = "none"
 
     @property
     def window(self) -> dict[str, int | None]:
@@ -45,6 +46,8 @@ class Query:
 
 class Estimator(ABC):
     name: ClassVar[str]
+    #: Post-processing methods a query may ask for; "none" is the unbiased estimate.
+    postprocessing: ClassVar[tuple[str, ...]] = ("none",)
 
     @abstractmethod
     def state_size(self, mechanism: Mechanism) -> int: ...

@@ -12,7 +12,12 @@ operator; Cov[Y] the plug-in binomial variance per bit plus, within a cohort, th
 one user's Bloom bits) gives a standard error per candidate. A query whose design would be too
 large to decode quickly is refused (``query-too-large``) rather than left to exhaust memory.
 Candidates are flagged ``detected`` when β̂_s exceeds z_{1 − α/M}·SE_s (one-sided, Bonferroni
-over the M candidates, α = 0.05). The share left unexplained, 1 − Σ β̂, is reported with its SE.
+over the M candidates, α = 0.05). The share left unexplained, 1 − Σ β̂, is reported with its SE,
+and the residual χ² (Σ residual² / Var Y over the cohort bits, with its degrees of freedom):
+far above its dof, it says that reported values are missing from the candidates.
+
+``postprocessing=nnls`` asks for google/rappor's fit instead: LASSO selection when there are
+many candidates, then non-negative least squares with Σβ ≤ 1 (see ``rappor_fit``).
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chorus_collector.estimators.base import Estimator, Query, QueryError
+from chorus_collector.estimators.rappor_fit import constrained_fit, lasso_select
 from chorus_collector.results import FrequencyEstimate, FrequencyRow
 from chorus_shared.campaign import Campaign
 from chorus_shared.errors import ValueDomainError
-from chorus_shared.hashing import bloom_bits
+from chorus_shared.hashing import bloom_bits, google_bloom_bits
 from chorus_shared.mechanisms import Mechanism, Rappor
 
 __all__ = ["RapporEstimator", "design_matrix"]
@@ -51,10 +57,11 @@ def design_matrix(mechanism: Rappor, cohorts: Sequence[int],
                   candidates: Sequence[str]) -> np.ndarray:
     """X[(j, i), s] = 1 iff candidate s sets Bloom bit i in cohort j (rows cohort-major)."""
     k, h = mechanism.k, mechanism.h
+    hasher = google_bloom_bits if mechanism.hash == "google-md5" else bloom_bits
     x = np.zeros((len(cohorts), k, len(candidates)), dtype=np.float64)
     for row, cohort in enumerate(cohorts):
         for s, candidate in enumerate(candidates):
-            x[row, list(bloom_bits(candidate, cohort, k, h)), s] = 1.0
+            x[row, list(hasher(candidate, cohort, k, h)), s] = 1.0
     return x.reshape(len(cohorts) * k, len(candidates))
 
 
@@ -88,6 +95,7 @@ def _variances(operator: np.ndarray, x: np.ndarray, beta: np.ndarray, var_y: np.
 
 class RapporEstimator(Estimator):
     name: ClassVar[str] = "rappor"
+    postprocessing: ClassVar[tuple[str, ...]] = ("none", "nnls")
 
     def state_size(self, mechanism: Mechanism) -> int:
         assert isinstance(mechanism, Rappor)
@@ -129,36 +137,64 @@ class RapporEstimator(Estimator):
                 "large to decode in one query; query fewer candidates",
             )
         x = design_matrix(mechanism, used.tolist(), candidates)
-        gram = x.T @ (x * weights[:, None])
-        if np.linalg.matrix_rank(gram) < len(candidates):
-            raise QueryError(
-                "candidates-not-identifiable",
-                f"the {len(candidates)} candidates' Bloom filters are linearly dependent across "
-                f"the {len(used)} cohorts that have reports (k = {mechanism.k}); query fewer "
-                "candidates, or collect with more bits or cohorts",
-            )
-        operator = np.linalg.solve(gram, (x * weights[:, None]).T)  # M × rows
-        beta = operator @ y
-        variance, total_variance = _variances(operator, x, beta, var_y, reports, mechanism.k)
-        std_error = np.sqrt(variance)
+        support = np.arange(columns)
+        if query.postprocessing == "nnls" and columns > 0.8 * design_rows:
+            root_w = np.sqrt(weights)
+            support = lasso_select(x * root_w[:, None], y * root_w,
+                                   max_nonzero=min(500, int(0.8 * design_rows)))
+        beta = np.zeros(columns)
+        std_error = np.full(columns, np.nan)
+        selected = np.zeros(columns, dtype=bool)
+        total_variance = 0.0
+        if len(support):
+            x_s = x[:, support]
+            gram = x_s.T @ (x_s * weights[:, None])
+            if np.linalg.matrix_rank(gram) < len(support):
+                raise QueryError(
+                    "candidates-not-identifiable",
+                    f"the {len(support)} candidates' Bloom filters are linearly dependent "
+                    f"across the {len(used)} cohorts that have reports (k = {mechanism.k}); "
+                    "query fewer candidates, collect with more bits or cohorts, or ask for "
+                    "postprocessing=nnls",
+                )
+            operator = np.linalg.solve(gram, (x_s * weights[:, None]).T)  # M × rows
+            fitted = operator @ y
+            if query.postprocessing == "nnls":
+                root_w = np.sqrt(weights)
+                fitted = constrained_fit(x_s * root_w[:, None], y * root_w)
+            variance, total_variance = _variances(operator, x_s, fitted, var_y, reports,
+                                                  mechanism.k)
+            beta[support] = fitted
+            std_error[support] = np.sqrt(variance)
+            selected[support] = True
         threshold = NormalDist().inv_cdf(1 - ALPHA / len(candidates))
         rows = [
-            FrequencyRow.from_frequency(c, float(b), float(se), n,
-                                        detected=bool(b > threshold * se))
-            for c, b, se in zip(candidates, beta, std_error, strict=True)
+            FrequencyRow.from_frequency(c, float(b), float(se) if ok else 0.0, n,
+                                        detected=bool(ok and b > threshold * se))
+            for c, b, se, ok in zip(candidates, beta, std_error, selected, strict=True)
         ]
-        unexplained = 1.0 - float(beta.sum())
+        residual = y - x @ beta
+        informative = var_y > 0
+        chi2 = float(np.sum(residual[informative] ** 2 / var_y[informative]))
+        extra = {
+            "unexplained_frequency": 1.0 - float(beta.sum()),
+            "unexplained_std_error": float(np.sqrt(total_variance)),
+            "detection_threshold": f"one-sided z > {threshold:.3f} (Bonferroni, "
+                                   f"alpha = {ALPHA} over {len(candidates)} candidates)",
+            "cohorts_with_reports": len(used),
+            "residual_chi2": chi2,
+            "residual_dof": int(informative.sum()) - len(support),
+            "candidates_fitted": len(support),
+        }
+        label = "none (unbiased weighted least squares)"
+        if query.postprocessing == "nnls":
+            label = ("nnls: non-negative least squares with sum <= 1 (biased towards 0), after "
+                     "LASSO selection when candidates outnumber 0.8 x cohort bits; standard "
+                     "errors from the unconstrained fit on the selected candidates")
         return FrequencyEstimate(
             campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
             rows=rows, variance_model=VARIANCE_MODEL, window=query.window,
-            postprocessing="none (unbiased weighted least squares)",
-            extra={
-                "unexplained_frequency": unexplained,
-                "unexplained_std_error": float(np.sqrt(total_variance)),
-                "detection_threshold": f"one-sided z > {threshold:.3f} (Bonferroni, "
-                                       f"alpha = {ALPHA} over {len(candidates)} candidates)",
-                "cohorts_with_reports": len(used),
-            },
+            postprocessing=label, extra=extra,
         )
 
     @staticmethod

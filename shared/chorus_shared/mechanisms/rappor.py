@@ -30,7 +30,13 @@ from typing import Any, ClassVar, Self
 
 from chorus_shared.domain import Domain, OpenStrings, finite_float
 from chorus_shared.errors import CampaignError, ValueDomainError, WireError
-from chorus_shared.hashing import MAX_COHORTS, MAX_HASHES, bloom_mask
+from chorus_shared.hashing import (
+    GOOGLE_MAX_BITS,
+    GOOGLE_MAX_HASHES,
+    MAX_COHORTS,
+    MAX_HASHES,
+    bloom_mask,
+)
 from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_epsilon, check_params
 from chorus_shared.rng import RandomSource, uniforms
 
@@ -38,8 +44,9 @@ __all__ = ["Rappor"]
 
 MAX_BITS = 4096
 MAX_CELLS = 1 << 20  # k × m: bounds the collector's statistics per time bucket (8 MiB)
-_PARAMS = ("k", "h", "m", "f", "p", "q")
-_DEFAULTS = {"k": 32, "h": 2, "m": 16, "f": 0.0}
+_PARAMS = ("k", "h", "m", "f", "p", "q", "hash")
+_DEFAULTS = {"k": 32, "h": 2, "m": 16, "f": 0.0, "hash": "mmh3"}
+HASH_SCHEMES = ("mmh3", "google-md5")
 
 
 def _number(params: Mapping[str, Any], name: str) -> float:
@@ -64,27 +71,6 @@ def one_report_epsilon(h: int, f: float, p: float, q: float) -> float:
     return h * math.log(r1 * (1 - r0) / (r0 * (1 - r1)))
 
 
-def _symmetric_pq(epsilon: float, h: int, f: float) -> tuple[float, float]:
-    """The (p, q = 1 − p) that make one report exactly ε-LDP (bisection when f > 0)."""
-    if f == 0:
-        z = math.exp(epsilon / (2 * h))
-        return 1 / (1 + z), z / (1 + z)  # not 1 − q: that loses precision at large ε
-    if epsilon >= 2 * h * math.log((1 - f / 2) / (f / 2)):
-        raise CampaignError(
-            f"epsilon = {epsilon} is unreachable with f = {f}: the PRR alone caps one report "
-            f"at {2 * h * math.log((1 - f / 2) / (f / 2)):.4f}; lower f or epsilon"
-        )
-    lo, hi = 0.5, 1.0
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if one_report_epsilon(h, f, 1 - mid, mid) < epsilon:
-            lo = mid
-        else:
-            hi = mid
-    q = (lo + hi) / 2
-    return 1 - q, q
-
-
 @dataclass(frozen=True)
 class Rappor(Mechanism):
     """Bloom-filter RAPPOR; payload ``{"cohort": c, "bits": "<hex>"}`` (bit i = 1 << i)."""
@@ -100,21 +86,42 @@ class Rappor(Mechanism):
     f: float
     p: float
     q: float
+    hash: str = "mmh3"  # or "google-md5": google/rappor's Bloom hashing, to decode its clients
 
     @classmethod
-    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
-        check_params(params, _PARAMS, cls.name)
+    def _shape(cls, domain: Domain, merged: Mapping[str, Any]) -> tuple[int, int, int]:
+        """(k, h, m) from the parameters: the Bloom filter and its cohorts."""
         if not isinstance(domain, OpenStrings):
             raise CampaignError("mechanism 'rappor' needs a strings domain")
-        merged = {**_DEFAULTS, **params}
-        k = _integer(merged, "k", 1, MAX_BITS)
-        h = _integer(merged, "h", 1, min(k, MAX_HASHES))
+        scheme = merged.get("hash")
+        if scheme not in HASH_SCHEMES:
+            raise CampaignError(f"rappor parameter hash must be one of {list(HASH_SCHEMES)}")
+        google = scheme == "google-md5"
+        k = _integer(merged, "k", 1, GOOGLE_MAX_BITS if google else MAX_BITS)
+        h = _integer(merged, "h", 1, min(k, GOOGLE_MAX_HASHES if google else MAX_HASHES))
         m = _integer(merged, "m", 1, MAX_COHORTS)
         if k * m > MAX_CELLS:
             raise CampaignError(
                 f"k × m = {k * m} exceeds {MAX_CELLS}: the collector keeps k + 1 counters per "
                 "cohort and time bucket; use fewer bits or cohorts"
             )
+        return k, h, m
+
+    @classmethod
+    def _epsilon_of(cls, h: int, f: float, p: float, q: float) -> float:
+        return one_report_epsilon(h, f, p, q)
+
+    @classmethod
+    def _log_ratio_multiplier(cls, h: int) -> int:
+        """With f = 0 and p = 1 − q, ε = this × ln(q/(1 − q)): two values' filters differ in
+        h pairs of bits, each pair contributing (q/(1 − q))²."""
+        return 2 * h
+
+    @classmethod
+    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
+        check_params(params, cls._allowed_params(), cls.name)
+        merged = {**cls._defaults(), **params}
+        k, h, m = cls._shape(domain, merged)
         f = _number(merged, "f")
         if not 0 <= f < 1:
             raise CampaignError(f"rappor parameter f must be in [0, 1), got {f}")
@@ -124,7 +131,7 @@ class Rappor(Mechanism):
             p, q = _number(merged, "p"), _number(merged, "q")
             if not 0 <= p < q <= 1:
                 raise CampaignError(f"rappor needs 0 <= p < q <= 1, got p={p}, q={q}")
-            claimed = one_report_epsilon(h, f, p, q)
+            claimed = cls._epsilon_of(h, f, p, q)
             if not math.isfinite(claimed):
                 raise CampaignError("these f, p, q give no privacy (ε is infinite)")
             if epsilon is not None and not math.isclose(
@@ -137,8 +144,43 @@ class Rappor(Mechanism):
         else:
             if epsilon is None:
                 raise CampaignError("rappor needs epsilon, or explicit f, p and q")
-            p, q = _symmetric_pq(check_epsilon(epsilon), h, f)
-        return cls(domain=domain, k=k, h=h, m=m, f=f, p=p, q=q)
+            p, q = cls._symmetric_pq(check_epsilon(epsilon), h, f)
+        return cls(domain=domain, k=k, h=h, m=m, f=f, p=p, q=q,  # type: ignore[arg-type]
+                   hash=merged.get("hash", "mmh3"))
+
+    @classmethod
+    def _allowed_params(cls) -> tuple[str, ...]:
+        return _PARAMS
+
+    @classmethod
+    def _defaults(cls) -> dict[str, Any]:
+        return dict(_DEFAULTS)
+
+    @classmethod
+    def _symmetric_pq(cls, epsilon: float, h: int, f: float) -> tuple[float, float]:
+        """The (p, q = 1 − p) that make one report exactly ε-LDP."""
+        if f == 0:  # closed form: ε = (ln-ratios per differing bit) × ln(q / (1 − q))
+            z = math.exp(epsilon / cls._log_ratio_multiplier(h))
+            return 1 / (1 + z), z / (1 + z)  # not 1 − q: that loses precision at large ε
+        cap = cls._epsilon_of(h, f, 0.0, 1.0)
+        if epsilon >= cap:
+            raise CampaignError(
+                f"epsilon = {epsilon} is unreachable with f = {f}: the PRR alone caps one "
+                f"report at {cap:.4f}; lower f or epsilon"
+            )
+        lo, hi = 0.5, 1.0
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            if cls._epsilon_of(h, f, 1 - mid, mid) < epsilon:
+                lo = mid
+            else:
+                hi = mid
+        q = (lo + hi) / 2
+        return 1 - q, q
+
+    def bloom(self, x: Any, cohort: int) -> int:
+        """The Bloom filter of an encoded value in a cohort: bit i is 1 << i."""
+        return bloom_mask(x, cohort, self.k, self.h, self.hash)
 
     @property
     def r1(self) -> float:
@@ -160,7 +202,11 @@ class Rappor(Mechanism):
         return 2 * self.h * math.log((1 - self.f / 2) / (self.f / 2))
 
     def params(self) -> dict[str, Any]:
-        return {"k": self.k, "h": self.h, "m": self.m, "f": self.f, "p": self.p, "q": self.q}
+        params: dict[str, Any] = {"k": self.k, "h": self.h, "m": self.m, "f": self.f,
+                                  "p": self.p, "q": self.q}
+        if self.hash != "mmh3":  # the default stays implicit: configs made before it match
+            params["hash"] = self.hash
+        return params
 
     def encode(self, value: object) -> str:
         if not isinstance(value, str):
@@ -178,7 +224,7 @@ class Rappor(Mechanism):
         cohort = assignment.get("cohort")
         if cohort is None:
             cohort = rng.randrange(self.m)
-        bloom = bloom_mask(x, cohort, self.k, self.h)
+        bloom = self.bloom(x, cohort)
         r1, r0 = self.r1, self.r0
         bits = 0
         for i, u in enumerate(uniforms(rng, self.k)):
@@ -192,7 +238,7 @@ class Rappor(Mechanism):
         cohort = assignment.get("cohort")
         if cohort is None:
             cohort = rng.randrange(self.m)
-        bloom = bloom_mask(x, cohort, self.k, self.h)
+        bloom = self.bloom(x, cohort)
         draws = uniforms(rng, 2 * self.k)
         bits = 0
         for i in range(self.k):
@@ -243,7 +289,7 @@ class Rappor(Mechanism):
 
     def output_probability(self, payload: dict[str, Any], x: str) -> float:
         cohort = payload["cohort"]
-        bloom = bloom_mask(x, cohort, self.k, self.h)
+        bloom = self.bloom(x, cohort)
         bits = int(payload["bits"], 16)
         prob = 1.0 / self.m  # the cohort is independent of the value
         for i in range(self.k):
