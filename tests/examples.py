@@ -28,6 +28,16 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"epsilon": 4.0, "domain": {"kind": "strings"},
          "params": {"k": 10, "h": 3, "m": 2, "f": 0.2}},
     ],
+    "basic_rappor": [
+        {"epsilon": 1.5, "domain": ["a", "b", "c", "d"]},
+        {"epsilon": None, "domain": [f"v{i}" for i in range(6)],
+         "params": {"f": 0.25, "p": 0.3, "q": 0.8}},
+    ],
+    "boolean_rappor": [
+        {"epsilon": 1.0, "domain": ["no", "yes"]},
+        {"epsilon": None, "domain": ["off", "on"], "params": {"f": 0.5, "p": 0.25, "q": 0.75}},
+        {"epsilon": None, "domain": ["off", "on"], "params": {"f": 0.2, "p": 0.1, "q": 0.6}},
+    ],
     "duchi": [
         {"epsilon": 1.0, "domain": {"kind": "numeric", "lo": -5, "hi": 5}},
         {"epsilon": 3.0, "domain": {"kind": "numeric", "lo": 0, "hi": 1}},

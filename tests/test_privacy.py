@@ -37,7 +37,8 @@ def _key(payload: Any) -> Any:
 
 def _inputs(campaign: Campaign) -> list[Any]:
     mechanism = campaign.mechanism
-    if isinstance(mechanism, Rappor):
+    if mechanism.name == "rappor":
+        assert isinstance(mechanism, Rappor)
         return _rappor_inputs(mechanism)
     return list(mechanism.inputs())
 
@@ -112,6 +113,20 @@ def test_pure_protocol_support_probabilities(campaign: Campaign) -> None:
             expected = p_star if v == x else q_star
             assert mechanism.output_probability(v, x) == pytest.approx(expected, rel=1e-15)
     assert math.log(p_star / q_star) == pytest.approx(campaign.epsilon, rel=1e-12)
+
+
+@pytest.mark.parametrize("campaign", [c for c in CAMPAIGNS if c.mechanism.name ==
+                                      "basic_rappor"], ids=lambda c: c.name)
+def test_basic_rappor_bits_have_the_pure_support_probabilities(campaign: Campaign) -> None:
+    """Summing the exact output table: bit v is 1 with r1 when x = v, r0 otherwise."""
+    mechanism = campaign.mechanism
+    p_star, q_star = mechanism.support_probabilities()  # type: ignore[attr-defined]
+    outputs = list(mechanism.outputs())
+    for x in mechanism.inputs():
+        for v in mechanism.inputs():
+            rate = math.fsum(mechanism.output_probability(y, x) for y in outputs
+                             if (int(y["bits"], 16) >> v) & 1)
+            assert rate == pytest.approx(p_star if v == x else q_star, rel=1e-12)
 
 
 def test_batched_uniforms_are_uniform_and_independent() -> None:

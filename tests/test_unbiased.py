@@ -25,7 +25,7 @@ from chorus_collector.estimators.krr import fixed_population_variance
 from chorus_collector.estimators.rappor import design_matrix
 from chorus_shared import Campaign
 from chorus_shared.hashing import bloom_mask
-from chorus_shared.mechanisms import KRR, Duchi, Rappor
+from chorus_shared.mechanisms import KRR, BasicRappor, BooleanRappor, Duchi, Rappor
 from examples import example_campaigns
 from support import chi2_band, z_threshold
 
@@ -72,11 +72,13 @@ def _frequency_values(result: Any) -> tuple[np.ndarray, np.ndarray]:
             np.array([r.frequency_std_error for r in result.rows]))
 
 
-@pytest.mark.parametrize("campaign", _by_kind("krr", "rr"), ids=lambda c: c.name)
-def test_krr_is_unbiased_with_the_exact_variance(campaign: Campaign) -> None:
+@pytest.mark.parametrize("campaign", _by_kind("krr", "rr", "basic_rappor"),
+                         ids=lambda c: c.name)
+def test_pure_categorical_mechanisms_are_unbiased_with_the_exact_variance(
+        campaign: Campaign) -> None:
     mechanism = campaign.mechanism
-    assert isinstance(mechanism, KRR)
-    d, n = mechanism.d, 1000
+    assert isinstance(mechanism, KRR | BasicRappor)
+    d, n = len(mechanism.domain.values), 1000
     weights = [1 / (v + 1) ** 1.1 for v in range(d)]
     counts = [int(n * w / sum(weights)) for w in weights]
     counts[0] += n - sum(counts)
@@ -86,8 +88,23 @@ def test_krr_is_unbiased_with_the_exact_variance(campaign: Campaign) -> None:
     exact = np.array([fixed_population_variance(n, f, p, q) for f in truth]) / n**2
     estimates, _ = _run(campaign, inputs, [{}] * n, 1000, Query(), _frequency_values)
     _assert_unbiased_with_exact_variance(estimates, truth, exact)
-    # Σ f̂ = 1 exactly, since 1 − d·q = p − q (§2).
-    assert np.allclose(estimates.sum(axis=1), 1.0, atol=1e-9)
+    if isinstance(mechanism, KRR):  # Σ f̂ = 1 exactly, since 1 − d·q = p − q (§2)
+        assert np.allclose(estimates.sum(axis=1), 1.0, atol=1e-9)
+
+
+@pytest.mark.parametrize("campaign", _by_kind("boolean_rappor"), ids=lambda c: c.name)
+def test_boolean_rappor_is_unbiased_with_the_exact_variance(campaign: Campaign) -> None:
+    mechanism = campaign.mechanism
+    assert isinstance(mechanism, BooleanRappor)
+    n, holders = 1500, 400
+    inputs = [1] * holders + [0] * (n - holders)
+    truth = np.array([1 - holders / n, holders / n])
+    gap = mechanism.r1 - mechanism.r0
+    spread = holders * mechanism.r1 * (1 - mechanism.r1) \
+        + (n - holders) * mechanism.r0 * (1 - mechanism.r0)
+    exact = np.full(2, spread / (n**2 * gap**2))
+    estimates, _ = _run(campaign, inputs, [{}] * n, 1000, Query(), _frequency_values)
+    _assert_unbiased_with_exact_variance(estimates, truth, exact)
 
 
 @pytest.mark.parametrize("campaign", _by_kind("duchi"), ids=lambda c: c.name)

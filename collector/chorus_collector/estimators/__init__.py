@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from chorus_collector.estimators.base import Estimator, Query, QueryError
+from chorus_collector.estimators.basic_rappor import BasicRapporEstimator, BooleanRapporEstimator
 from chorus_collector.estimators.duchi import DuchiEstimator
 from chorus_collector.estimators.krr import BinaryRREstimator, KRREstimator
 from chorus_collector.estimators.rappor import RapporEstimator
@@ -10,7 +11,8 @@ from chorus_collector.estimators.rappor import RapporEstimator
 __all__ = ["ESTIMATORS", "Estimator", "Query", "QueryError", "estimator_for"]
 
 ESTIMATORS: dict[str, Estimator] = {
-    e.name: e for e in (BinaryRREstimator(), KRREstimator(), RapporEstimator(), DuchiEstimator())
+    e.name: e for e in (BinaryRREstimator(), KRREstimator(), RapporEstimator(),
+                        BasicRapporEstimator(), BooleanRapporEstimator(), DuchiEstimator())
 }
 
 

@@ -102,7 +102,7 @@ class RapporEstimator(Estimator):
         return mechanism.m * (mechanism.k + 1)
 
     def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
-        assert isinstance(mechanism, Rappor)
+        assert isinstance(mechanism, Rappor)  # and its basic and boolean special cases
         table = np.zeros((mechanism.m, mechanism.k + 1), dtype=np.int64)
         if not payloads:
             return table.ravel()

@@ -11,12 +11,13 @@ from chorus_shared.errors import CampaignError
 from chorus_shared.mechanisms.base import Mechanism
 from chorus_shared.mechanisms.duchi import Duchi
 from chorus_shared.mechanisms.krr import KRR, BinaryRR
-from chorus_shared.mechanisms.rappor import Rappor
+from chorus_shared.mechanisms.rappor import BasicRappor, BooleanRappor, Rappor
 
-__all__ = ["KRR", "REGISTRY", "BinaryRR", "Duchi", "Mechanism", "Rappor", "mechanism_class"]
+__all__ = ["KRR", "REGISTRY", "BasicRappor", "BinaryRR", "BooleanRappor", "Duchi", "Mechanism",
+           "Rappor", "mechanism_class"]
 
 REGISTRY: dict[str, type[Mechanism]] = {
-    cls.name: cls for cls in (BinaryRR, KRR, Rappor, Duchi)
+    cls.name: cls for cls in (BinaryRR, KRR, Rappor, BasicRappor, BooleanRappor, Duchi)
 }
 
 

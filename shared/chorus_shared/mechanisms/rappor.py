@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any, ClassVar, Self
 
-from chorus_shared.domain import Domain, OpenStrings, finite_float
+from chorus_shared.domain import Categories, Domain, OpenStrings, finite_float
 from chorus_shared.errors import CampaignError, ValueDomainError, WireError
 from chorus_shared.hashing import (
     GOOGLE_MAX_BITS,
@@ -40,7 +40,7 @@ from chorus_shared.hashing import (
 from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_epsilon, check_params
 from chorus_shared.rng import RandomSource, uniforms
 
-__all__ = ["Rappor"]
+__all__ = ["BasicRappor", "BooleanRappor", "Rappor"]
 
 MAX_BITS = 4096
 MAX_CELLS = 1 << 20  # k × m: bounds the collector's statistics per time bucket (8 MiB)
@@ -192,7 +192,7 @@ class Rappor(Mechanism):
 
     @property
     def epsilon(self) -> float:
-        return one_report_epsilon(self.h, self.f, self.p, self.q)
+        return self._epsilon_of(self.h, self.f, self.p, self.q)
 
     @property
     def epsilon_longitudinal(self) -> float:
@@ -208,7 +208,7 @@ class Rappor(Mechanism):
             params["hash"] = self.hash
         return params
 
-    def encode(self, value: object) -> str:
+    def encode(self, value: object) -> Any:
         if not isinstance(value, str):
             raise ValueDomainError(f"a strings campaign takes a str, got {type(value).__name__}")
         if len(value.encode("utf-8")) > self.domain.max_bytes:
@@ -303,7 +303,7 @@ class Rappor(Mechanism):
         for cohort, bits in product(range(self.m), range(1 << self.k)):
             yield {"cohort": cohort, "bits": self.bits_to_hex(bits)}
 
-    def inputs(self) -> Iterable[str]:
+    def inputs(self) -> Iterable[Any]:
         return [f"value-{i}" for i in range(8)]
 
     def describe(self) -> dict[str, Any]:
@@ -314,3 +314,101 @@ class Rappor(Mechanism):
             "r0": self.r0,
             "epsilon_longitudinal": eps_inf if math.isfinite(eps_inf) else None,
         }
+
+
+@dataclass(frozen=True)
+class BasicRappor(Rappor):
+    """Basic RAPPOR: no Bloom filter, one bit per category (k = d, h = 1, one cohort).
+
+    The same PRR and IRR. Two categories' one-hot vectors differ in one pair of bits, so one
+    report is ln(r1(1 − r0)/(r0(1 − r1)))-LDP and ε∞ = 2·ln((1 − f/2)/(f/2)). Each category's
+    share is read off its own bit, with no regression: a pure protocol with p* = r1, q* = r0.
+    """
+
+    name: ClassVar[str] = "basic_rappor"
+    domain_kinds: ClassVar[tuple[str, ...]] = ("categories",)
+
+    domain: Categories  # type: ignore[assignment]
+
+    @classmethod
+    def _allowed_params(cls) -> tuple[str, ...]:
+        return ("f", "p", "q")
+
+    @classmethod
+    def _defaults(cls) -> dict[str, Any]:
+        return {"f": 0.0}
+
+    @classmethod
+    def _shape(cls, domain: Domain, merged: Mapping[str, Any]) -> tuple[int, int, int]:
+        if not isinstance(domain, Categories) or domain.size < 2:
+            raise CampaignError(f"mechanism {cls.name!r} needs at least 2 categories")
+        if domain.size > MAX_BITS:
+            raise CampaignError(f"mechanism {cls.name!r} takes at most {MAX_BITS} categories")
+        return domain.size, 1, 1
+
+    def params(self) -> dict[str, Any]:
+        return {"f": self.f, "p": self.p, "q": self.q}
+
+    def encode(self, value: object) -> Any:
+        try:
+            return self.domain.index(value)
+        except KeyError:
+            raise ValueDomainError(
+                f"{value!r} is not one of this campaign's {self.domain.size} categories"
+            ) from None
+
+    def bloom(self, x: Any, cohort: int) -> int:
+        return 1 << int(x)
+
+    def inputs(self) -> Iterable[Any]:
+        return range(self.domain.size)
+
+    def support_probabilities(self) -> tuple[float, float]:
+        """(p*, q*): category v's bit is 1 with r1 if the user holds v, r0 otherwise."""
+        return self.r1, self.r0
+
+
+@dataclass(frozen=True)
+class BooleanRappor(BasicRappor):
+    """Boolean RAPPOR: two categories in a single bit (1 = the second category).
+
+    Two inputs differ in one bit, so one report is ln(max(r1/r0, (1 − r0)/(1 − r1)))-LDP and
+    ε∞ = ln((1 − f/2)/(f/2)).
+    """
+
+    name: ClassVar[str] = "boolean_rappor"
+
+    @classmethod
+    def _shape(cls, domain: Domain, merged: Mapping[str, Any]) -> tuple[int, int, int]:
+        if not isinstance(domain, Categories) or domain.size != 2:
+            raise CampaignError(f"mechanism {cls.name!r} needs exactly 2 categories")
+        return 1, 1, 1
+
+    @classmethod
+    def _epsilon_of(cls, h: int, f: float, p: float, q: float) -> float:
+        r1 = f * (p + q) / 2 + (1 - f) * q
+        r0 = f * (p + q) / 2 + (1 - f) * p
+        if not 0 < r0 < r1 < 1:
+            return math.inf
+        return math.log(max(r1 / r0, (1 - r0) / (1 - r1)))
+
+    @classmethod
+    def _log_ratio_multiplier(cls, h: int) -> int:
+        return 1  # one differing bit
+
+    @property
+    def epsilon_longitudinal(self) -> float:
+        if self.f == 0:
+            return math.inf
+        return math.log((1 - self.f / 2) / (self.f / 2))
+
+    def encode(self, value: object) -> Any:
+        if isinstance(value, bool):  # (False, True) = (first, second category)
+            return int(value)
+        return super().encode(value)
+
+    def bloom(self, x: Any, cohort: int) -> int:
+        return int(x)
+
+    def support_probabilities(self) -> tuple[float, float]:
+        raise TypeError("boolean RAPPOR has one bit for two categories; see its estimator")
