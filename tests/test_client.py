@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import secrets
 import threading
@@ -70,6 +71,23 @@ def test_retries_resend_identical_bytes_after_timeouts_and_5xx() -> None:
     assert all(0 <= s <= 8.0 for s in sleeps)
 
 
+def test_a_413_splits_the_batch_and_a_401_keeps_it() -> None:
+    too_big = Response(413, b'{"type": "x/too-many-reports"}')
+    transport = ScriptedTransport([too_big, too_big], fallback=accepted)
+    client = make_client(transport, batch_size=8)
+    for value in "abcdabcd":
+        client.report("browser", value)
+    result = client.flush()
+    assert (result.accepted, result.pending, client.dropped) == (8, 0, 0)
+    sizes = [len(json.loads(s.body or b"")["reports"]) for s in transport.sent]
+    assert sizes == [8, 4, 2, 2, 2, 2]
+    locked = ScriptedTransport([Response(401, b"{}")], fallback=accepted)
+    keyless = make_client(locked, clock=FakeClock())
+    keyless.report("browser", "a")
+    assert keyless.flush().pending == 1  # a missing ingest key is not the report's fault
+    assert keyless.dropped == 0
+
+
 def test_a_4xx_is_not_retried_and_the_batch_is_dropped(caplog: pytest.LogCaptureFixture) -> None:
     problem = {"type": "https://chorus.dev/problems/digest-mismatch", "title": "x",
                "status": 400, "detail": "stale"}
@@ -96,13 +114,18 @@ def test_retry_after_is_honoured() -> None:
     assert 5.0 <= sleeps[0] <= 8.0  # at least what the server asked, at most max_delay
 
 
-def test_retry_after_beyond_the_cap_keeps_the_reports_for_later() -> None:
+def test_retry_after_beyond_the_cap_keeps_the_reports_and_is_respected() -> None:
     transport = ScriptedTransport([Response(503, headers={"Retry-After": "3600"})],
                                   fallback=accepted)
-    client = make_client(transport)
+    clock = FakeClock()
+    client = make_client(transport, clock=clock)
     client.report("browser", "a")
     first = client.flush()
     assert (first.accepted, first.pending) == (0, 1)
+    for _ in range(5):  # a busy app flushing again and again sends nothing for an hour
+        assert client.flush().pending == 1
+    assert len(transport.sent) == 1
+    clock.now += 3600
     second = client.flush()
     assert (second.accepted, second.pending) == (1, 0)
     assert transport.sent[0].body == transport.sent[1].body
@@ -110,11 +133,13 @@ def test_retry_after_beyond_the_cap_keeps_the_reports_for_later() -> None:
 
 def test_unreachable_collector_keeps_reports_and_resends_the_same_bytes() -> None:
     transport = ScriptedTransport([timeout_error()] * 4, fallback=accepted)
-    client = make_client(transport)
+    clock = FakeClock()
+    client = make_client(transport, clock=clock)
     for value in "abcd":
         client.report("browser", value)
     assert client.flush().pending == 4
     assert client.pending() == 4
+    clock.now += 60  # past the backoff
     assert client.flush().accepted == 4
     assert len({s.body for s in transport.sent}) == 1  # five sends, one body
 
@@ -225,7 +250,7 @@ def test_the_raw_value_never_leaves_the_process(make_app: Callable[..., Flask],
     for spec in specs:
         assert http.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS).status_code == 201
     transport = WSGITransport(app, BASE)
-    client = Client(BASE, transport=transport, clock=clock)
+    client = Client(BASE, transport=transport, clock=clock, budget_cap=math.inf)
     for _ in range(50):
         client.report("urls", secret_url)
         client.report("browser", secret_category)
@@ -286,3 +311,20 @@ def test_the_library_wsgi_bridge_talks_to_the_collector(make_app: Callable[..., 
     assert [m for m, _, _ in bridge.sent] == ["GET", "POST"]
     assert http.get("/v1/campaigns/browser/estimates", headers=ANALYST_HEADERS).get_json()[
         "n"] == 1
+
+
+def test_a_failed_config_fetch_is_not_repeated_on_every_report() -> None:
+    transport = ScriptedTransport([timeout_error()] * 3)
+    clock = FakeClock()
+    client = Client(BASE, transport=transport, clock=clock)
+    assert [client.report("x", "a") for _ in range(5)] == ["unavailable"] * 5
+    assert len(transport.sent) == 1  # the host app is not held up again for a minute
+    clock.now += 61
+    client.report("x", "a")
+    assert len(transport.sent) == 2
+
+
+def test_report_after_close_never_raises_into_the_app() -> None:
+    client = make_client(ScriptedTransport([], fallback=accepted))
+    client.close()
+    assert client.report("browser", "a") == "unavailable"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from chorus_client import BudgetExceeded, Client, Response, RetryPolicy
+from chorus_client import BudgetExceeded, Client, Response, RetryPolicy, TransportError
 from chorus_shared import campaign_from_spec
 from chorus_shared.hashing import bloom_mask
 from chorus_shared.mechanisms import Duchi, Rappor
@@ -42,6 +42,7 @@ def config(mechanism: str = "krr", **privacy: Any) -> dict[str, Any]:
 
 def client(conf: dict[str, Any], state_dir: Path | None = None, transport: Any = None,
            **kwargs: Any) -> Client:
+    kwargs.setdefault("budget_cap", math.inf)  # these tests exercise the campaign's budget
     return Client(BASE, state_dir=state_dir,
                   transport=transport or ScriptedTransport([], fallback=accepted),
                   campaign_configs={"c": conf}, sleep=lambda s: None,
@@ -64,6 +65,19 @@ def test_budget_is_enforced_across_restarts(tmp_path: Path) -> None:
     assert again.pending() == 2  # the two queued reports survived
     with pytest.raises(BudgetExceeded, match="budget exhausted"):
         client(conf, tmp_path, strict=True).report("c", "d")
+
+
+def test_the_client_caps_what_a_campaign_may_spend_and_its_epsilon() -> None:
+    """The collector states the budget; the client does not have to believe it."""
+    greedy = client(config(memoize=False, budget=1000.0), budget_cap=3.0)
+    assert [greedy.report("c", "a") for _ in range(5)].count("queued") == 3
+    assert greedy.spent() == pytest.approx(3.0)
+    loose = campaign_from_spec({"name": "c", "mechanism": "krr", "epsilon": 11.0,
+                                "domain": ["a", "b"]}, warn=False).public_config()
+    wary = Client(BASE, transport=ScriptedTransport([]), campaign_configs={})
+    wary._campaigns.clear()
+    with pytest.raises(Exception, match="above this client's limit"):
+        wary._adopt("c", loose)
 
 
 def test_daily_unit_resets_the_budget_each_utc_day() -> None:
@@ -315,3 +329,71 @@ def test_many_threads_report_at_once_with_a_persistent_state(tmp_path: Path) -> 
     ids = [r["report_id"] for s in transport.sent for r in json.loads(s.body or b"")["reports"]]
     assert len(ids) == len(set(ids)) == 800
     assert sdk.spent() == pytest.approx(800.0)
+
+
+class SlowDownTransport:
+    """Every request takes (most of) its timeout and then fails: a collector that hangs."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def request(self, method: str, url: str, *, body: bytes | None, headers: Any,
+                timeout: float) -> Response:
+        self.calls += 1
+        time.sleep(min(timeout, 0.3))
+        raise TransportError("timed out")
+
+
+def test_close_is_bounded_while_the_sender_retries() -> None:
+    sdk = Client(BASE, transport=SlowDownTransport(), background=True, batch_size=1,
+                 timeout=0.3, campaign_configs={"c": config(memoize=False, budget=10.0)},
+                 retry=RetryPolicy(max_attempts=10, base_delay=2.0, max_delay=5.0))
+    sdk.report("c", "a")
+    time.sleep(0.2)  # let the sender start its retry loop
+    started = time.monotonic()
+    result = sdk.close(timeout=1.0)
+    # Without the bound this took ten attempts with multi-second waits in between.
+    assert time.monotonic() - started < 4.0
+    assert result.pending == 1
+
+
+class FlakyTransport:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def request(self, method: str, url: str, *, body: bytes | None, headers: Any,
+                timeout: float) -> Response:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("a bug in a custom transport")
+        return accepted(Sent(method, url, body, dict(headers)))
+
+
+def test_background_sender_survives_an_unexpected_error() -> None:
+    transport = FlakyTransport()
+    clock = FakeClock(time.time())
+    sdk = Client(BASE, transport=transport, background=True, batch_size=1, clock=clock,
+                 campaign_configs={"c": config(memoize=False, budget=10.0)},
+                 retry=RetryPolicy(max_attempts=1, base_delay=0.0, max_delay=0.0))
+    sdk.report("c", "a")
+    assert _wait_until(lambda: transport.calls >= 1)
+    clock.now += 120  # past the hold-off after the error
+    sdk._wake.set()
+    assert _wait_until(lambda: sdk.pending() == 0)
+    assert sdk._sender is not None
+    assert sdk._sender.is_alive()
+    sdk.close()
+
+
+def test_alpha_rounding_gives_one_float_per_grid_point() -> None:
+    """Rounding up from one cell and down from the next must memoize one grid point."""
+    for buckets in range(1, 200):
+        mechanism = campaign_from_spec({"name": "x", "mechanism": "duchi", "epsilon": 1.0,
+                                        "domain": {"kind": "numeric", "lo": 0, "hi": 1},
+                                        "params": {"buckets": buckets}}).mechanism
+        width = 2 / buckets
+        for cell in range(buckets - 1):
+            boundary = -1 + (cell + 1) * width
+            up = mechanism.memo_input(boundary - width / 4, {"alpha": 0})
+            down = mechanism.memo_input(boundary + width / 4, {"alpha": 2**53 - 1})
+            assert up == down, (buckets, cell, up, down)

@@ -189,6 +189,55 @@ def test_gc_command(tmp_path: Path) -> None:
 
     from chorus_collector.cli import main
 
+    missing = CliRunner().invoke(main, ["gc", "--database", str(tmp_path / "x.db")])
+    assert missing.exit_code != 0
+    assert "no such database" in missing.output
+    assert not (tmp_path / "x.db").exists()  # a wrong path does not create a database
+    from chorus_collector.storage import Storage
+
+    Storage(str(tmp_path / "x.db")).migrate()
     result = CliRunner().invoke(main, ["gc", "--database", str(tmp_path / "x.db")])
     assert result.exit_code == 0
     assert "scrubbed 0" in result.output
+
+
+def test_a_database_of_another_application_is_refused(tmp_path: Path) -> None:
+    import sqlite_utils
+    from sqlite_utils.migrations import Migrations
+
+    from chorus_collector.storage import SchemaError, Storage
+
+    other = Migrations("someone-else")
+
+    @other()
+    def m001(db: sqlite_utils.Database) -> None:
+        db.execute("CREATE TABLE campaigns (x TEXT)")
+
+    path = tmp_path / "other.db"
+    other.apply(sqlite_utils.Database(path))
+    with pytest.raises(SchemaError, match="not a Chorus database"):
+        Storage(str(path)).migrate()
+
+
+def test_rate_limit_behind_a_proxy_uses_the_forwarded_address(
+        make_app: Callable[..., Flask], rng: random.Random) -> None:
+    app = make_app(RATE_LIMIT=1, RATE_BURST=1, PROXY_HOPS=1)
+    app.extensions["chorus.ratelimit"].clock = FakeClock(5.0)
+    http = app.test_client()
+    config = http.post("/v1/campaigns", json=campaign_spec("b"), headers=ADMIN_HEADERS).get_json()
+
+    def send(client_address: str) -> int:
+        return http.post("/v1/reports", json=make_report(config, "a", rng),
+                         headers={"X-Forwarded-For": client_address}).status_code
+
+    assert [send("192.0.2.1"), send("192.0.2.1"), send("192.0.2.2")] == [201, 429, 201]
+
+
+def test_a_single_report_over_the_payload_limit_is_413(make_app: Callable[..., Flask],
+                                                       rng: random.Random) -> None:
+    http = make_app(MAX_PAYLOAD_BYTES=1).test_client()
+    config = http.post("/v1/campaigns", json=campaign_spec("b", domain=CATEGORIES),
+                       headers=ADMIN_HEADERS).get_json()
+    reply = http.post("/v1/reports", json=make_report(config, "c0", rng, payload=10))
+    assert reply.status_code == 413
+    assert reply.get_json()["type"].endswith("report-too-large")

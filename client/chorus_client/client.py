@@ -25,8 +25,14 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
-from chorus_client.errors import APIError, BudgetExceeded, CampaignUnavailable, TransportError
-from chorus_client.retry import RetryPolicy, send_with_retries
+from chorus_client.errors import (
+    APIError,
+    BudgetExceeded,
+    CampaignUnavailable,
+    ClientError,
+    TransportError,
+)
+from chorus_client.retry import RetryPolicy, retry_after, send_with_retries
 from chorus_client.state import ClientState
 from chorus_client.transport import RequestsTransport, Response, Transport
 from chorus_shared.campaign import Campaign, campaign_from_config, canonical_json
@@ -41,6 +47,10 @@ log = logging.getLogger("chorus.client")
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 Outcome = Literal["queued", "suppressed", "unavailable"]
 _ONE_ATTEMPT = RetryPolicy(max_attempts=1)
+# A campaign whose config could not be had is not asked for again before this many seconds.
+UNAVAILABLE_HOLD_OFF = 60.0
+# Request-level refusals that resending cannot cure: the batch is dropped (with a log line).
+DROP_STATUSES = frozenset({400, 409, 415, 422})
 
 
 @dataclass
@@ -80,7 +90,10 @@ class Client:
     :param strict: raise :class:`BudgetExceeded` and :class:`CampaignUnavailable` from
         :meth:`report` instead of logging and counting them.
     :param total_budget: cap on the ε this install spends over all campaigns, ever.
-    :param max_epsilon: refuse campaigns whose one-report ε exceeds this.
+    :param budget_cap: the most ε this client lets any campaign spend per privacy unit,
+        whatever budget the campaign's config states (the collector is not trusted with it).
+    :param max_epsilon: refuse campaigns whose one-report ε exceeds this (default 10, above
+        which randomization protects little).
     :param campaign_configs: public campaign configs (or verified :class:`Campaign` objects)
         the app ships with, by name; verified like fetched ones, they save a request each.
     :param ingest_key: sent as a bearer token with reports, for collectors that require one.
@@ -90,8 +103,9 @@ class Client:
                  transport: Transport | None = None, rng: RandomSource | None = None,
                  timeout: float = 10.0, batch_size: int = 100, max_batch_age: float = 60.0,
                  background: bool = False, strict: bool = False,
-                 total_budget: float = math.inf, retry: RetryPolicy | None = None,
-                 max_epsilon: float = math.inf, clock: Callable[[], float] = time.time,
+                 total_budget: float = math.inf, budget_cap: float = 20.0,
+                 retry: RetryPolicy | None = None, max_epsilon: float = 10.0,
+                 clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
                  campaign_configs: Mapping[str, Mapping[str, Any] | Campaign] | None = None,
                  ingest_key: str | None = None) -> None:
@@ -109,6 +123,7 @@ class Client:
         self.max_batch_age = max_batch_age
         self.strict = strict
         self.total_budget = total_budget
+        self.budget_cap = budget_cap
         self.retry = retry or RetryPolicy()
         self.max_epsilon = max_epsilon
         self._clock = clock
@@ -126,6 +141,10 @@ class Client:
         self.totals = FlushResult()  # everything acknowledged over this client's life
         for name, config in (campaign_configs or {}).items():
             self._adopt(name, config)
+        self._hold_until = 0.0  # no sending before this (clock) time: Retry-After, backoff
+        self._failures = 0
+        self._closed = False
+        self._unavailable: dict[str, float] = {}  # campaign → clock time to retry its config
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._sender: threading.Thread | None = None
@@ -194,13 +213,22 @@ class Client:
         the client's total budget) or ``"unavailable"`` (the campaign's config could not be
         had). Raises ``ValueDomainError`` if the value does not fit the campaign's domain.
         """
+        if self._closed:
+            if self.strict:
+                raise ClientError("the client is closed")
+            return "unavailable"
         try:
+            if self._clock() < self._unavailable.get(campaign_name, -math.inf):
+                raise CampaignUnavailable(0, {"detail": "config fetch failed recently"})
             # One attempt only: report() must not keep the host app waiting on a retry loop.
             campaign = self.campaign(campaign_name, retry=_ONE_ATTEMPT)
         except (CampaignUnavailable, TransportError) as error:
+            if not isinstance(error, CampaignUnavailable) or error.status != 0:
+                self._unavailable[campaign_name] = self._clock() + UNAVAILABLE_HOLD_OFF
             if self.strict:
                 raise
-            self.suppressed["unavailable"] += 1
+            with self._lock:
+                self.suppressed["unavailable"] += 1
             log.warning("chorus: campaign %r unavailable, report not made: %s", campaign_name,
                         error)
             return "unavailable"
@@ -227,10 +255,11 @@ class Client:
         decision = self._state.charge_and_queue(
             campaign=campaign.digest, period=policy.period(now), fingerprint=fingerprint,
             cost_of=lambda earlier: report_cost(mechanism, policy.memoize, earlier),
-            budget=policy.budget, max_reports=policy.max_reports,
+            budget=min(policy.budget, self.budget_cap), max_reports=policy.max_reports,
             total_budget=self.total_budget, report=report, now=now)
         if not decision.allowed:
-            self.suppressed[decision.reason] += 1
+            with self._lock:
+                self.suppressed[decision.reason] += 1
             if self.strict:
                 raise BudgetExceeded(campaign_name, decision.reason)
             log.info("chorus: report for %r not sent: %s exhausted", campaign_name,
@@ -254,17 +283,36 @@ class Client:
 
     def flush(self, timeout: float | None = None) -> FlushResult:
         """Send the outbox in batches until it is empty, the collector cannot take more, or
-        ``timeout`` seconds have passed. Unsent reports stay queued."""
+        ``timeout`` seconds have passed. Unsent reports stay queued.
+
+        After the collector asked to wait (``Retry-After``) or could not be reached, flushing
+        holds off until that time has passed, so a busy host app cannot hammer it.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
+        return self._flush(deadline, self._sleep)
+
+    def _flush(self, deadline: float | None, sleep: Callable[[float], Any]) -> FlushResult:
         result = FlushResult()
-        with self._flush_lock:
-            while True:
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self._flush_lock.acquire(timeout=-1 if wait is None else wait):
+            result.pending = self.pending()
+            return result
+        try:
+            size = self.batch_size
+            while self._clock() >= self._hold_until and not self._state.closed:
                 if deadline is not None and time.monotonic() >= deadline:
                     break
-                rows = self._state.outbox(self.batch_size)
-                if not rows or not self._send_batch(rows, result, deadline):
+                rows = self._state.outbox(size)
+                if not rows:
                     break
-        result.pending = self._state.outbox_size()
+                sent = self._send_batch(rows, result, deadline, sleep)
+                if sent == "split":
+                    size = max(1, len(rows) // 2)
+                elif sent != "done":
+                    break
+        finally:
+            self._flush_lock.release()
+        result.pending = self.pending()
         with self._lock:
             self.totals.accepted += result.accepted
             self.totals.duplicate += result.duplicate
@@ -272,20 +320,26 @@ class Client:
             self.totals.pending = result.pending
         return result
 
+    def _hold_off(self, seconds: float) -> None:
+        with self._lock:
+            self._failures += 1
+            self._hold_until = self._clock() + seconds
+
     def _send_batch(self, rows: list[tuple[int, str]], result: FlushResult,
-                    deadline: float | None) -> bool:
-        """Send one batch; False if it stays queued (the collector could not take it)."""
+                    deadline: float | None, sleep: Callable[[float], Any]) -> str:
+        """Send one batch: "done", "split" (too large: send halves) or "kept" (queued)."""
         body = ('{"reports":[' + ",".join(report for _, report in rows) + "]}").encode()
         try:
             response = send_with_retries(self.transport, "POST", f"{self.url}/v1/reports",
                                          body, self._post_headers, timeout=self.timeout,
-                                         policy=self.retry, sleep=self._sleep,
-                                         deadline=deadline)
+                                         policy=self.retry, sleep=sleep, deadline=deadline)
         except TransportError as error:
             log.warning("chorus: collector unreachable, %d reports kept: %s", len(rows), error)
-            return False
+            self._hold_off(self.retry.delay(min(self._failures, 10)))
+            return "kept"
         seqs = [seq for seq, _ in rows]
         if response.status == 200:
+            self._failures = 0
             answers = (_json_object(response) or {}).get("results", [])
             done = []
             for seq, answer in zip(seqs, answers, strict=False):
@@ -296,51 +350,69 @@ class Client:
                     result.duplicate += 1
                 else:
                     result.rejected += 1
-                    self.dropped += 1
+                    with self._lock:
+                        self.dropped += 1
                     log.warning("chorus: report rejected by the collector: %s",
                                 answer.get("error") if isinstance(answer, dict) else answer)
                 done.append(seq)
             self._state.remove(done)
-            return len(done) == len(seqs)
-        if 400 <= response.status < 500 and response.status != 429:
+            return "done" if len(done) == len(seqs) else "kept"
+        if response.status == 413 and len(rows) > 1:
+            return "split"  # over the collector's request limits: send smaller batches
+        if response.status in DROP_STATUSES or response.status == 413:
+            # The reports themselves are unacceptable: resending cannot help.
             refusal = APIError(response.status, _json_object(response))
             log.warning("chorus: dropping %d reports: %s", len(rows), refusal)
             result.rejected += len(rows)
-            self.dropped += len(rows)
+            with self._lock:
+                self.dropped += len(rows)
             self._state.remove(seqs)
-            return True
-        log.warning("chorus: collector answered %d, %d reports kept", response.status,
-                    len(rows))
-        return False
+            return "done"
+        # 401/403 (a missing ingest key), 404, 429, 5xx…: not the reports' fault; keep them.
+        delay = max(self.retry.delay(min(self._failures, 10)), retry_after(response) or 0.0)
+        log.warning("chorus: collector answered %d, %d reports kept for %.0f s",
+                    response.status, len(rows), delay)
+        self._hold_off(delay)
+        return "kept"
 
     def _send_in_background(self) -> None:
         """Send when a batch is full or the oldest report is ``max_batch_age`` old."""
-        failures = 0
         while not self._stopping.is_set():
-            oldest = self._state.oldest_queued()
-            wait = self.max_batch_age
-            if oldest is not None:
-                wait = max(0.0, oldest + self.max_batch_age - self._clock())
-            if failures:
-                wait = max(wait, self.retry.delay(min(failures, 10)))
-            self._wake.wait(timeout=min(wait, 3600.0))
-            self._wake.clear()
-            if self._stopping.is_set():
-                return
-            oldest = self._state.oldest_queued()
-            due = oldest is not None and self._clock() - oldest >= self.max_batch_age
-            if due or self._state.outbox_size() >= self.batch_size:
-                result = self.flush(timeout=self.timeout * self.retry.max_attempts)
-                failures = failures + 1 if result.pending else 0
+            try:
+                self._background_round()
+            except Exception:  # the sender must outlive any surprise; never the host app's
+                log.exception("chorus: background sender error; retrying later")
+                self._hold_off(self.retry.delay(min(self._failures, 10)))
+                self._stopping.wait(1.0)
+
+    def _background_round(self) -> None:
+        oldest = self._state.oldest_queued()
+        now = self._clock()
+        wait = self.max_batch_age if oldest is None else oldest + self.max_batch_age - now
+        wait = max(wait, self._hold_until - now, 0.0)
+        self._wake.wait(timeout=min(wait, 3600.0))
+        self._wake.clear()
+        if self._stopping.is_set() or self._clock() < self._hold_until:
+            return
+        oldest = self._state.oldest_queued()
+        due = oldest is not None and self._clock() - oldest >= self.max_batch_age
+        if due or self._state.outbox_size() >= self.batch_size:
+            # Interruptible: close() stops a retry wait at once.
+            deadline = time.monotonic() + self.timeout * self.retry.max_attempts
+            self._flush(deadline, self._stopping.wait)
 
     def close(self, timeout: float | None = 10.0) -> FlushResult:
-        """Stop the background sender, flush for at most ``timeout`` seconds, release the
-        transport. Reports still unsent stay in the outbox for the next run."""
+        """Stop the background sender, flush for at most ``timeout`` seconds in all, release
+        the transport. Reports still unsent stay in the outbox for the next run."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         self._stopping.set()
         self._wake.set()
         if self._sender is not None:
-            self._sender.join(timeout)
-        result = self.flush(timeout)
+            self._sender.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self._hold_until = 0.0  # a last attempt, whatever the collector said before
+        result = self._flush(deadline, self._sleep)
+        with self._lock:
+            self._closed = True
         closer = getattr(self.transport, "close", None)
         if callable(closer):
             closer()

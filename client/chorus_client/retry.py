@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from chorus_client.errors import TransportError
 from chorus_client.transport import Response, Transport
 
-__all__ = ["RetryPolicy", "is_retryable", "send_with_retries"]
+__all__ = ["RetryPolicy", "is_retryable", "retry_after", "send_with_retries"]
 
 
 def is_retryable(status: int) -> bool:
@@ -41,7 +41,8 @@ class RetryPolicy:
         return self.jitter.uniform(0, min(self.max_delay, self.base_delay * 2**attempt))
 
 
-def _retry_after(response: Response) -> float | None:
+def retry_after(response: Response) -> float | None:
+    """The Retry-After header in seconds, if it is a number."""
     value = response.header("Retry-After")
     if value is None:
         return None
@@ -81,7 +82,7 @@ def send_with_retries(transport: Transport, method: str, url: str, body: bytes |
             break
         wait = policy.delay(attempt)
         if response is not None:
-            advised = _retry_after(response)
+            advised = retry_after(response)
             if advised is not None:
                 if advised > policy.max_delay:
                     break  # the server asks for longer than we may wait: give up for now

@@ -6,6 +6,12 @@
 * ``ledger``: ε spent and reports sent, per campaign digest and privacy period.
 * ``memo``: how often each memoized value was reported, under an HMAC fingerprint (never the
   value itself).
+
+What the file reveals: it holds no true value, but it holds the secret, so whoever can read it
+can test guesses (compute a candidate's fingerprint or memoized response and compare), exactly
+as with RAPPOR's per-client secret. It is as sensitive as the app's own data: it is created
+readable by its owner only, and belongs in the app's private storage. Local differential
+privacy protects users against the collector and the network, not against their own device.
 * ``outbox``: reports perturbed once and written before any send; a report leaves the outbox
   only when the collector has answered for it, and is resent byte for byte after a restart.
 
@@ -57,9 +63,14 @@ class ClientState:
             target = ":memory:"
         else:
             path = Path(directory)
-            path.mkdir(parents=True, exist_ok=True)
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
             target = str(path / FILE_NAME)
+            # The file holds the install secret: readable by this user only (see the module
+            # docstring for what someone who can read it learns).
+            (path / FILE_NAME).touch(mode=0o600, exist_ok=True)
+            (path / FILE_NAME).chmod(0o600)
         self.persistent = directory is not None
+        self.closed = False
         self._conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False,
                                      timeout=30.0)
         self._lock = threading.RLock()
@@ -166,4 +177,5 @@ class ClientState:
 
     def close(self) -> None:
         with self._lock:
+            self.closed = True
             self._conn.close()

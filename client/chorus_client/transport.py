@@ -7,6 +7,7 @@ to the collector's WSGI app; both only need to implement :class:`Transport`.
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -48,14 +49,26 @@ class RequestsTransport:
 
     def request(self, method: str, url: str, *, body: bytes | None,
                 headers: Mapping[str, str], timeout: float) -> Response:
+        # requests applies its timeout to the connection and to each read; reading the body
+        # in chunks against a deadline bounds the whole exchange, even against a server that
+        # trickles its answer.
+        started = time.monotonic()
         try:
             reply = self.session.request(method, url, data=body, headers=dict(headers),
-                                         timeout=timeout, allow_redirects=False)
+                                         timeout=timeout, allow_redirects=False, stream=True)
+            with reply:
+                chunks = []
+                for chunk in reply.iter_content(65536):
+                    chunks.append(chunk)
+                    if time.monotonic() - started > timeout:
+                        raise TransportError(f"{method} {url}: no complete answer within "
+                                             f"{timeout} s")
+                content = b"".join(chunks)
         except requests.Timeout as error:
             raise TransportError(f"timed out after {timeout} s: {method} {url}") from error
         except requests.RequestException as error:
             raise TransportError(f"{method} {url} failed: {error}") from error
-        return Response(reply.status_code, reply.content, dict(reply.headers))
+        return Response(reply.status_code, content, dict(reply.headers))
 
     def close(self) -> None:
         self.session.close()

@@ -137,7 +137,8 @@ def submit_any_reports() -> tuple[Response, int]:
 
 @api.post("/v1/campaigns/<name>/reports")
 def submit_reports(name: str) -> tuple[Response, int]:
-    return _submit(_campaign(name))
+    _admit_reporter()  # the key and the rate limit before any lookup
+    return _submit(_campaign(name), admitted=True)
 
 
 def _admit_reporter() -> None:
@@ -153,8 +154,9 @@ def _admit_reporter() -> None:
                           headers={"Retry-After": str(seconds)})
 
 
-def _submit(stored: StoredCampaign | None) -> tuple[Response, int]:
-    _admit_reporter()
+def _submit(stored: StoredCampaign | None, admitted: bool = False) -> tuple[Response, int]:
+    if not admitted:
+        _admit_reporter()
     body = _json_body()
     single = isinstance(body, dict) and "reports" not in body
     if single:
@@ -178,7 +180,8 @@ def _submit(stored: StoredCampaign | None) -> tuple[Response, int]:
     if single:
         status = statuses[0]
         if status.status == "rejected":
-            code = {"report-conflict": 409, "unknown-campaign": 404}.get(status.error or "", 400)
+            code = {"report-conflict": 409, "unknown-campaign": 404,
+                    "report-too-large": 413}.get(status.error or "", 400)
             raise Problem(code, status.error or "invalid-report", "Report rejected",
                           status.detail or "", report_id=status.report_id)
         return jsonify(status.to_json()), 201 if status.status == "accepted" else 200

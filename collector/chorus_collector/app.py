@@ -14,6 +14,7 @@ from typing import Any
 
 from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from chorus_collector.api import api
 from chorus_collector.auth import TokenVerifier
@@ -30,7 +31,7 @@ log = logging.getLogger("chorus.collector")
 # Problems that refuse a whole report request; counted as chorus_requests_rejected{reason}.
 REQUEST_LEVEL_REJECTIONS = frozenset({
     "malformed-json", "invalid-request", "too-many-reports", "body-too-large",
-    "unsupported-media-type", "rate-limited", "unauthorized", "forbidden",
+    "unsupported-media-type", "rate-limited", "unauthorized", "forbidden", "unknown-campaign",
 })
 
 _HTTP_KINDS = {400: "bad-request", 404: "not-found", 405: "method-not-allowed",
@@ -59,6 +60,11 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     app.extensions["chorus.ratelimit"] = (
         RateLimiter(settings["RATE_LIMIT"], settings["RATE_BURST"], time.monotonic)
         if settings["RATE_LIMIT"] else None)
+    if settings["PROXY_HOPS"]:
+        # Behind N reverse proxies the client address is in X-Forwarded-For (for the rate
+        # limit); it is never logged or stored.
+        app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
+            app.wsgi_app, x_for=settings["PROXY_HOPS"])
     app.register_blueprint(api)
     _register_error_handlers(app)
     _register_request_log(app)

@@ -65,6 +65,8 @@ def gc(database: str) -> None:
 
     from chorus_collector.storage import Storage
 
+    if not Path(database).exists():
+        raise click.ClickException(f"{database}: no such database")
     storage = Storage(database)
     storage.migrate()
     click.echo(f"scrubbed {storage.scrub_expired(time.time())} expired report payloads")

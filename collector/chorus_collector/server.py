@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from flask import Flask
@@ -22,6 +23,8 @@ from chorus_collector.app import create_app
 from chorus_collector.settings import resolve_settings
 
 __all__ = ["serve"]
+
+METRICS_PREFIX = "chorus-metrics-"
 
 
 class _Gunicorn(BaseApplication):  # type: ignore[misc]
@@ -43,7 +46,8 @@ def serve(config: Mapping[str, Any] | None = None) -> None:
     settings = resolve_settings(config)
     # Workers are separate processes: metrics go through files that /metrics sums up. The
     # variable must be set before prometheus_client is first imported (by create_app).
-    metrics_dir = tempfile.mkdtemp(prefix="chorus-metrics-")
+    _remove_stale_metrics_dirs()
+    metrics_dir = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -70,6 +74,20 @@ def serve(config: Mapping[str, Any] | None = None) -> None:
         _Gunicorn(app, options).run()
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _remove_stale_metrics_dirs() -> None:
+    """Metrics directories of masters that died without cleaning up (SIGKILL)."""
+    for path in Path(tempfile.gettempdir()).glob(f"{METRICS_PREFIX}*-*"):
+        pid_text = path.name.removeprefix(METRICS_PREFIX).split("-", 1)[0]
+        if not pid_text.isdigit():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:
+            pass  # another user's live process
 
 
 def _child_exit(server: Any, worker: Any) -> None:

@@ -53,6 +53,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Report requests per second allowed per client address (0: no limit); each "
             "worker process counts separately."),
     Setting("RATE_BURST", int, 50, "Requests a client address may send at once above the rate."),
+    Setting("PROXY_HOPS", int, 0,
+            "Reverse proxies in front of the collector whose X-Forwarded-For is trusted for "
+            "the client address (rate limiting only)."),
     Setting("SQLITE_SYNCHRONOUS", str, "FULL",
             "SQLite synchronous mode: FULL makes every acknowledged report survive power loss; "
             "NORMAL survives process crashes only."),
@@ -116,6 +119,6 @@ def resolve_settings(config: Mapping[str, Any] | None = None,
                  "THREADS", "MAX_PAYLOAD_BYTES", "RATE_BURST"):
         if values[name] < 1:
             raise SettingsError(f"{name} must be at least 1")
-    if values["RATE_LIMIT"] < 0:
-        raise SettingsError("RATE_LIMIT must be 0 (off) or positive")
+    if values["RATE_LIMIT"] < 0 or values["PROXY_HOPS"] < 0:
+        raise SettingsError("RATE_LIMIT and PROXY_HOPS must be 0 (off) or positive")
     return values

@@ -129,7 +129,8 @@ class Storage:
                 f"({', '.join(unknown)}); it was written by a newer version. Refusing to start."
             )
         tables = set(db.table_names())
-        if tables and "_sqlite_migrations" not in tables:
+        ours = migrations.applied(db) if "_sqlite_migrations" in tables else []
+        if tables and not ours:
             raise SchemaError(f"{self.path} is not a Chorus database (tables: {sorted(tables)})")
         migrations.apply(db)
 

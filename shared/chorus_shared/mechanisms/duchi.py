@@ -77,7 +77,10 @@ class Duchi(Mechanism):
         cell = min(int((x + 1.0) / width), self.buckets - 1)
         low = -1.0 + cell * width
         alpha = assignment.get("alpha", 0) * 2.0**-53 * width
-        return min(1.0, low + width) if x - low > alpha else low
+        up = 1 if x - low > alpha else 0
+        # Grid point j is always computed as −1 + j·width, so rounding up from one cell and
+        # down from the next give the very same float (one memoized response, not two).
+        return min(1.0, -1.0 + (cell + up) * width)
 
     def prob_one(self, t: float) -> float:
         """P(b = 1 | t)."""
