@@ -49,8 +49,8 @@ def test_real_client_over_http_estimates_within_four_standard_errors(
     admin = CollectorAPI(server.url, ADMIN)
     specs = [
         {"name": "e2e-krr", "mechanism": "krr", "epsilon": 2.0, "domain": CATEGORIES},
-        {"name": "e2e-rappor", "mechanism": "rappor", "epsilon": 4.0,
-         "domain": {"kind": "strings"}, "params": {"k": 64, "h": 2, "m": 16}},
+        {"name": "e2e-rappor", "mechanism": "rappor", "epsilon": 2.0,
+         "domain": {"kind": "strings"}, "params": {"k": 64, "h": 2, "m": 16, "f": 0.25}},
         {"name": "e2e-mean", "mechanism": "duchi", "epsilon": 1.0,
          "domain": {"kind": "numeric", "lo": 0, "hi": 100}},
     ]
@@ -257,3 +257,58 @@ def test_chunked_bodies_over_the_limit_are_refused_not_truncated(
     under = requests.post(f"{server.url}/v1/reports", data=chunks(2**20), timeout=30,
                           headers={"Content-Type": "application/json"})
     assert under.status_code == 201, under.text
+
+
+def test_rappor_end_to_end_with_memoized_prr_cli_and_google_import(
+        server: CollectorProcess, tmp_path: Path) -> None:
+    """A RAPPOR campaign with a PRR (f > 0): users report repeatedly through the client, the
+    CLI decodes against a candidates file; and google/rappor client reports are imported."""
+    admin = CollectorAPI(server.url, ADMIN)
+    config = admin.create_campaign({"name": "rappor-cli", "mechanism": "rappor",
+                                    "epsilon": 2.0, "domain": {"kind": "strings"},
+                                    "params": {"k": 32, "h": 2, "m": 8, "f": 0.5},
+                                    "min_batch_size": 1})
+    assert config["derived"]["epsilon_longitudinal"] > config["epsilon"]
+    campaign = campaign_from_config(config)
+    transport = RequestsTransport()
+    population = random.Random(8)
+    truth: Counter[str] = Counter()
+    for _user in range(1500):
+        value = population.choices(STRINGS[:4], [4, 3, 2, 1])[0]
+        truth[value] += 1
+        client = Client(server.url, transport=transport, campaign_configs={"rappor-cli":
+                                                                           campaign})
+        for _ in range(2):  # the second report reuses the PRR: charged min(2ε₁, ε∞)
+            assert client.report("rappor-cli", value) == "queued"
+        client.flush()
+    candidates = tmp_path / "candidates.txt"
+    candidates.write_text("\n".join(STRINGS[:6]))
+    runner = CliRunner()
+    env = {"CHORUS_URL": server.url, "CHORUS_TOKEN": ANALYST}
+    table = runner.invoke(cli, ["estimates", "rappor-cli", "--candidates-file",
+                                str(candidates)], env=env)
+    assert table.exit_code == 0, table.output
+    assert "n = 3000" in table.output
+    as_json = json.loads(runner.invoke(cli, ["estimates", "rappor-cli", "--format", "json",
+                                             "--candidates-file", str(candidates)],
+                                       env=env).output)
+    for row in as_json["rows"]:
+        assert abs(row["frequency"] - truth[row["value"]] / 1500) <= 4 * row[
+            "frequency_std_error"], row
+    # google/rappor compatibility through the CLI.
+    params = tmp_path / "params.csv"
+    params.write_text("k,h,m,p,q,f\n16,2,4,0.25,0.75,0.5\n")
+    spec = json.loads(runner.invoke(cli, ["rappor", "params", str(params), "--name",
+                                          "legacy-e2e"]).output)
+    admin.create_campaign({**spec, "min_batch_size": 1})
+    reports = tmp_path / "reports.csv"
+    reports.write_text("client,cohort,bloom,prr,irr\n"
+                       + "".join(f"c{i},{i % 4},,,{format(i * 2654435761 % 65536, '016b')}\n"
+                                 for i in range(50)))
+    imported = runner.invoke(cli, ["rappor", "import", "legacy-e2e", str(reports)],
+                             env={"CHORUS_URL": server.url})
+    assert imported.exit_code == 0, imported.output
+    assert "50 accepted" in imported.output
+    again = runner.invoke(cli, ["rappor", "import", "legacy-e2e", str(reports)],
+                          env={"CHORUS_URL": server.url})
+    assert "50 duplicate" in again.output
