@@ -130,10 +130,34 @@ def run_scenario(dist: str, n: int, privacy: str, kind: str, fit: str, *, k: int
     )
 
 
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """One line per (distribution, n, privacy): TV / FP / FN for each candidate list × fit."""
+    columns = [(kind, fit) for kind in CANDIDATES for fit in ("none", "nnls")]
+    head = "| distribution | n | privacy (ε₁) | " + " | ".join(
+        f"{kind} {fit}" for kind, fit in columns) + " |"
+    lines = [head, "|" + "---|" * (3 + len(columns))]
+    keys = sorted({(r["distribution"], r["n"], r["privacy"]) for r in rows},
+                  key=lambda k: (DISTRIBUTIONS.index(k[0]), k[1], k[2]))
+    for dist, n, privacy in keys:
+        cells = []
+        eps = next(r["epsilon"] for r in rows if (r["distribution"], r["n"], r["privacy"])
+                   == (dist, n, privacy))
+        for kind, fit in columns:
+            match = [r for r in rows if (r["distribution"], r["n"], r["privacy"],
+                                         r["candidates"], r["fit"]) == (dist, n, privacy,
+                                                                        kind, fit)]
+            cells.append(f"{match[0]['tv_distance']:.3f} / {match[0]['false_positives']} / "
+                         f"{match[0]['false_negatives']}" if match else "refused")
+        lines.append(f"| {dist} | {n:,} | {privacy} ({eps:.2f}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("bench-results/rappor_grid.json"))
+    parser.add_argument("--markdown", type=Path, default=None,
+                        help="also write the results as a Markdown table (docs/rappor.md)")
     args = parser.parse_args(argv)
     sizes = [10_000] if args.quick else [10_000, 100_000, 1_000_000]
     dists = DISTRIBUTIONS[:2] if args.quick else DISTRIBUTIONS
@@ -161,6 +185,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(rows, indent=2))
     print(f"written to {args.out}")
+    if args.markdown is not None:
+        args.markdown.write_text(markdown(rows))
+        print(f"written to {args.markdown}")
     assert all(math.isfinite(r["tv_distance"]) for r in rows)
     return rows
 

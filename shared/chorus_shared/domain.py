@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from chorus_shared.errors import CampaignError
+from chorus_shared.errors import CampaignError, ValueDomainError
 
 __all__ = ["MAX_CATEGORIES", "MAX_STRING_BYTES", "Categories", "Domain", "NumericRange",
            "OpenStrings", "domain_from_json", "finite_float"]
@@ -66,6 +66,15 @@ class Categories:
         if not isinstance(value, str):
             raise KeyError(value)
         return self._lookup()[value]
+
+    def encode(self, value: object) -> int:
+        """The index of ``value``, or :class:`ValueDomainError` naming the problem."""
+        try:
+            return self.index(value)
+        except KeyError:
+            raise ValueDomainError(
+                f"{value!r:.80} is not one of this campaign's {self.size} categories"
+            ) from None
 
     def _lookup(self) -> dict[str, int]:
         # Built lazily and cached on the frozen instance: O(1) lookups on the client's hot path.

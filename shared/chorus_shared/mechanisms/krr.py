@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from chorus_shared.domain import Categories, Domain
-from chorus_shared.errors import CampaignError, ValueDomainError, WireError
+from chorus_shared.errors import CampaignError, WireError
 from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
 from chorus_shared.rng import RandomSource, bernoulli
 
@@ -67,12 +67,7 @@ class KRR(Mechanism):
         return {}
 
     def encode(self, value: object) -> int:
-        try:
-            return self.domain.index(value)
-        except KeyError:
-            raise ValueDomainError(
-                f"{value!r} is not one of this campaign's {self.d} categories"
-            ) from None
+        return self.domain.encode(value)
 
     def randomize(
         self, x: int, rng: RandomSource, assignment: Mapping[str, int] = EMPTY

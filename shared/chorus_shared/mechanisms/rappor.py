@@ -350,12 +350,7 @@ class BasicRappor(Rappor):
         return {"f": self.f, "p": self.p, "q": self.q}
 
     def encode(self, value: object) -> Any:
-        try:
-            return self.domain.index(value)
-        except KeyError:
-            raise ValueDomainError(
-                f"{value!r} is not one of this campaign's {self.domain.size} categories"
-            ) from None
+        return self.domain.encode(value)
 
     def bloom(self, x: Any, cohort: int) -> int:
         return 1 << int(x)
