@@ -15,9 +15,10 @@ import pytest
 
 from chorus_client import BudgetExceeded, Client, Response, RetryPolicy, TransportError
 from chorus_shared import campaign_from_spec
+from chorus_shared.campaign import canonical_json
 from chorus_shared.hashing import bloom_mask
 from chorus_shared.mechanisms import Duchi, Rappor
-from chorus_shared.rng import DeterministicRandom
+from chorus_shared.rng import DeterministicRandom, derive_key
 from support import FakeClock, ScriptedTransport, Sent, timeout_error, z_threshold
 
 BASE = "http://collector.test"
@@ -397,3 +398,41 @@ def test_alpha_rounding_gives_one_float_per_grid_point() -> None:
             up = mechanism.memo_input(boundary - width / 4, {"alpha": 0})
             down = mechanism.memo_input(boundary + width / 4, {"alpha": 2**53 - 1})
             assert up == down, (buckets, cell, up, down)
+
+
+def test_one_rappor_user_reporting_a_thousand_times_reveals_only_the_prr(
+        tmp_path: Path) -> None:
+    """The averaged reports converge to the permanent response, which differs from the Bloom
+    filter; the cohort and the PRR are the same after a restart."""
+    conf = config("rappor", budget=100.0, max_reports=5000)
+    mechanism = campaign_from_spec(conf).mechanism
+    assert isinstance(mechanism, Rappor)
+    down = ScriptedTransport([timeout_error()] * 10)
+    first = client(conf, tmp_path, transport=down)
+    for _ in range(500):
+        first.report("c", "my-secret-homepage")
+    del first
+    again = client(conf, tmp_path, transport=down)
+    for _ in range(500):
+        again.report("c", "my-secret-homepage")
+    rows = [json.loads(r) for _, r in again._state.outbox(10_000)]
+    assert len(rows) == 1000
+    cohorts = {r["payload"]["cohort"] for r in rows}
+    assert len(cohorts) == 1
+    cohort = cohorts.pop()
+    ones = [0] * mechanism.k
+    for row in rows:
+        bits = int(row["payload"]["bits"], 16)
+        for i in range(mechanism.k):
+            ones[i] += (bits >> i) & 1
+    recovered = sum(1 << i for i in range(mechanism.k) if ones[i] > 500)
+    # What 1000 reports reveal is the PRR (the same bits in both runs), which keeps each Bloom
+    # bit only with probability 1 − f/2; across users it differs from the filter in f/2 of
+    # the bits (test_rappor_reports_converge_to_the_prr_not_to_the_true_bloom_filter).
+    digest = campaign_from_spec(conf).digest
+    key = derive_key(again._state.secret, "permanent", digest,
+                     canonical_json("my-secret-homepage"))
+    prr = mechanism.permanent("my-secret-homepage", DeterministicRandom(key),
+                              {"cohort": cohort})
+    assert recovered == int(prr["bits"], 16)
+    assert again.spent() == pytest.approx(mechanism.epsilon_longitudinal)
