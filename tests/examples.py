@@ -21,6 +21,23 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"epsilon": 2.5, "domain": [f"v{i}" for i in range(12)]},
         {"epsilon": 0.5, "domain": [f"v{i}" for i in range(3)]},
     ],
+    "sue": [
+        {"epsilon": 2.1972245773362196, "domain": ["a", "b", "c", "d"]},  # 2 ln 3: p = 3/4
+        {"epsilon": 0.7, "domain": [f"v{i}" for i in range(7)]},
+    ],
+    "oue": [
+        {"epsilon": 1.0986122886681098, "domain": ["a", "b", "c", "d"]},  # ln 3: q = 1/4
+        {"epsilon": 3.0, "domain": [f"v{i}" for i in range(9)]},
+    ],
+    "ss": [
+        {"epsilon": 1.0, "domain": [f"v{i}" for i in range(10)]},  # ω = 2
+        {"epsilon": 0.5, "domain": [f"v{i}" for i in range(8)]},
+        {"epsilon": 2.0, "domain": [f"v{i}" for i in range(6)], "params": {"omega": 3}},
+    ],
+    "hr": [
+        {"epsilon": 1.0986122886681098, "domain": ["a", "b", "c"]},  # K = 4
+        {"epsilon": 2.0, "domain": [f"v{i}" for i in range(20)]},  # K = 32
+    ],
     "rappor": [
         {"epsilon": 2.0, "domain": {"kind": "strings"}, "params": {"k": 8, "h": 2, "m": 2}},
         {"epsilon": None, "domain": {"kind": "strings"},

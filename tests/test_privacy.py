@@ -18,7 +18,7 @@ import pytest
 
 from chorus_shared import REGISTRY, Campaign
 from chorus_shared.hashing import bloom_bits, bloom_mask
-from chorus_shared.mechanisms import Rappor
+from chorus_shared.mechanisms import PureOracle, Rappor
 from examples import EXAMPLES, example_campaigns, example_ids
 from support import chi2_band, z_threshold
 
@@ -32,7 +32,9 @@ def test_every_mechanism_has_examples() -> None:
 
 
 def _key(payload: Any) -> Any:
-    return tuple(sorted(payload.items())) if isinstance(payload, dict) else payload
+    if isinstance(payload, dict):
+        return tuple(sorted(payload.items()))
+    return tuple(payload) if isinstance(payload, list) else payload
 
 
 def _inputs(campaign: Campaign) -> list[Any]:
@@ -85,7 +87,7 @@ def test_randomizer_samples_the_declared_distribution(campaign: Campaign) -> Non
                            for _ in range(draws))
         expected: dict[Any, float] = {}
         for y in mechanism.outputs():
-            if isinstance(y, dict) and y["cohort"] != 0:
+            if isinstance(y, dict) and y.get("cohort", 0) != 0:
                 continue
             p = mechanism.output_probability(y, x) * (mechanism.m if assignment else 1)
             expected[_key(y)] = p * draws
@@ -113,6 +115,24 @@ def test_pure_protocol_support_probabilities(campaign: Campaign) -> None:
             expected = p_star if v == x else q_star
             assert mechanism.output_probability(v, x) == pytest.approx(expected, rel=1e-15)
     assert math.log(p_star / q_star) == pytest.approx(campaign.epsilon, rel=1e-12)
+
+
+@pytest.mark.parametrize("campaign", [c for c in CAMPAIGNS if isinstance(c.mechanism,
+                                                                         PureOracle)],
+                         ids=lambda c: c.name)
+def test_pure_oracles_support_has_exactly_p_star_and_q_star(campaign: Campaign) -> None:
+    """Summing the exact output table over each report's support (§16.1 item 3): a wrong
+    "other value" sampler, support function or q* fails here."""
+    mechanism = campaign.mechanism
+    assert isinstance(mechanism, PureOracle)
+    p_star, q_star = mechanism.support_probabilities()
+    outputs = list(mechanism.outputs())
+    supports = [mechanism.support(y) for y in outputs]
+    for x in mechanism.inputs():
+        probabilities = [mechanism.output_probability(y, x) for y in outputs]
+        for v in mechanism.inputs():
+            rate = math.fsum(p for p, s in zip(probabilities, supports, strict=True) if v in s)
+            assert rate == pytest.approx(p_star if v == x else q_star, rel=1e-12, abs=1e-15)
 
 
 @pytest.mark.parametrize("campaign", [c for c in CAMPAIGNS if c.mechanism.name ==

@@ -25,7 +25,7 @@ from chorus_collector.estimators.krr import fixed_population_variance
 from chorus_collector.estimators.rappor import design_matrix
 from chorus_shared import Campaign
 from chorus_shared.hashing import bloom_mask
-from chorus_shared.mechanisms import KRR, BasicRappor, BooleanRappor, Duchi, Rappor
+from chorus_shared.mechanisms import KRR, BasicRappor, BooleanRappor, Duchi, PureOracle, Rappor
 from examples import example_campaigns
 from support import chi2_band, z_threshold
 
@@ -72,12 +72,12 @@ def _frequency_values(result: Any) -> tuple[np.ndarray, np.ndarray]:
             np.array([r.frequency_std_error for r in result.rows]))
 
 
-@pytest.mark.parametrize("campaign", _by_kind("krr", "rr", "basic_rappor"),
-                         ids=lambda c: c.name)
+@pytest.mark.parametrize("campaign", _by_kind("krr", "rr", "basic_rappor", "sue", "oue", "ss",
+                                               "hr"), ids=lambda c: c.name)
 def test_pure_categorical_mechanisms_are_unbiased_with_the_exact_variance(
         campaign: Campaign) -> None:
     mechanism = campaign.mechanism
-    assert isinstance(mechanism, KRR | BasicRappor)
+    assert isinstance(mechanism, KRR | BasicRappor | PureOracle)
     d, n = len(mechanism.domain.values), 1000
     weights = [1 / (v + 1) ** 1.1 for v in range(d)]
     counts = [int(n * w / sum(weights)) for w in weights]

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import random
 import secrets
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 __all__ = ["DeterministicRandom", "RandomSource", "bernoulli", "derive_key", "is_secure",
@@ -25,6 +26,8 @@ class RandomSource(Protocol):
     def randrange(self, start: int, stop: int | None = ..., step: int = ...) -> int: ...
 
     def getrandbits(self, k: int, /) -> int: ...
+
+    def sample(self, population: Sequence[int], k: int) -> list[int]: ...
 
 
 _SYSTEM_RANDOM = secrets.SystemRandom()

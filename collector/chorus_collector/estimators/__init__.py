@@ -6,12 +6,19 @@ from chorus_collector.estimators.base import Estimator, Query, QueryError
 from chorus_collector.estimators.basic_rappor import BasicRapporEstimator, BooleanRapporEstimator
 from chorus_collector.estimators.duchi import DuchiEstimator
 from chorus_collector.estimators.krr import BinaryRREstimator, KRREstimator
+from chorus_collector.estimators.pure import (
+    HadamardEstimator,
+    OUEEstimator,
+    SubsetEstimator,
+    UnaryEstimator,
+)
 from chorus_collector.estimators.rappor import RapporEstimator
 
 __all__ = ["ESTIMATORS", "Estimator", "Query", "QueryError", "estimator_for"]
 
 ESTIMATORS: dict[str, Estimator] = {
-    e.name: e for e in (BinaryRREstimator(), KRREstimator(), RapporEstimator(),
+    e.name: e for e in (BinaryRREstimator(), KRREstimator(), UnaryEstimator(), OUEEstimator(),
+                        SubsetEstimator(), HadamardEstimator(), RapporEstimator(),
                         BasicRapporEstimator(), BooleanRapporEstimator(), DuchiEstimator())
 }
 

@@ -10,14 +10,20 @@ from __future__ import annotations
 from chorus_shared.errors import CampaignError
 from chorus_shared.mechanisms.base import Mechanism
 from chorus_shared.mechanisms.duchi import Duchi
+from chorus_shared.mechanisms.hadamard import HadamardResponse
 from chorus_shared.mechanisms.krr import KRR, BinaryRR
+from chorus_shared.mechanisms.pure import PureOracle
 from chorus_shared.mechanisms.rappor import BasicRappor, BooleanRappor, Rappor
+from chorus_shared.mechanisms.subset import SubsetSelection
+from chorus_shared.mechanisms.unary import OUE, SUE
 
-__all__ = ["KRR", "REGISTRY", "BasicRappor", "BinaryRR", "BooleanRappor", "Duchi", "Mechanism",
-           "Rappor", "mechanism_class"]
+__all__ = ["KRR", "OUE", "REGISTRY", "SUE", "BasicRappor", "BinaryRR", "BooleanRappor", "Duchi",
+           "HadamardResponse", "Mechanism", "PureOracle", "Rappor", "SubsetSelection",
+           "mechanism_class"]
 
 REGISTRY: dict[str, type[Mechanism]] = {
-    cls.name: cls for cls in (BinaryRR, KRR, Rappor, BasicRappor, BooleanRappor, Duchi)
+    cls.name: cls for cls in (BinaryRR, KRR, SUE, OUE, SubsetSelection, HadamardResponse,
+                              Rappor, BasicRappor, BooleanRappor, Duchi)
 }
 
 

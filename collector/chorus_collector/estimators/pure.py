@@ -1,0 +1,114 @@
+"""Estimation for the pure frequency oracles SUE, OUE, Subset Selection and Hadamard Response.
+
+Each keeps the statistic its support counts come from cheapest (MECHANISMS.md §3, §7.2, §8):
+
+* unary encoding: [n, count of reports with bit i set, for every i];
+* Subset Selection: how often each category was in a reported subset (``bincount``);
+* Hadamard Response: the histogram of reported y over [K]; at query time one fast
+  Walsh–Hadamard transform gives every category's support count, (n + (H·N)[x + 1])/2, in
+  O(K log K).
+
+Then f̂_v = (C_v/n − q*)/(p* − q*) with the i.i.d.-sampling standard error
+(``krr.pure_frequencies``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from chorus_collector.estimators.base import Estimator, Query
+from chorus_collector.estimators.krr import VARIANCE_MODEL_IID, pure_frequencies
+from chorus_collector.estimators.rappor import unpack_bits
+from chorus_collector.results import FrequencyEstimate, FrequencyRow
+from chorus_shared.campaign import Campaign
+from chorus_shared.mechanisms import HadamardResponse, Mechanism, PureOracle
+
+__all__ = ["HadamardEstimator", "SubsetEstimator", "UnaryEstimator", "walsh_hadamard"]
+
+
+def walsh_hadamard(values: np.ndarray) -> np.ndarray:
+    """H_K · values for the Sylvester Hadamard matrix, in O(K log K)."""
+    out = values.astype(np.float64).copy()
+    size, half = len(out), 1
+    while half < size:
+        view = out.reshape(-1, 2, half)
+        top, bottom = view[:, 0, :].copy(), view[:, 1, :].copy()
+        view[:, 0, :], view[:, 1, :] = top + bottom, top - bottom
+        half *= 2
+    return out
+
+
+class _PureEstimator(Estimator):
+    def support_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray:
+        return state.astype(np.float64)
+
+    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
+                 query: Query) -> FrequencyEstimate:
+        mechanism = campaign.mechanism
+        assert isinstance(mechanism, PureOracle)
+        counts = self.support_counts(mechanism, state)
+        frequency, std_error = pure_frequencies(counts, n, *mechanism.support_probabilities())
+        rows = [FrequencyRow.from_frequency(label, float(f), float(se), n)
+                for label, f, se in zip(mechanism.domain.values, frequency, std_error,
+                                        strict=True)]
+        return FrequencyEstimate(
+            campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
+            rows=rows, variance_model=VARIANCE_MODEL_IID, window=query.window,
+            extra={"variance_per_user": mechanism.approximate_variance()},
+        )
+
+
+class UnaryEstimator(_PureEstimator):
+    name: ClassVar[str] = "sue"
+
+    def state_size(self, mechanism: Mechanism) -> int:
+        assert isinstance(mechanism, PureOracle)
+        return mechanism.d
+
+    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+        assert isinstance(mechanism, PureOracle)
+        if not payloads:
+            return np.zeros(mechanism.d, dtype=np.int64)
+        bits = unpack_bits([p["bits"] for p in payloads], mechanism.d)
+        summed: np.ndarray = bits.sum(axis=0, dtype=np.int64)
+        return summed
+
+
+class OUEEstimator(UnaryEstimator):
+    name: ClassVar[str] = "oue"
+
+
+class SubsetEstimator(_PureEstimator):
+    name: ClassVar[str] = "ss"
+
+    def state_size(self, mechanism: Mechanism) -> int:
+        assert isinstance(mechanism, PureOracle)
+        return mechanism.d
+
+    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+        assert isinstance(mechanism, PureOracle)
+        flat = np.fromiter((i for subset in payloads for i in subset), dtype=np.int64)
+        return np.bincount(flat, minlength=mechanism.d).astype(np.int64)
+
+
+class HadamardEstimator(_PureEstimator):
+    name: ClassVar[str] = "hr"
+
+    def state_size(self, mechanism: Mechanism) -> int:
+        assert isinstance(mechanism, HadamardResponse)
+        return mechanism.size
+
+    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+        assert isinstance(mechanism, HadamardResponse)
+        reports = np.fromiter(payloads, dtype=np.int64, count=len(payloads))
+        return np.bincount(reports, minlength=mechanism.size).astype(np.int64)
+
+    def support_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray:
+        assert isinstance(mechanism, HadamardResponse)
+        n = float(state.sum())
+        transformed = walsh_hadamard(state)
+        counts: np.ndarray = (n + transformed[1:mechanism.d + 1]) / 2
+        return counts

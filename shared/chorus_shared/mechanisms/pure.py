@@ -1,0 +1,91 @@
+"""Pure frequency oracles (Wang, Blocki, Li, Jha, USENIX Security 2017; MECHANISMS.md §0.1).
+
+A report y names a support set Support(y) of categories, with P(v ∈ Support(Y) | x = v) = p*
+and P(v ∈ Support(Y) | x ≠ v) = q*. Every such mechanism shares the estimator
+f̂_v = (C_v/n − q*)/(p* − q*), where C_v counts the reports whose support holds v, and its
+exact variance. :class:`PureOracle` is the common base: category domain, ε-only parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+from chorus_shared.domain import Categories, Domain
+from chorus_shared.errors import CampaignError
+from chorus_shared.mechanisms.base import Mechanism, check_params, required_epsilon
+
+__all__ = ["MAX_ENUMERATED_OUTPUTS", "PureOracle"]
+
+MAX_ENUMERATED_OUTPUTS = 1 << 16
+
+
+@dataclass(frozen=True)
+class PureOracle(Mechanism):
+    domain_kinds: ClassVar[tuple[str, ...]] = ("categories",)
+    estimate_kind: ClassVar[str] = "frequency"
+    #: The largest domain this oracle accepts (report size or server cost grows with d).
+    max_categories: ClassVar[int] = 4096
+
+    domain: Categories
+    eps: float
+
+    @classmethod
+    def _extra_params(cls) -> tuple[str, ...]:
+        return ()
+
+    @classmethod
+    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
+        check_params(params, cls._extra_params(), cls.name)
+        eps = required_epsilon(cls.name, epsilon)
+        if not isinstance(domain, Categories) or domain.size < 2:
+            raise CampaignError(f"mechanism {cls.name!r} needs at least 2 categories")
+        if domain.size > cls.max_categories:
+            raise CampaignError(
+                f"mechanism {cls.name!r} takes at most {cls.max_categories} categories")
+        return cls._build(domain, eps, params)
+
+    @classmethod
+    def _build(cls, domain: Categories, eps: float, params: Mapping[str, Any]) -> Self:
+        return cls(domain=domain, eps=eps)
+
+    @property
+    def d(self) -> int:
+        return self.domain.size
+
+    @property
+    def epsilon(self) -> float:
+        return self.eps
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+    def encode(self, value: object) -> int:
+        return self.domain.encode(value)
+
+    def inputs(self) -> Iterable[int]:
+        return range(self.d)
+
+    def support(self, payload: Any) -> set[int]:
+        """The categories a report supports."""
+        raise TypeError(f"{self.name} does not define its support")
+
+    def support_probabilities(self) -> tuple[float, float]:
+        """(p*, q*)."""
+        raise TypeError(f"{self.name} does not define p* and q*")
+
+    def approximate_variance(self) -> float:
+        """Var*: n·Var[f̂_v] with f_v → 0, q*(1 − q*)/(p* − q*)² (for choosing parameters)."""
+        p_star, q_star = self.support_probabilities()
+        return q_star * (1 - q_star) / (p_star - q_star) ** 2
+
+    def describe(self) -> dict[str, Any]:
+        p_star, q_star = self.support_probabilities()
+        return {**super().describe(), "p_star": p_star, "q_star": q_star,
+                "variance_per_user": self.approximate_variance()}
+
+
+def binomial(n: int, k: int) -> int:
+    return math.comb(n, k)

@@ -1,0 +1,101 @@
+"""SUE, OUE, Subset Selection and Hadamard Response: the parts the registry-wide tests do not
+reach (parameter choice, the Walsh–Hadamard decoder, peer bugs, the API)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from flask.testing import FlaskClient
+
+from chorus_collector.estimators.pure import walsh_hadamard
+from chorus_shared import campaign_from_spec
+from chorus_shared.mechanisms import OUE, HadamardResponse, SubsetSelection
+from chorus_shared.mechanisms.hadamard import in_block
+from chorus_shared.mechanisms.subset import best_omega, subset_support_probabilities
+from support import ADMIN_HEADERS, ANALYST_HEADERS, make_report, z_threshold
+
+
+def _var(d: int, omega: int, eps: float) -> float:
+    p, q = subset_support_probabilities(d, omega, eps)
+    return q * (1 - q) / (p - q) ** 2
+
+
+@pytest.mark.parametrize(("d", "eps", "omega", "variance"), [
+    (10, 1.0, 2, 2.82), (10, 2.0, 1, 0.377), (100, 1.0, 27, 3.59), (100, 4.0, 1, 0.0531),
+    (1000, 2.0, 119, 0.721),
+])
+def test_subset_size_minimises_the_exact_variance(d: int, eps: float, omega: int,
+                                                  variance: float) -> None:
+    """MECHANISMS.md §12.2's table; a scan, not the rounded d/(e^ε + 1)."""
+    assert best_omega(d, eps) == omega
+    assert _var(d, omega, eps) == pytest.approx(variance, rel=5e-3)
+    assert all(_var(d, w, eps) >= _var(d, omega, eps) for w in range(1, d))
+
+
+def test_walsh_hadamard_matches_the_matrix() -> None:
+    for size in (2, 4, 8, 32):
+        matrix = np.array([[(-1) ** bin(i & j).count("1") for j in range(size)]
+                           for i in range(size)])
+        values = np.random.default_rng(size).integers(0, 50, size)
+        assert np.allclose(walsh_hadamard(values), matrix @ values)
+
+
+def test_hadamard_blocks_are_half_and_pairwise_a_quarter() -> None:
+    mechanism = campaign_from_spec({"name": "h", "mechanism": "hr", "epsilon": 1.0,
+                                    "domain": [f"v{i}" for i in range(13)]}).mechanism
+    assert isinstance(mechanism, HadamardResponse)
+    assert mechanism.size == 16
+    blocks = [{y for y in range(16) if in_block(x, y)} for x in range(13)]
+    assert all(len(b) == 8 for b in blocks)
+    assert all(len(a & b) == 4 for i, a in enumerate(blocks) for b in blocks[i + 1:])
+
+
+def test_unary_true_bit_is_reported_with_p_exactly() -> None:
+    """pure-LDP #11: the true bit was pre-noised with q, reported 1 with p + (1 − p)q."""
+    mechanism = campaign_from_spec({"name": "u", "mechanism": "oue", "epsilon": 0.5,
+                                    "domain": ["a", "b", "c"]}).mechanism
+    assert isinstance(mechanism, OUE)
+    rng = random.Random(2)
+    draws = 60_000
+    ones = sum(int(mechanism.randomize(0, rng)["bits"], 16) & 1 for _ in range(draws))
+    p = mechanism.p
+    assert abs(ones - draws * p) < z_threshold(1e-6) * (draws * p * (1 - p)) ** 0.5
+    wrong = p + (1 - p) * mechanism.q
+    assert abs(ones - draws * wrong) > z_threshold(1e-6) * (draws * p * (1 - p)) ** 0.5
+
+
+def test_subset_reports_are_distinct_sorted_and_of_size_omega() -> None:
+    mechanism = campaign_from_spec({"name": "s", "mechanism": "ss", "epsilon": 1.0,
+                                    "domain": [f"v{i}" for i in range(30)]}).mechanism
+    assert isinstance(mechanism, SubsetSelection)
+    rng = random.Random(4)
+    for x in range(30):
+        report = mechanism.randomize(x, rng)
+        assert report == sorted(set(report))
+        assert len(report) == mechanism.omega
+        assert mechanism.check_payload(report) == report
+
+
+@pytest.mark.parametrize(("mechanism", "value", "bad"), [
+    ("sue", "a", {"bits": "zz"}), ("oue", "b", {"bits": "10"}), ("ss", "v1", [3, 1]),
+    ("ss", "v1", [1, 1]), ("hr", "v2", 64), ("hr", "v2", -1),
+])
+def test_new_oracles_end_to_end_through_the_api(http: FlaskClient, mechanism: str,
+                                                value: str, bad: object) -> None:
+    domain = ["a", "b", "c", "d"] if mechanism in ("sue", "oue") else [
+        f"v{i}" for i in range(20)]
+    spec = {"name": "o", "mechanism": mechanism, "epsilon": 2.0, "domain": domain,
+            "min_batch_size": 1}
+    config = http.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS).get_json()
+    rng = random.Random(1)
+    reports = [make_report(config, value, rng) for _ in range(3000)]
+    assert http.post("/v1/reports", json={"reports": reports}).get_json()["accepted"] == 3000
+    rejected = http.post("/v1/reports", json=make_report(config, value, rng, payload=bad))
+    assert rejected.status_code == 400
+    body = http.get("/v1/campaigns/o/estimates", headers=ANALYST_HEADERS).get_json()
+    row = next(r for r in body["rows"] if r["value"] == value)
+    assert abs(row["frequency"] - 1.0) < 4.5 * row["frequency_std_error"]
+    others = [r for r in body["rows"] if r["value"] != value]
+    assert all(abs(r["frequency"]) < 4.5 * r["frequency_std_error"] for r in others)
