@@ -30,6 +30,17 @@ class FrequencyRow:
     frequency_ci_high: float
     detected: bool | None = None
 
+    def postprocessed(self, frequency: float, n: int) -> FrequencyRow:
+        """This row with a post-processed frequency: the same SE, and the unbiased interval
+        intersected with [0, 1] (every frequency lies there, so coverage is kept)."""
+        low, high = max(0.0, self.frequency_ci_low), min(1.0, self.frequency_ci_high)
+        return FrequencyRow(value=self.value, count=n * frequency,
+                            count_std_error=self.count_std_error, count_ci_low=n * low,
+                            count_ci_high=n * high, frequency=frequency,
+                            frequency_std_error=self.frequency_std_error,
+                            frequency_ci_low=low, frequency_ci_high=high,
+                            detected=self.detected)
+
     @classmethod
     def from_frequency(cls, value: str, frequency: float, std_error: float, n: int,
                        detected: bool | None = None) -> FrequencyRow:

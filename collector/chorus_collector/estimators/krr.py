@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chorus_collector.estimators.base import Estimator, Query
+from chorus_collector.estimators.consistency import LABELS, ibu, norm_sub, simplex_projection
 from chorus_collector.results import FrequencyEstimate, FrequencyRow
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import KRR, Mechanism
@@ -46,8 +47,36 @@ def fixed_population_variance(n: int, frequency: float, p_star: float, q_star: f
     return n * q_star * (1 - q_star) / gap**2 + n * frequency * (1 - p_star - q_star) / gap
 
 
+def frequency_estimate(campaign: Campaign, n: int, frequency: np.ndarray,
+                       std_error: np.ndarray, query: Query, extra: dict[str, Any],
+                       channel: np.ndarray | None = None,
+                       output_counts: np.ndarray | None = None) -> FrequencyEstimate:
+    """Rows for categorical estimates, post-processed as the query asks."""
+    mechanism = campaign.mechanism
+    labels = mechanism.domain.values  # type: ignore[union-attr]
+    rows = [FrequencyRow.from_frequency(label, float(f), float(se), n)
+            for label, f, se in zip(labels, frequency, std_error, strict=True)]
+    method = query.postprocessing
+    if method != "none":
+        if method == "ibu":
+            assert channel is not None and output_counts is not None
+            adjusted = ibu(output_counts, channel)
+        elif method == "norm-sub":
+            adjusted = norm_sub(frequency)
+        else:
+            adjusted = simplex_projection(frequency)
+        rows = [row.postprocessed(float(x), n) for row, x in zip(rows, adjusted, strict=True)]
+        extra = {**extra, "unbiased_frequencies": [float(f) for f in frequency]}
+    return FrequencyEstimate(
+        campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
+        rows=rows, variance_model=VARIANCE_MODEL_IID, window=query.window,
+        postprocessing=LABELS.get(method, "none (unbiased)"), extra=extra,
+    )
+
+
 class KRREstimator(Estimator):
     name: ClassVar[str] = "krr"
+    postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection", "ibu")
 
     def state_size(self, mechanism: Mechanism) -> int:
         assert isinstance(mechanism, KRR)
@@ -64,15 +93,13 @@ class KRREstimator(Estimator):
         assert isinstance(mechanism, KRR)
         frequency, std_error = pure_frequencies(state.astype(np.float64), n, *mechanism.
                                                 support_probabilities())
-        rows = [
-            FrequencyRow.from_frequency(label, float(f), float(se), n)
-            for label, f, se in zip(mechanism.domain.values, frequency, std_error, strict=True)
-        ]
-        return FrequencyEstimate(
-            campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
-            rows=rows, variance_model=VARIANCE_MODEL_IID, window=query.window,
-            extra={"sum_of_frequencies": math.fsum(float(f) for f in frequency)},
-        )
+        p, q = mechanism.support_probabilities()
+        channel = np.full((mechanism.d, mechanism.d), q)
+        np.fill_diagonal(channel, p)
+        return frequency_estimate(
+            campaign, n, frequency, std_error, query,
+            {"sum_of_frequencies": math.fsum(float(f) for f in frequency)},
+            channel=channel, output_counts=state)
 
 
 class BinaryRREstimator(KRREstimator):

@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chorus_collector.estimators.base import Estimator, Query
-from chorus_collector.estimators.krr import VARIANCE_MODEL_IID, pure_frequencies
+from chorus_collector.estimators.krr import frequency_estimate, pure_frequencies
 from chorus_collector.estimators.rappor import unpack_bits
-from chorus_collector.results import FrequencyEstimate, FrequencyRow
+from chorus_collector.results import FrequencyEstimate
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import HadamardResponse, Mechanism, PureOracle
 
@@ -42,6 +42,8 @@ def walsh_hadamard(values: np.ndarray) -> np.ndarray:
 
 
 class _PureEstimator(Estimator):
+    postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection")
+
     def support_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray:
         return state.astype(np.float64)
 
@@ -51,14 +53,17 @@ class _PureEstimator(Estimator):
         assert isinstance(mechanism, PureOracle)
         counts = self.support_counts(mechanism, state)
         frequency, std_error = pure_frequencies(counts, n, *mechanism.support_probabilities())
-        rows = [FrequencyRow.from_frequency(label, float(f), float(se), n)
-                for label, f, se in zip(mechanism.domain.values, frequency, std_error,
-                                        strict=True)]
-        return FrequencyEstimate(
-            campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
-            rows=rows, variance_model=VARIANCE_MODEL_IID, window=query.window,
-            extra={"variance_per_user": mechanism.approximate_variance()},
-        )
+        return frequency_estimate(campaign, n, frequency, std_error, query,
+                                  {"variance_per_user": mechanism.approximate_variance()},
+                                  channel=self.channel(mechanism),
+                                  output_counts=self.output_counts(mechanism, state))
+
+    def channel(self, mechanism: PureOracle) -> np.ndarray | None:
+        """A[y, v] = P(output y | input v) when the output histogram is sufficient (IBU)."""
+        return None
+
+    def output_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray | None:
+        return None
 
 
 class UnaryEstimator(_PureEstimator):
@@ -96,6 +101,15 @@ class SubsetEstimator(_PureEstimator):
 
 class HadamardEstimator(_PureEstimator):
     name: ClassVar[str] = "hr"
+    postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection", "ibu")
+
+    def channel(self, mechanism: PureOracle) -> np.ndarray | None:
+        assert isinstance(mechanism, HadamardResponse)
+        return np.array([[mechanism.output_probability(y, x) for x in range(mechanism.d)]
+                         for y in range(mechanism.size)])
+
+    def output_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray | None:
+        return state
 
     def state_size(self, mechanism: Mechanism) -> int:
         assert isinstance(mechanism, HadamardResponse)

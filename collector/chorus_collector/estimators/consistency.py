@@ -1,0 +1,73 @@
+"""Consistency post-processing for frequency estimates, chosen at query time.
+
+The unbiased estimates may be negative and need not sum to one. Post-processing trades that
+unbiasedness for lower error (Wang, Lopuhaä-Zwakenberg, Li, Škorić, Li, NDSS 2020;
+MECHANISMS.md §11). It is free in privacy: a function of the released estimates.
+
+* ``norm-sub``: set negatives to 0 and subtract the same amount from every positive estimate
+  until they sum to 1 and none is negative (x_v = max(f̂_v − θ, 0));
+* ``projection``: the Euclidean projection onto the probability simplex (sort-based; equal to
+  Norm-Sub whenever Σ max(f̂, 0) ≥ 1, the usual case);
+* ``ibu``: maximum likelihood by expectation–maximisation (iterative Bayesian update), for
+  mechanisms whose output histogram is a sufficient statistic (k-RR, Hadamard Response).
+
+Post-processed estimates are biased, so their rows carry the unbiased estimate's standard
+error and, as interval, the unbiased 95% interval intersected with [0, 1] (which keeps its
+coverage, since every frequency lies in [0, 1]).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["LABELS", "ibu", "norm_sub", "simplex_projection"]
+
+LABELS = {
+    "norm-sub": "norm-sub: negatives set to 0, the rest shifted to sum to 1 (biased)",
+    "projection": "projection onto the probability simplex (biased)",
+    "ibu": "ibu: maximum likelihood by expectation-maximisation (biased)",
+}
+
+
+def norm_sub(estimates: np.ndarray) -> np.ndarray:
+    """Norm-Sub as defined by Wang et al. (iterated until no estimate is negative)."""
+    x = np.asarray(estimates, dtype=np.float64).copy()
+    for _ in range(len(x) + 1):
+        x = np.clip(x, 0.0, None)
+        positive = x > 0
+        if not positive.any():
+            return np.full(len(x), 1.0 / len(x))
+        x[positive] += (1.0 - x.sum()) / positive.sum()
+        if (x >= 0).all():
+            return x
+    return np.clip(x, 0.0, None)
+
+
+def simplex_projection(estimates: np.ndarray) -> np.ndarray:
+    """argmin ‖x − f̂‖ over {x ≥ 0, Σx = 1} (Duchi, Shalev-Shwartz, Singer, Chandra 2008)."""
+    v = np.asarray(estimates, dtype=np.float64)
+    ordered = np.sort(v)[::-1]
+    cumulative = np.cumsum(ordered) - 1.0
+    ranks = np.arange(1, len(v) + 1)
+    last = np.flatnonzero(ordered - cumulative / ranks > 0)[-1]
+    projected: np.ndarray = np.clip(v - cumulative[last] / (last + 1), 0.0, None)
+    return projected
+
+
+def ibu(counts: np.ndarray, channel: np.ndarray, iterations: int = 10_000,
+        tolerance: float = 1e-12) -> np.ndarray:
+    """EM for the input distribution π from output counts N_y and a channel A[y, v] = P(y|v).
+
+    π ← π ⊙ Aᵀ(N / (A π)) / n stays on the simplex and increases the likelihood at every step.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    n = counts.sum()
+    pi = np.full(channel.shape[1], 1.0 / channel.shape[1])
+    for _ in range(iterations):
+        predicted = channel @ pi
+        ratio = np.divide(counts, predicted, out=np.zeros_like(counts), where=predicted > 0)
+        updated: np.ndarray = pi * (channel.T @ ratio) / n
+        if np.max(np.abs(updated - pi)) < tolerance:
+            return updated
+        pi = updated
+    return pi
