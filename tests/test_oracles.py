@@ -99,3 +99,48 @@ def test_new_oracles_end_to_end_through_the_api(http: FlaskClient, mechanism: st
     assert abs(row["frequency"] - 1.0) < 4.5 * row["frequency_std_error"]
     others = [r for r in body["rows"] if r["value"] != value]
     assert all(abs(r["frequency"]) < 4.5 * r["frequency_std_error"] for r in others)
+
+
+@pytest.mark.parametrize(("d", "eps", "limit", "expected"), [
+    (10, 1.0, None, "ss"), (10, 2.0, None, "krr"), (100, 1.0, None, "ss"),
+    (100, 4.0, None, "krr"), (1000, 2.0, None, "ss"), (1000, 2.0, 16, "hr"),
+    (10, 2.0, 4, "krr"), (3000, 1.0, None, "ss"), (5000, 1.0, None, "hr"),
+])
+def test_auto_picks_the_least_exact_variance(d: int, eps: float, limit: int | None,
+                                             expected: str) -> None:
+    from chorus_shared import campaign_from_config
+
+    params = {"max_report_bits": limit} if limit else {}
+    campaign = campaign_from_spec({"name": "a", "mechanism": "auto", "epsilon": eps,
+                                   "domain": [f"v{i}" for i in range(d)], "params": params})
+    assert campaign.mechanism.name == expected
+    selection = campaign.config["selection"]
+    table = selection["candidates"]
+    eligible = {n: r for n, r in table.items() if limit is None or r["report_bits"] <= limit}
+    best = min(r["variance_per_user"] for r in eligible.values())
+    assert table[expected]["variance_per_user"] == pytest.approx(best, rel=1e-9)
+    assert expected in selection["reason"]
+    assert campaign_from_config(campaign.public_config()).digest == campaign.digest
+
+
+def test_auto_refuses_what_it_cannot_serve() -> None:
+    from chorus_shared import CampaignError
+
+    with pytest.raises(CampaignError, match="categories domain"):
+        campaign_from_spec({"name": "a", "mechanism": "auto", "epsilon": 1.0,
+                            "domain": {"kind": "numeric", "lo": 0, "hi": 1}})
+    with pytest.raises(CampaignError, match="reports in at most 1 bits"):
+        campaign_from_spec({"name": "a", "mechanism": "auto", "epsilon": 1.0,
+                            "domain": [f"v{i}" for i in range(10)],
+                            "params": {"max_report_bits": 1}})
+
+
+def test_auto_through_the_api(http: FlaskClient) -> None:
+    reply = http.post("/v1/campaigns", headers=ADMIN_HEADERS, json={
+        "name": "auto", "mechanism": "auto", "epsilon": 1.0,
+        "domain": [f"v{i}" for i in range(50)]})
+    assert reply.status_code == 201
+    body = reply.get_json()
+    assert body["mechanism"] == "ss"
+    assert body["selection"]["from"] == "auto"
+    assert http.get("/v1/campaigns/auto").get_json()["digest"] == body["digest"]

@@ -17,10 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from chorus_shared.domain import Domain, domain_from_json
+from chorus_shared.domain import Categories, Domain, domain_from_json
 from chorus_shared.errors import CampaignError, PrivacyWarning
 from chorus_shared.mechanisms import Mechanism, mechanism_class
+from chorus_shared.mechanisms.base import check_epsilon
 from chorus_shared.privacy import PrivacyPolicy, policy_from_json
+from chorus_shared.selection import choose_mechanism
 
 __all__ = [
     "CONFIG_FORMAT",
@@ -38,7 +40,7 @@ DEFAULT_TIME_PRECISION = 3600
 DEFAULT_MIN_BATCH_SIZE = 100
 DEFAULT_REPORT_EXPIRY = 90 * 86400
 _SPEC_FIELDS = {"name", "mechanism", "epsilon", "domain", "params", "time_precision",
-                "min_batch_size", "report_expiry", "privacy", "description"}
+                "min_batch_size", "report_expiry", "privacy", "description", "selection"}
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -58,6 +60,7 @@ class Campaign:
     report_expiry: int = DEFAULT_REPORT_EXPIRY
     description: str = ""
     policy: PrivacyPolicy = None  # type: ignore[assignment]  # None: the default policy
+    selection: dict[str, Any] | None = field(default=None, compare=False)  # "auto": why
     config: dict[str, Any] = field(init=False, repr=False, compare=False)
     digest: str = field(init=False, compare=False)
 
@@ -77,6 +80,8 @@ class Campaign:
             "report_expiry": self.report_expiry,
             "privacy": self.policy.to_json(),
         }
+        if self.selection is not None:
+            config["selection"] = self.selection
         object.__setattr__(self, "config", config)
         object.__setattr__(self, "digest", hashlib.sha256(canonical_json(config)).hexdigest())
 
@@ -153,7 +158,16 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
     if "domain" not in spec:
         raise CampaignError("a campaign needs a domain")
     domain = domain_from_json(spec["domain"])
-    cls = mechanism_class(spec.get("mechanism"))
+    mechanism_name = spec.get("mechanism")
+    selection = spec.get("selection")
+    if selection is not None and not isinstance(selection, dict):
+        raise CampaignError("selection must be an object")
+    if mechanism_name == "auto":
+        if not isinstance(domain, Categories) or epsilon is None:
+            raise CampaignError("mechanism 'auto' needs epsilon and a categories domain")
+        mechanism_name, selection = choose_mechanism(check_epsilon(epsilon), domain, params)
+        params = {}
+    cls = mechanism_class(mechanism_name)
     if domain.kind not in cls.domain_kinds:
         raise CampaignError(
             f"mechanism {cls.name!r} takes a {' or '.join(cls.domain_kinds)} domain, "
@@ -171,7 +185,7 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
     policy = policy_from_json(spec.get("privacy"), mechanism)
     return Campaign(name=name, mechanism=mechanism, time_precision=precision,
                     min_batch_size=min_batch, report_expiry=expiry, description=description,
-                    policy=policy)
+                    policy=policy, selection=selection)
 
 
 def _integer_field(spec: Mapping[str, Any], name: str, default: int, lo: int, hi: int) -> int:
