@@ -34,6 +34,14 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"epsilon": 0.5, "domain": [f"v{i}" for i in range(8)]},
         {"epsilon": 2.0, "domain": [f"v{i}" for i in range(6)], "params": {"omega": 3}},
     ],
+    "olh": [  # tiny primes so that every (a, b, y) can be enumerated; q* is exact for any prime
+        {"epsilon": 1.0986122886681098, "domain": ["a", "b", "c"], "params": {"prime": 7}},
+        {"epsilon": 1.3, "domain": [f"v{i}" for i in range(6)], "params": {"prime": 11}},
+    ],
+    "blh": [
+        {"epsilon": 0.8, "domain": ["a", "b", "c", "d"], "params": {"prime": 7}},
+        {"epsilon": 2.0, "domain": [f"v{i}" for i in range(9)], "params": {"prime": 13}},
+    ],
     "hr": [
         {"epsilon": 1.0986122886681098, "domain": ["a", "b", "c"]},  # K = 4
         {"epsilon": 2.0, "domain": [f"v{i}" for i in range(20)]},  # K = 32

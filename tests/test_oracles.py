@@ -104,7 +104,7 @@ def test_new_oracles_end_to_end_through_the_api(http: FlaskClient, mechanism: st
 @pytest.mark.parametrize(("d", "eps", "limit", "expected"), [
     (10, 1.0, None, "ss"), (10, 2.0, None, "krr"), (100, 1.0, None, "ss"),
     (100, 4.0, None, "krr"), (1000, 2.0, None, "ss"), (1000, 2.0, 16, "hr"),
-    (10, 2.0, 4, "krr"), (3000, 1.0, None, "ss"), (5000, 1.0, None, "hr"),
+    (10, 2.0, 4, "krr"), (3000, 1.0, None, "ss"), (5000, 1.0, None, "olh"),
 ])
 def test_auto_picks_the_least_exact_variance(d: int, eps: float, limit: int | None,
                                              expected: str) -> None:
@@ -144,3 +144,53 @@ def test_auto_through_the_api(http: FlaskClient) -> None:
     assert body["mechanism"] == "ss"
     assert body["selection"]["from"] == "auto"
     assert http.get("/v1/campaigns/auto").get_json()["digest"] == body["digest"]
+
+
+def test_olh_chooses_g_by_exact_variance_and_uses_it_for_p() -> None:
+    """e^(ln 3) = 3.0000000000000004: a naive ⌈e^ε⌉ + 1 gives 5; the variance scan gives 4.
+    And p is computed from the g actually used (mpc4j's server used p* = 1/2, q* = 1/(e^ε+1)
+    whatever g its client rounded to)."""
+    import math
+
+    from chorus_shared.mechanisms import OLH
+
+    campaign = campaign_from_spec({"name": "o", "mechanism": "olh",
+                                   "epsilon": math.log(3), "domain": ["a", "b", "c"]})
+    mechanism = campaign.mechanism
+    assert isinstance(mechanism, OLH)
+    assert mechanism.g == 4
+    loose = campaign_from_spec({"name": "o", "mechanism": "olh", "epsilon": 1.3,
+                                "domain": ["a", "b", "c"]}).mechanism
+    assert isinstance(loose, OLH)
+    assert loose.g in (4, 5)
+    assert loose.p == pytest.approx(math.exp(1.3) / (math.exp(1.3) + loose.g - 1))
+    assert loose.p != pytest.approx(0.5)
+
+
+def test_vectorized_support_counts_match_a_direct_count() -> None:
+    from chorus_collector.estimators.pure import support_counts
+    from chorus_shared.mechanisms.local_hashing import PRIME, local_hash
+
+    rng = np.random.default_rng(9)
+    a = rng.integers(1, PRIME, size=500)
+    b = rng.integers(0, PRIME, size=500)
+    y = rng.integers(0, 5, size=500)
+    direct = [sum(local_hash(int(ai), int(bi), v, PRIME, 5) == yi for ai, bi, yi in
+                  zip(a, b, y, strict=True)) for v in range(37)]
+    assert support_counts(a, b, y, 37, PRIME, 5, block_cells=100).tolist() == direct
+
+
+def test_olh_end_to_end_with_the_default_family(http: FlaskClient) -> None:
+    spec = {"name": "olh", "mechanism": "olh", "epsilon": 2.0, "min_batch_size": 1,
+            "domain": [f"v{i}" for i in range(64)]}
+    config = http.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS).get_json()
+    assert config["params"]["prime"] == 2_147_483_647
+    rng = random.Random(5)
+    values = [f"v{i % 4}" for i in range(4000)]
+    reports = [make_report(config, v, rng) for v in values]
+    assert http.post("/v1/reports", json={"reports": reports}).get_json()["accepted"] == 4000
+    body = http.get("/v1/campaigns/olh/estimates", headers=ANALYST_HEADERS).get_json()
+    z = z_threshold(1e-6, 64)
+    for row in body["rows"]:
+        truth = 0.25 if row["value"] in ("v0", "v1", "v2", "v3") else 0.0
+        assert abs(row["frequency"] - truth) < z * row["frequency_std_error"]

@@ -18,7 +18,7 @@ from chorus_shared.mechanisms.krr import KRR
 
 __all__ = ["AUTO_CANDIDATES", "choose_mechanism"]
 
-AUTO_CANDIDATES = ("krr", "oue", "sue", "ss", "hr")
+AUTO_CANDIDATES = ("krr", "oue", "olh", "sue", "ss", "hr", "blh")
 
 
 def choose_mechanism(epsilon: float, domain: Categories,

@@ -7,7 +7,9 @@ from chorus_collector.estimators.basic_rappor import BasicRapporEstimator, Boole
 from chorus_collector.estimators.duchi import DuchiEstimator
 from chorus_collector.estimators.krr import BinaryRREstimator, KRREstimator
 from chorus_collector.estimators.pure import (
+    BLHEstimator,
     HadamardEstimator,
+    LocalHashingEstimator,
     OUEEstimator,
     SubsetEstimator,
     UnaryEstimator,
@@ -18,7 +20,8 @@ __all__ = ["ESTIMATORS", "Estimator", "Query", "QueryError", "estimator_for"]
 
 ESTIMATORS: dict[str, Estimator] = {
     e.name: e for e in (BinaryRREstimator(), KRREstimator(), UnaryEstimator(), OUEEstimator(),
-                        SubsetEstimator(), HadamardEstimator(), RapporEstimator(),
+                        SubsetEstimator(), HadamardEstimator(), LocalHashingEstimator(),
+                        BLHEstimator(), RapporEstimator(),
                         BasicRapporEstimator(), BooleanRapporEstimator(), DuchiEstimator())
 }
 

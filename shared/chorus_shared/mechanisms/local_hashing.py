@@ -1,0 +1,161 @@
+"""Local hashing: OLH and BLH (Wang, Blocki, Li, Jha, USENIX Security 2017). MECHANISMS.md §4.
+
+Each report draws a hash function H from a public family, independently of the value, and
+applies k-RR over the g hash buckets to H(x): keep it with p = e^ε/(e^ε + g − 1), otherwise
+report one of the other g − 1 buckets (each q_g = 1/(e^ε + g − 1)). The report is (a, b, y).
+
+The family is H_{a,b}(v) = ((a·v + b) mod P) mod g with P prime, a ∈ [1, P − 1], b ∈ [0, P − 1]:
+the pure-Python client and the numpy collector compute it identically (a·v < 2⁶² fits int64).
+For v ≠ v' the pair ((a v + b) mod P, (a v' + b) mod P) is uniform over distinct pairs, so the
+collision probability c = Σ_r n_r(n_r − 1)/(P(P − 1)), n_r = #{u < P : u ≡ r mod g}, is known
+exactly, and q* = c·p + (1 − c)·q_g makes the estimator exactly unbiased for this family
+(with the usual 1/g it would be biased by O(g/P)).
+
+OLH picks the integer g ∈ {⌊e^ε⌋ + 1, ⌈e^ε⌉ + 1} with the smaller exact variance and computes p
+from the g it uses; BLH is g = 2. ε = ln(p/q_g) for every fixed H: exactly the claim.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import product
+from typing import Any, ClassVar, Self
+
+from chorus_shared.domain import Categories
+from chorus_shared.errors import CampaignError, WireError
+from chorus_shared.mechanisms.base import EMPTY
+from chorus_shared.mechanisms.pure import PureOracle
+from chorus_shared.rng import RandomSource, bernoulli
+
+__all__ = ["BLH", "OLH", "PRIME", "collision_probability", "local_hash"]
+
+PRIME = 2_147_483_647  # 2³¹ − 1
+
+
+def local_hash(a: int, b: int, v: int, prime: int, g: int) -> int:
+    return ((a * v + b) % prime) % g
+
+
+def collision_probability(prime: int, g: int) -> float:
+    """P[H(v) = H(v')] for v ≠ v' in the ((a·v + b) mod P) mod g family, exactly."""
+    sizes = [(prime - r + g - 1) // g for r in range(g)]  # how many u < P have u mod g = r
+    return sum(n * (n - 1) for n in sizes) / (prime * (prime - 1))
+
+
+def _is_prime(n: int) -> bool:
+    if n < 2:
+        return False
+    return all(n % k for k in range(2, math.isqrt(n) + 1)) if n < 10**7 else n == PRIME
+
+
+@dataclass(frozen=True)
+class _LocalHashing(PureOracle):
+    """Payload ``{"a": int, "b": int, "y": int}``."""
+
+    max_categories: ClassVar[int] = 1 << 20
+
+    g: int = 2
+    prime: int = PRIME
+
+    @classmethod
+    def _extra_params(cls) -> tuple[str, ...]:
+        return ("g", "prime")
+
+    @classmethod
+    def _default_g(cls, eps: float, d: int, prime: int) -> int:
+        return 2
+
+    @classmethod
+    def _build(cls, domain: Categories, eps: float, params: Mapping[str, Any]) -> Self:
+        prime = params.get("prime", PRIME)
+        if isinstance(prime, bool) or not isinstance(prime, int) or prime <= domain.size \
+                or not _is_prime(prime) or prime > PRIME:
+            raise CampaignError(f"prime must be a prime in ({domain.size}, {PRIME}]")
+        g = params.get("g", cls._default_g(eps, domain.size, prime))
+        if isinstance(g, bool) or not isinstance(g, int) or not 2 <= g <= min(prime, 1 << 20):
+            raise CampaignError("g must be an integer of at least 2 (and below the prime)")
+        return cls(domain=domain, eps=eps, g=g, prime=prime)
+
+    def params(self) -> dict[str, Any]:
+        return {"g": self.g, "prime": self.prime}
+
+    @property
+    def p(self) -> float:
+        return math.exp(self.eps) / (math.exp(self.eps) + self.g - 1)
+
+    @property
+    def q_g(self) -> float:
+        return 1 / (math.exp(self.eps) + self.g - 1)
+
+    def randomize(self, x: int, rng: RandomSource,
+                  assignment: Mapping[str, int] = EMPTY) -> dict[str, int]:
+        a = 1 + rng.randrange(self.prime - 1)
+        b = rng.randrange(self.prime)
+        bucket = local_hash(a, b, x, self.prime, self.g)
+        if bernoulli(rng, self.p):
+            y = bucket
+        else:
+            other = rng.randrange(self.g - 1)
+            y = other + 1 if other >= bucket else other
+        return {"a": a, "b": b, "y": y}
+
+    def check_payload(self, payload: object) -> dict[str, int]:
+        if not isinstance(payload, dict) or set(payload) != {"a", "b", "y"} or not all(
+                isinstance(payload[k], int) and not isinstance(payload[k], bool)
+                for k in ("a", "b", "y")):
+            raise WireError(f'a {self.name} payload is {{"a": int, "b": int, "y": int}}')
+        if not (1 <= payload["a"] < self.prime and 0 <= payload["b"] < self.prime
+                and 0 <= payload["y"] < self.g):
+            raise WireError(f"need 1 <= a < {self.prime}, 0 <= b < {self.prime}, "
+                            f"0 <= y < {self.g}")
+        return {"a": payload["a"], "b": payload["b"], "y": payload["y"]}
+
+    @property
+    def report_bits(self) -> int:
+        return 2 * (self.prime - 1).bit_length() + max(1, (self.g - 1).bit_length())
+
+    def output_probability(self, payload: dict[str, int], x: int) -> float:
+        seed = 1.0 / ((self.prime - 1) * self.prime)  # the hash is independent of x
+        bucket = local_hash(payload["a"], payload["b"], x, self.prime, self.g)
+        return seed * (self.p if payload["y"] == bucket else self.q_g)
+
+    def outputs(self) -> Iterable[dict[str, int]]:
+        if (self.prime - 1) * self.prime * self.g > 1 << 16:
+            raise TypeError("enumerating local hashing outputs needs a tiny prime")
+        return ({"a": a, "b": b, "y": y}
+                for a, b, y in product(range(1, self.prime), range(self.prime), range(self.g)))
+
+    def support(self, payload: Any) -> set[int]:
+        return {v for v in range(self.d)
+                if local_hash(payload["a"], payload["b"], v, self.prime, self.g) == payload["y"]}
+
+    def support_probabilities(self) -> tuple[float, float]:
+        c = collision_probability(self.prime, self.g)
+        return self.p, c * self.p + (1 - c) * self.q_g
+
+
+@dataclass(frozen=True)
+class BLH(_LocalHashing):
+    name: ClassVar[str] = "blh"
+
+
+@dataclass(frozen=True)
+class OLH(_LocalHashing):
+    name: ClassVar[str] = "olh"
+
+    @classmethod
+    def _default_g(cls, eps: float, d: int, prime: int) -> int:
+        """The integer g near e^ε + 1 with the least exact Var* (computed, not rounded: e.g.
+        e^(ln 3) = 3.0000000000000004 must still give g = 4)."""
+        e = math.exp(eps)
+        options = {max(2, math.floor(e) + 1), max(2, math.ceil(e) + 1)}
+
+        def variance(g: int) -> float:
+            p = e / (e + g - 1)
+            c = collision_probability(prime, g)
+            q_star = c * p + (1 - c) / (e + g - 1)
+            return q_star * (1 - q_star) / (p - q_star) ** 2
+
+        return min(sorted(options), key=variance)
