@@ -119,3 +119,55 @@ def test_grid_command_runs(tmp_path: Path) -> None:
         tv = {r["privacy"]: r["tv_distance"] for r in rows if r["distribution"] == dist
               and r["candidates"] == "exact" and r["fit"] == "none"}
         assert tv["eps_1_5"] < tv["eps_1_1"]
+
+
+def test_aliased_candidates_are_named_and_oversized_queries_refused_early() -> None:
+    import math
+
+    from chorus_collector.estimators import QueryError
+    from chorus_shared import campaign_from_spec
+
+    camp = campaign_from_spec({"name": "a", "mechanism": "rappor", "epsilon": 2.0,
+                               "domain": {"kind": "strings"},
+                               "params": {"k": 8, "h": 2, "m": 1}})
+    rng = np.random.default_rng(0)
+    names = [f"s{i}" for i in range(400)]
+    state = grid.simulate(camp, names[:5], np.full(5, 0.2), 2000, rng)
+    from chorus_shared.hashing import bloom_mask
+
+    masks: dict[int, str] = {}
+    pair: list[str] = []
+    for name in names:
+        mask = bloom_mask(name, 0, 8, 2)
+        if mask in masks:
+            pair = [masks[mask], name]
+            break
+        masks[mask] = name
+    assert pair
+    with pytest.raises(QueryError, match="same Bloom bits") as aliased:
+        estimator_for("rappor").finalize(camp, 2000, state,
+                                         Query(candidates=(pair[0], "other", pair[1])))
+    assert pair[0] in str(aliased.value)
+    assert pair[1] in str(aliased.value)
+    assert aliased.value.kind == "candidates-not-identifiable"
+    # More candidates than cohort bits: refused before any matrix is built.
+    with pytest.raises(QueryError, match="only 8 cohort bits") as early:
+        estimator_for("rappor").finalize(camp, 2000, state,
+                                         Query(candidates=tuple(f"z{i}" for i in range(9))))
+    assert early.value.kind == "candidates-not-identifiable"
+    assert math.isfinite(float(state.sum()))
+
+
+def test_unselected_candidates_have_no_interval_under_nnls() -> None:
+    rng = np.random.default_rng(3)
+    camp = grid.campaign("eps_1_5", 32, 2, 64)
+    state = grid.simulate(camp, NAMES, grid.distribution("zipf1.5"), 100_000, rng)
+    candidates = NAMES + [f"x{i}" for i in range(1700)]
+    result = estimator_for("rappor").finalize(
+        camp, 100_000, state, Query(candidates=tuple(candidates), postprocessing="nnls"))
+    dropped = [r for r in result.rows if r.frequency_std_error != r.frequency_std_error]
+    assert dropped  # LASSO left some out
+    assert all(r.frequency == 0 and not r.detected for r in dropped)
+    assert all(r.frequency_ci_low != r.frequency_ci_low for r in dropped)  # NaN: null
+    kept = [r for r in result.rows if r.frequency_std_error == r.frequency_std_error]
+    assert all(0 <= r.frequency_ci_low <= r.frequency_ci_high <= 1 for r in kept)

@@ -77,19 +77,22 @@ class CollectorAPI:
         return result
 
     def estimates(self, name: str, *, candidates: Sequence[str] = (), start: int | None = None,
-                  end: int | None = None) -> dict[str, Any]:
+                  end: int | None = None, postprocessing: str = "none") -> dict[str, Any]:
         """Estimates as JSON (analyst)."""
         result: dict[str, Any] = self._json(
             "POST", f"/v1/campaigns/{quote(name, safe='')}/estimates",
-            {"candidates": list(candidates), "start": start, "end": end, "format": "json"},
+            {"candidates": list(candidates), "start": start, "end": end, "format": "json",
+             "postprocessing": postprocessing},
         )
         return result
 
     def estimates_csv(self, name: str, *, candidates: Sequence[str] = (),
-                      start: int | None = None, end: int | None = None) -> str:
+                      start: int | None = None, end: int | None = None,
+                      postprocessing: str = "none") -> str:
         response = self._call(
             "POST", f"/v1/campaigns/{quote(name, safe='')}/estimates",
-            {"candidates": list(candidates), "start": start, "end": end, "format": "csv"},
+            {"candidates": list(candidates), "start": start, "end": end, "format": "csv",
+             "postprocessing": postprocessing},
             accept="text/csv",
         )
         return response.body.decode()

@@ -114,10 +114,13 @@ def campaign_list(url: str, token: str | None) -> None:
 @click.option("--start", type=int, default=None, help="Window start (Unix seconds, aligned).")
 @click.option("--end", type=int, default=None, help="Window end (exclusive).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table")
+@click.option("--postprocessing", default="none", show_default=True,
+              help="none (unbiased), norm-sub, projection, ibu, or nnls (RAPPOR).")
 @url_option
 @token_option
 def estimates(name: str, candidates: tuple[str, ...], candidates_file: Path | None,
-              start: int | None, end: int | None, fmt: str, url: str, token: str | None) -> None:
+              start: int | None, end: int | None, fmt: str, postprocessing: str, url: str,
+              token: str | None) -> None:
     """Print a campaign's estimates with standard errors and 95% intervals."""
     wanted = list(candidates)
     if candidates_file is not None:
@@ -125,9 +128,11 @@ def estimates(name: str, candidates: tuple[str, ...], candidates_file: Path | No
     api = _api(url, token)
     if fmt == "csv":
         click.echo(_call(lambda: api.estimates_csv(name, candidates=wanted, start=start,
-                                                   end=end)), nl=False)
+                                                   end=end, postprocessing=postprocessing)),
+                   nl=False)
         return
-    result = _call(lambda: api.estimates(name, candidates=wanted, start=start, end=end))
+    result = _call(lambda: api.estimates(name, candidates=wanted, start=start, end=end,
+                                         postprocessing=postprocessing))
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
     else:
@@ -219,9 +224,21 @@ def format_estimates(result: dict[str, Any], truth: dict[str, float] | None = No
     for row in result["rows"]:
         true = f"{truth.get(row['value'], 0.0):>8.4f}" if truth is not None else ""
         flag = "" if row.get("detected") in (None, True) else "  (not detected)"
+        if row["frequency_std_error"] is None:  # not selected by the constrained fit
+            lines.append(f"  {row['value'][:22]:<22}{true}{row['frequency']:>10.4f}"
+                         f"{'-':>9}   (not selected)")
+            continue
         lines.append(f"  {row['value'][:22]:<22}{true}{row['frequency']:>10.4f}"
                      f"{row['frequency_std_error']:>9.4f}   [{row['frequency_ci_low']:.4f}, "
                      f"{row['frequency_ci_high']:.4f}]{flag}")
+    if result.get("postprocessing", "none").split(" ")[0] not in ("none",):
+        lines.append(f"  post-processing: {result['postprocessing']}")
+    extra = result.get("extra", {})
+    if "unexplained_frequency" in extra:
+        lines.append(f"  unexplained share {extra['unexplained_frequency']:.4f} ± "
+                     f"{extra['unexplained_std_error']:.4f}; residual χ²/dof "
+                     f"{extra['residual_chi2_per_dof']:.2f}; detected: "
+                     f"{extra['detection_threshold']}")
     return "\n".join(lines)
 
 

@@ -127,8 +127,7 @@ def run_demo(users: int = 20_000, seed: int = 7,
                 top = sorted(result["rows"], key=lambda r: -truth[name].get(r["value"], 0))[:15]
                 shown = {**result, "rows": top}
                 echo(format_estimates(shown, truth[name]))
-                echo(f"  … {len(result['rows']) - 15} more candidates; unexplained share "
-                     f"{result['extra']['unexplained_frequency']:.4f}")
+                echo(f"  … and {len(result['rows']) - 15} more candidates")
             else:
                 echo(format_estimates(result, truth[name]))
             rows = result.get("rows") or [{**result, "value": "mean",

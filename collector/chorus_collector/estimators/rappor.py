@@ -22,6 +22,7 @@ many candidates, then non-negative least squares with Σβ ≤ 1 (see ``rappor_f
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from statistics import NormalDist
 from typing import Any, ClassVar
@@ -41,6 +42,21 @@ __all__ = ["RapporEstimator", "design_matrix"]
 ALPHA = 0.05
 MAX_DESIGN_CELLS = 25_000_000  # cohort·bit rows × candidates: 200 MB of float64
 MAX_WORK = 10_000_000_000  # rows × candidates², the cost of the standard errors
+MAX_LASSO_COLUMNS = 5_000  # LASSO works on the candidates × candidates Gram matrix
+
+
+def _refuse_aliases(x: np.ndarray, candidates: Sequence[str]) -> None:
+    """Candidates with identical Bloom filters in every cohort cannot be told apart."""
+    seen: dict[bytes, str] = {}
+    for column, candidate in enumerate(candidates):
+        key = np.packbits(x[:, column] > 0).tobytes()
+        if key in seen:
+            raise QueryError(
+                "candidates-not-identifiable",
+                f"candidates {seen[key]!r} and {candidate!r} set the same Bloom bits in every "
+                "cohort with reports; no decoder can tell them apart: query one of them",
+            )
+        seen[key] = candidate
 VARIANCE_MODEL = ("iid-sampling: plug-in binomial variance per cohort bit, propagated through "
                   "weighted least squares; unbiased when the candidates cover every reported value")
 
@@ -130,21 +146,30 @@ class RapporEstimator(Estimator):
         weights = np.repeat(reports, mechanism.k)
 
         design_rows, columns = len(used) * mechanism.k, len(candidates)
-        if design_rows * columns > MAX_DESIGN_CELLS or design_rows * columns**2 > MAX_WORK:
+        lasso = query.postprocessing == "nnls" and columns > 0.8 * design_rows
+        if not lasso and columns > design_rows:
+            raise QueryError(
+                "candidates-not-identifiable",
+                f"{columns} candidates but only {design_rows} cohort bits with reports: query "
+                "fewer candidates, or ask for postprocessing=nnls (LASSO selection first)",
+            )
+        if design_rows * columns > MAX_DESIGN_CELLS or columns > MAX_LASSO_COLUMNS or (
+                not lasso and design_rows * columns**2 > MAX_WORK):
             raise QueryError(
                 "query-too-large",
                 f"{columns} candidates over {len(used)} cohorts × {mechanism.k} bits is too "
                 "large to decode in one query; query fewer candidates",
             )
         x = design_matrix(mechanism, used.tolist(), candidates)
+        _refuse_aliases(x, candidates)
         support = np.arange(columns)
-        if query.postprocessing == "nnls" and columns > 0.8 * design_rows:
+        if lasso:
             root_w = np.sqrt(weights)
             support = lasso_select(x * root_w[:, None], y * root_w,
                                    max_nonzero=min(500, int(0.8 * design_rows)))
+        unbiased = np.zeros(columns)
         beta = np.zeros(columns)
-        std_error = np.full(columns, np.nan)
-        selected = np.zeros(columns, dtype=bool)
+        std_error = np.full(columns, np.nan)  # NaN (null in JSON): no estimate, no interval
         total_variance = 0.0
         if len(support):
             x_s = x[:, support]
@@ -154,11 +179,11 @@ class RapporEstimator(Estimator):
                     "candidates-not-identifiable",
                     f"the {len(support)} candidates' Bloom filters are linearly dependent "
                     f"across the {len(used)} cohorts that have reports (k = {mechanism.k}); "
-                    "query fewer candidates, collect with more bits or cohorts, or ask for "
-                    "postprocessing=nnls",
+                    "query fewer candidates, or collect with more bits or cohorts",
                 )
             operator = np.linalg.solve(gram, (x_s * weights[:, None]).T)  # M × rows
             fitted = operator @ y
+            unbiased[support] = fitted
             if query.postprocessing == "nnls":
                 root_w = np.sqrt(weights)
                 fitted = constrained_fit(x_s * root_w[:, None], y * root_w)
@@ -166,13 +191,18 @@ class RapporEstimator(Estimator):
                                                   mechanism.k)
             beta[support] = fitted
             std_error[support] = np.sqrt(variance)
-            selected[support] = True
         threshold = NormalDist().inv_cdf(1 - ALPHA / len(candidates))
-        rows = [
-            FrequencyRow.from_frequency(c, float(b), float(se) if ok else 0.0, n,
-                                        detected=bool(ok and b > threshold * se))
-            for c, b, se, ok in zip(candidates, beta, std_error, selected, strict=True)
-        ]
+        rows = []
+        for c, b, u, se in zip(candidates, beta, unbiased, std_error, strict=True):
+            if se != se:  # not selected by LASSO: 0, with no SE or interval
+                rows.append(FrequencyRow.from_frequency(c, 0.0, math.nan, n, detected=False))
+                continue
+            # Under nnls the interval is the unconstrained fit's (on the selected candidates)
+            # intersected with [0, 1], as for every other post-processing.
+            row = FrequencyRow.from_frequency(c, float(u), float(se), n,
+                                              detected=bool(b > threshold * se))
+            rows.append(row.postprocessed(float(b), n) if query.postprocessing == "nnls"
+                        else row)
         residual = y - x @ beta
         informative = var_y > 0
         chi2 = float(np.sum(residual[informative] ** 2 / var_y[informative]))
@@ -185,6 +215,7 @@ class RapporEstimator(Estimator):
             "residual_chi2": chi2,
             "residual_dof": int(informative.sum()) - len(support),
             "candidates_fitted": len(support),
+            "residual_chi2_per_dof": chi2 / max(1, int(informative.sum()) - len(support)),
         }
         label = "none (unbiased weighted least squares)"
         if query.postprocessing == "nnls":
