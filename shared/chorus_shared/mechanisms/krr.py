@@ -15,38 +15,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from chorus_shared.domain import Categories, Domain
+from chorus_shared.domain import MAX_CATEGORIES, Categories, Domain
 from chorus_shared.errors import CampaignError, WireError
-from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
+from chorus_shared.mechanisms.base import EMPTY
+from chorus_shared.mechanisms.pure import PureOracle
 from chorus_shared.rng import RandomSource, bernoulli
 
 __all__ = ["KRR", "BinaryRR"]
 
 
 @dataclass(frozen=True)
-class KRR(Mechanism):
+class KRR(PureOracle):
     """k-RR over a closed list of categories; the report is one category index."""
 
     name: ClassVar[str] = "krr"
-    domain_kinds: ClassVar[tuple[str, ...]] = ("categories",)
-    estimate_kind: ClassVar[str] = "frequency"
-
-    domain: Categories
-    eps: float
-
-    @classmethod
-    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
-        check_params(params, (), cls.name)
-        eps = required_epsilon(cls.name, epsilon)
-        if not isinstance(domain, Categories):
-            raise CampaignError(f"mechanism {cls.name!r} needs a categories domain")
-        if domain.size < 2:
-            raise CampaignError(f"mechanism {cls.name!r} needs at least 2 categories")
-        return cls(domain=domain, eps=eps)
-
-    @property
-    def d(self) -> int:
-        return self.domain.size
+    max_categories: ClassVar[int] = MAX_CATEGORIES
 
     @property
     def p(self) -> float:
@@ -58,16 +41,6 @@ class KRR(Mechanism):
         """P(report = a given other index)."""
         return 1.0 / (math.exp(self.eps) + self.d - 1)
 
-    @property
-    def epsilon(self) -> float:
-        # The declared ε; tests check by enumeration that the worst ratio is e^ε.
-        return self.eps
-
-    def params(self) -> dict[str, Any]:
-        return {}
-
-    def encode(self, value: object) -> int:
-        return self.domain.encode(value)
 
     def randomize(
         self, x: int, rng: RandomSource, assignment: Mapping[str, int] = EMPTY
@@ -94,8 +67,8 @@ class KRR(Mechanism):
     def outputs(self) -> Iterable[int]:
         return range(self.d)
 
-    def inputs(self) -> Iterable[int]:
-        return range(self.d)
+    def support(self, payload: Any) -> set[int]:
+        return {payload}
 
     def support_probabilities(self) -> tuple[float, float]:
         """(p*, q*) of the pure-protocol framework (MECHANISMS.md §0.1): Support(y) = {y}."""
