@@ -42,6 +42,11 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"epsilon": 0.8, "domain": ["a", "b", "c", "d"], "params": {"prime": 7}},
         {"epsilon": 2.0, "domain": [f"v{i}" for i in range(9)], "params": {"prime": 13}},
     ],
+    "dbitflip": [
+        {"epsilon": 2.1972245773362196, "domain": ["a", "b", "c", "d"], "params": {"b": 2}},
+        {"epsilon": 1.0, "domain": [f"v{i}" for i in range(6)], "params": {"b": 1}},
+        {"epsilon": 1.5, "domain": ["a", "b", "c"], "params": {"b": 3}},
+    ],
     "hr": [
         {"epsilon": 1.0986122886681098, "domain": ["a", "b", "c"]},  # K = 4
         {"epsilon": 2.0, "domain": [f"v{i}" for i in range(20)]},  # K = 32

@@ -81,6 +81,8 @@ def test_subset_reports_are_distinct_sorted_and_of_size_omega() -> None:
 @pytest.mark.parametrize(("mechanism", "value", "bad"), [
     ("sue", "a", {"bits": "zz"}), ("oue", "b", {"bits": "10"}), ("ss", "v1", [3, 1]),
     ("ss", "v1", [1, 1]), ("hr", "v2", 64), ("hr", "v2", -1),
+    ("dbitflip", "v3", {"buckets": [1], "bits": [2]}),
+    ("dbitflip", "v3", {"buckets": [20], "bits": [1]}),
 ])
 def test_new_oracles_end_to_end_through_the_api(http: FlaskClient, mechanism: str,
                                                 value: str, bad: object) -> None:

@@ -73,7 +73,8 @@ def _frequency_values(result: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("campaign", _by_kind("krr", "rr", "basic_rappor", "sue", "oue", "ss",
-                                               "hr", "olh", "blh"), ids=lambda c: c.name)
+                                               "hr", "olh", "blh", "dbitflip"),
+                         ids=lambda c: c.name)
 def test_pure_categorical_mechanisms_are_unbiased_with_the_exact_variance(
         campaign: Campaign) -> None:
     mechanism = campaign.mechanism

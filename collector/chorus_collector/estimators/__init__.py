@@ -8,6 +8,7 @@ from chorus_collector.estimators.duchi import DuchiEstimator
 from chorus_collector.estimators.krr import BinaryRREstimator, KRREstimator
 from chorus_collector.estimators.pure import (
     BLHEstimator,
+    DBitFlipEstimator,
     HadamardEstimator,
     LocalHashingEstimator,
     OUEEstimator,
@@ -21,7 +22,7 @@ __all__ = ["ESTIMATORS", "Estimator", "Query", "QueryError", "estimator_for"]
 ESTIMATORS: dict[str, Estimator] = {
     e.name: e for e in (BinaryRREstimator(), KRREstimator(), UnaryEstimator(), OUEEstimator(),
                         SubsetEstimator(), HadamardEstimator(), LocalHashingEstimator(),
-                        BLHEstimator(), RapporEstimator(),
+                        BLHEstimator(), DBitFlipEstimator(), RapporEstimator(),
                         BasicRapporEstimator(), BooleanRapporEstimator(), DuchiEstimator())
 }
 

@@ -27,8 +27,8 @@ from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import HadamardResponse, Mechanism, PureOracle
 from chorus_shared.mechanisms.local_hashing import _LocalHashing
 
-__all__ = ["BLHEstimator", "HadamardEstimator", "LocalHashingEstimator", "SubsetEstimator",
-           "UnaryEstimator", "support_counts", "walsh_hadamard"]
+__all__ = ["BLHEstimator", "DBitFlipEstimator", "HadamardEstimator", "LocalHashingEstimator",
+           "SubsetEstimator", "UnaryEstimator", "support_counts", "walsh_hadamard"]
 
 
 def walsh_hadamard(values: np.ndarray) -> np.ndarray:
@@ -169,3 +169,20 @@ def support_counts(a: np.ndarray, b: np.ndarray, y: np.ndarray, d: int, prime: i
         hashed = (a[start:stop, None] * values[None, :] + b[start:stop, None]) % prime % g
         counts += (hashed == y[start:stop, None]).sum(axis=0)
     return counts
+
+
+class DBitFlipEstimator(_PureEstimator):
+    """Support counts: how often each bucket was sampled with its bit at 1."""
+
+    name: ClassVar[str] = "dbitflip"
+
+    def state_size(self, mechanism: Mechanism) -> int:
+        assert isinstance(mechanism, PureOracle)
+        return mechanism.d
+
+    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+        assert isinstance(mechanism, PureOracle)
+        ones = np.fromiter((j for p in payloads for j, bit in zip(p["buckets"], p["bits"],
+                                                                    strict=True) if bit),
+                           dtype=np.int64)
+        return np.bincount(ones, minlength=mechanism.d).astype(np.int64)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from chorus_shared.errors import CampaignError
 from chorus_shared.mechanisms.base import Mechanism
+from chorus_shared.mechanisms.dbitflip import DBitFlip
 from chorus_shared.mechanisms.duchi import Duchi
 from chorus_shared.mechanisms.hadamard import HadamardResponse
 from chorus_shared.mechanisms.krr import KRR, BinaryRR
@@ -20,13 +21,15 @@ from chorus_shared.mechanisms.unary import OUE, SUE
 
 __all__ = [
     "BLH", "KRR", "OLH", "OUE", "REGISTRY", "SUE", "BasicRappor", "BinaryRR", "BooleanRappor",
+    "DBitFlip",
     "Duchi", "HadamardResponse", "Mechanism", "PureOracle", "Rappor", "SubsetSelection",
     "mechanism_class",
 ]
 
 REGISTRY: dict[str, type[Mechanism]] = {
     cls.name: cls for cls in (BinaryRR, KRR, SUE, OUE, BLH, OLH, SubsetSelection,
-                              HadamardResponse, Rappor, BasicRappor, BooleanRappor, Duchi)
+                              HadamardResponse, DBitFlip, Rappor, BasicRappor, BooleanRappor,
+                              Duchi)
 }
 
 
