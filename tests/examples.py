@@ -68,6 +68,12 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"epsilon": None, "domain": ["off", "on"], "params": {"f": 0.5, "p": 0.25, "q": 0.75}},
         {"epsilon": None, "domain": ["off", "on"], "params": {"f": 0.2, "p": 0.1, "q": 0.6}},
     ],
+    "pm": [  # a coarse grid so every output can be enumerated
+        {"epsilon": 2.0, "domain": {"kind": "numeric", "lo": -1, "hi": 1},
+         "params": {"resolution": 16}},
+        {"epsilon": 4.0, "domain": {"kind": "numeric", "lo": 0, "hi": 50},
+         "params": {"resolution": 32}},
+    ],
     "duchi": [
         {"epsilon": 1.0, "domain": {"kind": "numeric", "lo": -5, "hi": 5}},
         {"epsilon": 3.0, "domain": {"kind": "numeric", "lo": 0, "hi": 1}},

@@ -196,3 +196,20 @@ def test_olh_end_to_end_with_the_default_family(http: FlaskClient) -> None:
     for row in body["rows"]:
         truth = 0.25 if row["value"] in ("v0", "v1", "v2", "v3") else 0.0
         assert abs(row["frequency"] - truth) < z * row["frequency_std_error"]
+
+
+def test_piecewise_mechanism_through_the_api(http: FlaskClient) -> None:
+    spec = {"name": "pm", "mechanism": "pm", "epsilon": 3.0, "min_batch_size": 1,
+            "domain": {"kind": "numeric", "lo": 0, "hi": 100}}
+    config = http.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS).get_json()
+    assert config["params"]["resolution"] == 65536
+    rng = random.Random(8)
+    values = [10.0 + 80.0 * (i % 7) / 6 for i in range(3000)] + [150.0] * 30  # clipped
+    reports = [make_report(config, v, rng) for v in values]
+    assert all(isinstance(r["payload"], int) for r in reports)  # no float on the wire
+    assert http.post("/v1/reports", json={"reports": reports}).get_json()["accepted"] == 3030
+    assert http.post("/v1/reports", json=make_report(config, 1.0, rng, payload=0.5)
+                     ).status_code == 400
+    body = http.get("/v1/campaigns/pm/estimates", headers=ANALYST_HEADERS).get_json()
+    truth = (sum(values[:3000]) + 30 * 100.0) / 3030
+    assert abs(body["mean"] - truth) < z_threshold(1e-6) * body["std_error"]

@@ -282,3 +282,39 @@ def test_duchi_standard_error_is_calibrated_under_iid_sampling(campaign: Campaig
         variances.append([result.std_error**2])
     truth = lo + (hi - lo) * (2 * 2 / 7 - 1 + 1) / 2  # Beta(2, 5) has mean 2/7
     _assert_calibrated(np.array(estimates), np.array(variances), np.array([truth]))
+
+
+@pytest.mark.parametrize("campaign", _by_kind("pm"), ids=lambda c: c.name)
+def test_piecewise_mean_is_unbiased_with_the_exact_variance(campaign: Campaign) -> None:
+    """The exact per-report variance comes from the exact grid distribution (randomized
+    rounding included): Σ_k P(k | t)(kΛ)² − t²."""
+    from chorus_shared.mechanisms import PiecewiseMechanism
+
+    mechanism = campaign.mechanism
+    assert isinstance(mechanism, PiecewiseMechanism)
+    lo, hi = mechanism.domain.lo, mechanism.domain.hi
+    n = 600
+    levels = [lo + (hi - lo) * i / 11 for i in range(12)]
+    values = [levels[i % 12] for i in range(n)]
+    inputs = [mechanism.encode(v) for v in values]
+    truth = np.array([sum(values) / n])
+    scale = (hi - lo) / 2
+    outputs = list(mechanism.outputs())
+
+    def report_variance(t: float) -> float:
+        return sum(mechanism.output_probability(k, t) * (k * mechanism.step) ** 2
+                   for k in outputs) - t * t
+
+    per_level = {t: report_variance(t) for t in set(inputs)}
+    exact = np.array([scale**2 * sum(per_level[t] for t in inputs) / n**2])
+
+    def extract(result: Any) -> tuple[np.ndarray, np.ndarray]:
+        return np.array([result.mean]), np.array([result.std_error])
+
+    estimates, _ = _run(campaign, inputs, [{}] * n, 1000, Query(), extract)
+    _assert_unbiased_with_exact_variance(estimates, truth, exact)
+    # The variance is the paper's, t²/(z − 1) + (z + 3)/(3(z − 1)²), plus the rounding's.
+    z = mechanism.z
+    for t, variance in per_level.items():
+        paper = t * t / (z - 1) + (z + 3) / (3 * (z - 1) ** 2)
+        assert paper <= variance <= paper + mechanism.step**2 / 4 + 1e-12

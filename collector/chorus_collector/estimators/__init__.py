@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from chorus_collector.estimators.base import Estimator, Query, QueryError
 from chorus_collector.estimators.basic_rappor import BasicRapporEstimator, BooleanRapporEstimator
-from chorus_collector.estimators.duchi import DuchiEstimator
+from chorus_collector.estimators.duchi import DuchiEstimator, PiecewiseEstimator
 from chorus_collector.estimators.krr import BinaryRREstimator, KRREstimator
 from chorus_collector.estimators.pure import (
     BLHEstimator,
@@ -23,7 +23,8 @@ ESTIMATORS: dict[str, Estimator] = {
     e.name: e for e in (BinaryRREstimator(), KRREstimator(), UnaryEstimator(), OUEEstimator(),
                         SubsetEstimator(), HadamardEstimator(), LocalHashingEstimator(),
                         BLHEstimator(), DBitFlipEstimator(), RapporEstimator(),
-                        BasicRapporEstimator(), BooleanRapporEstimator(), DuchiEstimator())
+                        BasicRapporEstimator(), BooleanRapporEstimator(), DuchiEstimator(),
+                        PiecewiseEstimator())
 }
 
 

@@ -19,9 +19,9 @@ import numpy as np
 from chorus_collector.estimators.base import Estimator, Query
 from chorus_collector.results import MeanEstimate
 from chorus_shared.campaign import Campaign
-from chorus_shared.mechanisms import Duchi, Mechanism
+from chorus_shared.mechanisms import Duchi, Mechanism, PiecewiseMechanism
 
-__all__ = ["DuchiEstimator"]
+__all__ = ["DuchiEstimator", "PiecewiseEstimator"]
 
 VARIANCE_MODEL = "iid-sampling: sample variance of the debiased reports"
 
@@ -56,4 +56,41 @@ class DuchiEstimator(Estimator):
             variance_model=VARIANCE_MODEL, window=query.window,
             extra={"clipping": f"values were clipped to [{lo:g}, {hi:g}] on the device",
                    "worst_case_std_error": scale * c / math.sqrt(n)},
+        )
+
+
+class PiecewiseEstimator(Estimator):
+    """The Piecewise Mechanism's mean: reports are grid indices k, t* = k·Λ.
+
+    Statistic [Σk, Σk²] (exact integers). The mean of the t* is unbiased for the mean of the
+    clipped values; the SE is the sample variance of the t* over n (i.i.d. sampling).
+    """
+
+    name: ClassVar[str] = "pm"
+
+    def state_size(self, mechanism: Mechanism) -> int:
+        return 2
+
+    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+        k = np.fromiter(payloads, dtype=np.int64, count=len(payloads))
+        return np.array([k.sum(), (k * k).sum()], dtype=np.int64)
+
+    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
+                 query: Query) -> MeanEstimate:
+        mechanism = campaign.mechanism
+        assert isinstance(mechanism, PiecewiseMechanism)
+        total, squares = int(state[0]), int(state[1])
+        mean_t = mechanism.step * total / n
+        if n > 1:
+            spread = (squares - total * total / n) / (n - 1)
+            se_t = mechanism.step * math.sqrt(max(spread, 0.0) / n)
+        else:
+            se_t = math.inf
+        lo, hi = mechanism.domain.lo, mechanism.domain.hi
+        scale = (hi - lo) / 2
+        return MeanEstimate.from_mean(
+            mean=lo + scale * (mean_t + 1), std_error=scale * se_t, campaign=campaign.name,
+            mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
+            variance_model=VARIANCE_MODEL, window=query.window,
+            extra={"clipping": f"values were clipped to [{lo:g}, {hi:g}] on the device"},
         )

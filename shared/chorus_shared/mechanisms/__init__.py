@@ -14,22 +14,37 @@ from chorus_shared.mechanisms.duchi import Duchi
 from chorus_shared.mechanisms.hadamard import HadamardResponse
 from chorus_shared.mechanisms.krr import KRR, BinaryRR
 from chorus_shared.mechanisms.local_hashing import BLH, OLH
+from chorus_shared.mechanisms.piecewise import PiecewiseMechanism
 from chorus_shared.mechanisms.pure import PureOracle
 from chorus_shared.mechanisms.rappor import BasicRappor, BooleanRappor, Rappor
 from chorus_shared.mechanisms.subset import SubsetSelection
 from chorus_shared.mechanisms.unary import OUE, SUE
 
 __all__ = [
-    "BLH", "KRR", "OLH", "OUE", "REGISTRY", "SUE", "BasicRappor", "BinaryRR", "BooleanRappor",
+    "BLH",
+    "KRR",
+    "OLH",
+    "OUE",
+    "REGISTRY",
+    "SUE",
+    "BasicRappor",
+    "BinaryRR",
+    "BooleanRappor",
     "DBitFlip",
-    "Duchi", "HadamardResponse", "Mechanism", "PureOracle", "Rappor", "SubsetSelection",
+    "Duchi",
+    "HadamardResponse",
+    "Mechanism",
+    "PiecewiseMechanism",
+    "PureOracle",
+    "Rappor",
+    "SubsetSelection",
     "mechanism_class",
 ]
 
 REGISTRY: dict[str, type[Mechanism]] = {
     cls.name: cls for cls in (BinaryRR, KRR, SUE, OUE, BLH, OLH, SubsetSelection,
                               HadamardResponse, DBitFlip, Rappor, BasicRappor, BooleanRappor,
-                              Duchi)
+                              Duchi, PiecewiseMechanism)
 }
 
 

@@ -1,0 +1,141 @@
+"""The Piecewise Mechanism for a bounded number (Wang, Xiao, Yang, Zhao, Hui, Shin, Shin, Yu,
+ICDE 2019). MECHANISMS.md §9.4.
+
+With z = e^{ε/2}, C = (z + 1)/(z − 1), l(t) = (C + 1)t/2 − (C − 1)/2 and r(t) = l(t) + C − 1, the
+output density on [−C, C] is p = (e^ε − z)/(2z + 2) on [l(t), r(t)] and p/e^ε elsewhere: with
+probability z/(z + 1) uniform on [l, r], otherwise uniform on the rest. E[t*] = t.
+
+No float leaves the device: the continuous output is rounded to the public grid kΛ,
+Λ = C/K, by *randomized* rounding (up with probability equal to the fraction), which keeps the
+mean exact and turns the output into an integer k. Low-order float bits, which can betray the
+input (Mironov 2012), never reach the wire. Each grid probability is an average of the density
+under a triangle kernel, so every likelihood ratio stays within e^ε; it reaches e^ε at grid
+points whose kernel lies inside [l(t), r(t)] and outside [l(t'), r(t')].
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+from chorus_shared.domain import Domain, NumericRange, finite_float
+from chorus_shared.errors import CampaignError, ValueDomainError, WireError
+from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
+from chorus_shared.rng import RandomSource, bernoulli
+
+__all__ = ["PiecewiseMechanism"]
+
+DEFAULT_RESOLUTION = 1 << 16  # grid points on (0, C]: sums of k² stay within 64 bits
+
+
+def _triangle_mass(a: float, b: float, center: float) -> float:
+    """∫_a^b max(0, 1 − |s − center|) ds (in grid units)."""
+    def primitive(s: float) -> float:  # antiderivative of the triangle, 0 at center − 1
+        u = min(max(s - center, -1.0), 1.0)
+        return 0.5 * (u + 1) ** 2 if u <= 0 else 0.5 + u - 0.5 * u * u
+    return primitive(b) - primitive(a) if b > a else 0.0
+
+
+@dataclass(frozen=True)
+class PiecewiseMechanism(Mechanism):
+    """Payload: the integer grid index k, t* = k·C/K."""
+
+    name: ClassVar[str] = "pm"
+    domain_kinds: ClassVar[tuple[str, ...]] = ("numeric",)
+    estimate_kind: ClassVar[str] = "mean"
+
+    domain: NumericRange
+    eps: float
+    resolution: int = DEFAULT_RESOLUTION
+
+    @classmethod
+    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
+        check_params(params, ("resolution",), cls.name)
+        eps = required_epsilon(cls.name, epsilon)
+        if not isinstance(domain, NumericRange):
+            raise CampaignError(f"mechanism {cls.name!r} needs a numeric domain [lo, hi]")
+        resolution = params.get("resolution", DEFAULT_RESOLUTION)
+        if isinstance(resolution, bool) or not isinstance(resolution, int) or \
+                not 4 <= resolution <= DEFAULT_RESOLUTION:
+            raise CampaignError(f"pm parameter resolution must be in [4, {DEFAULT_RESOLUTION}]")
+        return cls(domain=domain, eps=eps, resolution=resolution)
+
+    @property
+    def epsilon(self) -> float:
+        return self.eps
+
+    @property
+    def z(self) -> float:
+        return math.exp(self.eps / 2)
+
+    @property
+    def c(self) -> float:
+        return (self.z + 1) / (self.z - 1)
+
+    @property
+    def step(self) -> float:
+        """Λ, the grid step."""
+        return self.c / self.resolution
+
+    def params(self) -> dict[str, Any]:
+        return {"resolution": self.resolution}
+
+    def encode(self, value: object) -> float:
+        number = finite_float(value)
+        if number is None:
+            raise ValueDomainError(f"a numeric campaign takes a finite number, got {value!r:.40}")
+        lo, hi = self.domain.lo, self.domain.hi
+        return 2.0 * (self.domain.clip(number) - lo) / (hi - lo) - 1.0
+
+    def _interval(self, t: float) -> tuple[float, float]:
+        left = (self.c + 1) * t / 2 - (self.c - 1) / 2
+        return left, left + self.c - 1
+
+    def randomize(self, x: float, rng: RandomSource,
+                  assignment: Mapping[str, int] = EMPTY) -> int:
+        left, right = self._interval(x)
+        if bernoulli(rng, self.z / (self.z + 1)):
+            s = left + (right - left) * rng.random()
+        else:  # uniform on [−C, l) ∪ (r, C], total length C + 1
+            u = (self.c + 1) * rng.random()
+            below = left + self.c
+            s = -self.c + u if u < below else right + (u - below)
+        position = min(max(s / self.step, -self.resolution), self.resolution)
+        low = math.floor(position)
+        return int(low + 1 if rng.random() < position - low else low)
+
+    def check_payload(self, payload: object) -> int:
+        if isinstance(payload, bool) or not isinstance(payload, int) or \
+                not -self.resolution <= payload <= self.resolution:
+            raise WireError(f"a pm payload is an integer in [-{self.resolution}, "
+                            f"{self.resolution}]")
+        return payload
+
+    @property
+    def report_bits(self) -> int:
+        return (2 * self.resolution).bit_length()
+
+    def output_probability(self, payload: int, x: float) -> float:
+        left, right = self._interval(x)
+        high = (math.exp(self.eps) - self.z) / (2 * self.z + 2)
+        low = high / math.exp(self.eps)
+        pieces = ((-self.c, left, low), (left, right, high), (right, self.c, low))
+        mass = 0.0
+        for a, b, density in pieces:
+            mass += density * self.step * _triangle_mass(a / self.step, b / self.step, payload)
+        return mass
+
+    def outputs(self) -> Iterable[int]:
+        if self.resolution > 256:
+            raise TypeError("enumerating pm outputs is only sensible for a coarse grid")
+        return range(-self.resolution, self.resolution + 1)
+
+    def inputs(self) -> Iterable[float]:
+        return (-1.0, -0.3, 0.0, 0.7, 1.0)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "c": self.c, "grid_step": self.step,
+                "clipping": "values outside [lo, hi] are clipped to the nearest bound on the "
+                            "device"}
