@@ -74,6 +74,12 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"epsilon": 4.0, "domain": {"kind": "numeric", "lo": 0, "hi": 50},
          "params": {"resolution": 32}},
     ],
+    "hm": [
+        {"epsilon": 2.0, "domain": {"kind": "numeric", "lo": -1, "hi": 1},
+         "params": {"resolution": 16}},
+        {"epsilon": 0.5, "domain": {"kind": "numeric", "lo": 0, "hi": 1},  # below ε*: Duchi
+         "params": {"resolution": 8}},
+    ],
     "duchi": [
         {"epsilon": 1.0, "domain": {"kind": "numeric", "lo": -5, "hi": 5}},
         {"epsilon": 3.0, "domain": {"kind": "numeric", "lo": 0, "hi": 1}},

@@ -13,6 +13,7 @@ each of R repetitions (seeded). For each estimate v:
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -284,11 +285,12 @@ def test_duchi_standard_error_is_calibrated_under_iid_sampling(campaign: Campaig
     _assert_calibrated(np.array(estimates), np.array(variances), np.array([truth]))
 
 
-@pytest.mark.parametrize("campaign", _by_kind("pm"), ids=lambda c: c.name)
+@pytest.mark.parametrize("campaign", _by_kind("pm", "hm"), ids=lambda c: c.name)
 def test_piecewise_mean_is_unbiased_with_the_exact_variance(campaign: Campaign) -> None:
     """The exact per-report variance comes from the exact grid distribution (randomized
     rounding included): Σ_k P(k | t)(kΛ)² − t²."""
     from chorus_shared.mechanisms import PiecewiseMechanism
+    from chorus_shared.mechanisms.piecewise import EPSILON_STAR
 
     mechanism = campaign.mechanism
     assert isinstance(mechanism, PiecewiseMechanism)
@@ -301,9 +303,13 @@ def test_piecewise_mean_is_unbiased_with_the_exact_variance(campaign: Campaign) 
     scale = (hi - lo) / 2
     outputs = list(mechanism.outputs())
 
+    def value(k: Any) -> float:  # what a report stands for
+        if isinstance(k, list):
+            return k[1] * mechanism.step if k[0] == 0 else (2 * k[1] - 1) * mechanism.duchi_c
+        return float(k * mechanism.step)
+
     def report_variance(t: float) -> float:
-        return sum(mechanism.output_probability(k, t) * (k * mechanism.step) ** 2
-                   for k in outputs) - t * t
+        return sum(mechanism.output_probability(k, t) * value(k) ** 2 for k in outputs) - t * t
 
     per_level = {t: report_variance(t) for t in set(inputs)}
     exact = np.array([scale**2 * sum(per_level[t] for t in inputs) / n**2])
@@ -313,8 +319,12 @@ def test_piecewise_mean_is_unbiased_with_the_exact_variance(campaign: Campaign) 
 
     estimates, _ = _run(campaign, inputs, [{}] * n, 1000, Query(), extract)
     _assert_unbiased_with_exact_variance(estimates, truth, exact)
-    # The variance is the paper's, t²/(z − 1) + (z + 3)/(3(z − 1)²), plus the rounding's.
-    z = mechanism.z
+    z, e = mechanism.z, math.exp(mechanism.eps)
     for t, variance in per_level.items():
-        paper = t * t / (z - 1) + (z + 3) / (3 * (z - 1) ** 2)
-        assert paper <= variance <= paper + mechanism.step**2 / 4 + 1e-12
+        if mechanism.name == "pm":  # the paper's t²/(z − 1) + (z + 3)/(3(z − 1)²) + rounding
+            paper = t * t / (z - 1) + (z + 3) / (3 * (z - 1) ** 2)
+        elif mechanism.eps > EPSILON_STAR:  # HM: flat in t (§9.5) + rounding
+            paper = (z + 3) / (3 * z * (z - 1)) + (e + 1) ** 2 / (z * (e - 1) ** 2)
+        else:  # HM below ε* is Duchi's C² − t² (no rounding)
+            paper = ((e + 1) / (e - 1)) ** 2 - t * t
+        assert paper - 1e-12 <= variance <= paper + mechanism.step**2 / 4 + 1e-12

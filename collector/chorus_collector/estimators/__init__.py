@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from chorus_collector.estimators.base import Estimator, Query, QueryError
 from chorus_collector.estimators.basic_rappor import BasicRapporEstimator, BooleanRapporEstimator
-from chorus_collector.estimators.duchi import DuchiEstimator, PiecewiseEstimator
+from chorus_collector.estimators.duchi import (
+    DuchiEstimator,
+    HybridEstimator,
+    PiecewiseEstimator,
+)
 from chorus_collector.estimators.krr import BinaryRREstimator, KRREstimator
 from chorus_collector.estimators.pure import (
     BLHEstimator,
@@ -24,7 +28,7 @@ ESTIMATORS: dict[str, Estimator] = {
                         SubsetEstimator(), HadamardEstimator(), LocalHashingEstimator(),
                         BLHEstimator(), DBitFlipEstimator(), RapporEstimator(),
                         BasicRapporEstimator(), BooleanRapporEstimator(), DuchiEstimator(),
-                        PiecewiseEstimator())
+                        PiecewiseEstimator(), HybridEstimator())
 }
 
 

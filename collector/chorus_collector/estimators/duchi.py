@@ -19,9 +19,9 @@ import numpy as np
 from chorus_collector.estimators.base import Estimator, Query
 from chorus_collector.results import MeanEstimate
 from chorus_shared.campaign import Campaign
-from chorus_shared.mechanisms import Duchi, Mechanism, PiecewiseMechanism
+from chorus_shared.mechanisms import Duchi, HybridMechanism, Mechanism, PiecewiseMechanism
 
-__all__ = ["DuchiEstimator", "PiecewiseEstimator"]
+__all__ = ["DuchiEstimator", "HybridEstimator", "PiecewiseEstimator"]
 
 VARIANCE_MODEL = "iid-sampling: sample variance of the debiased reports"
 
@@ -86,6 +86,42 @@ class PiecewiseEstimator(Estimator):
             se_t = mechanism.step * math.sqrt(max(spread, 0.0) / n)
         else:
             se_t = math.inf
+        lo, hi = mechanism.domain.lo, mechanism.domain.hi
+        scale = (hi - lo) / 2
+        return MeanEstimate.from_mean(
+            mean=lo + scale * (mean_t + 1), std_error=scale * se_t, campaign=campaign.name,
+            mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
+            variance_model=VARIANCE_MODEL, window=query.window,
+            extra={"clipping": f"values were clipped to [{lo:g}, {hi:g}] on the device"},
+        )
+
+
+class HybridEstimator(Estimator):
+    """The Hybrid Mechanism's mean: [Σk, Σk², Duchi ones, Duchi zeros]; each report stands for
+    t* = k·Λ (Piecewise part) or ±C_ε (Duchi part), unbiased for t either way."""
+
+    name: ClassVar[str] = "hm"
+
+    def state_size(self, mechanism: Mechanism) -> int:
+        return 4
+
+    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+        kinds = np.fromiter((p[0] for p in payloads), dtype=np.int64, count=len(payloads))
+        values = np.fromiter((p[1] for p in payloads), dtype=np.int64, count=len(payloads))
+        grid = values[kinds == 0]
+        bits = values[kinds == 1]
+        return np.array([grid.sum(), (grid * grid).sum(), bits.sum(), len(bits) - bits.sum()],
+                        dtype=np.int64)
+
+    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
+                 query: Query) -> MeanEstimate:
+        mechanism = campaign.mechanism
+        assert isinstance(mechanism, HybridMechanism)
+        step, c = mechanism.step, mechanism.duchi_c
+        total = step * int(state[0]) + c * (int(state[2]) - int(state[3]))
+        squares = step * step * int(state[1]) + c * c * (int(state[2]) + int(state[3]))
+        mean_t = total / n
+        se_t = math.sqrt(max(squares - n * mean_t**2, 0.0) / (n - 1) / n) if n > 1 else math.inf
         lo, hi = mechanism.domain.lo, mechanism.domain.hi
         scale = (hi - lo) / 2
         return MeanEstimate.from_mean(

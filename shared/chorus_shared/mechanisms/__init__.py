@@ -14,7 +14,7 @@ from chorus_shared.mechanisms.duchi import Duchi
 from chorus_shared.mechanisms.hadamard import HadamardResponse
 from chorus_shared.mechanisms.krr import KRR, BinaryRR
 from chorus_shared.mechanisms.local_hashing import BLH, OLH
-from chorus_shared.mechanisms.piecewise import PiecewiseMechanism
+from chorus_shared.mechanisms.piecewise import HybridMechanism, PiecewiseMechanism
 from chorus_shared.mechanisms.pure import PureOracle
 from chorus_shared.mechanisms.rappor import BasicRappor, BooleanRappor, Rappor
 from chorus_shared.mechanisms.subset import SubsetSelection
@@ -33,6 +33,7 @@ __all__ = [
     "DBitFlip",
     "Duchi",
     "HadamardResponse",
+    "HybridMechanism",
     "Mechanism",
     "PiecewiseMechanism",
     "PureOracle",
@@ -44,7 +45,7 @@ __all__ = [
 REGISTRY: dict[str, type[Mechanism]] = {
     cls.name: cls for cls in (BinaryRR, KRR, SUE, OUE, BLH, OLH, SubsetSelection,
                               HadamardResponse, DBitFlip, Rappor, BasicRappor, BooleanRappor,
-                              Duchi, PiecewiseMechanism)
+                              Duchi, PiecewiseMechanism, HybridMechanism)
 }
 
 

@@ -25,7 +25,7 @@ from chorus_shared.errors import CampaignError, ValueDomainError, WireError
 from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
 from chorus_shared.rng import RandomSource, bernoulli
 
-__all__ = ["PiecewiseMechanism"]
+__all__ = ["EPSILON_STAR", "HybridMechanism", "PiecewiseMechanism"]
 
 DEFAULT_RESOLUTION = 1 << 16  # grid points on (0, C]: sums of k² stay within 64 bits
 
@@ -139,3 +139,64 @@ class PiecewiseMechanism(Mechanism):
         return {**super().describe(), "c": self.c, "grid_step": self.step,
                 "clipping": "values outside [lo, hi] are clipped to the nearest bound on the "
                             "device"}
+
+
+EPSILON_STAR = math.log((-5 + 2 * (6353 - 405 * math.sqrt(241)) ** (1 / 3)
+                         + 2 * (6353 + 405 * math.sqrt(241)) ** (1 / 3)) / 27)
+
+
+@dataclass(frozen=True)
+class HybridMechanism(PiecewiseMechanism):
+    """The Hybrid Mechanism (same ICDE 2019 paper, MECHANISMS.md §9.5): the Piecewise Mechanism
+    with probability α = 1 − e^{−ε/2} (for ε > ε* ≈ 0.61, else α = 0), Duchi et al.'s one bit
+    otherwise. A mixture of two ε-LDP mechanisms is ε-LDP; its worst-case variance is the
+    smallest of the three at every ε (§9.8).
+
+    Payload ``[0, k]`` (a Piecewise grid index) or ``[1, b]`` (Duchi's bit).
+    """
+
+    name: ClassVar[str] = "hm"
+
+    @property
+    def alpha(self) -> float:
+        return 1 - math.exp(-self.eps / 2) if self.eps > EPSILON_STAR else 0.0
+
+    @property
+    def duchi_c(self) -> float:
+        e = math.exp(self.eps)
+        return (e + 1) / (e - 1)
+
+    def _duchi_one(self, t: float) -> float:
+        e = math.exp(self.eps)
+        return 0.5 + t * (e - 1) / (2 * (e + 1))
+
+    def randomize(self, x: float, rng: RandomSource,  # type: ignore[override]
+                  assignment: Mapping[str, int] = EMPTY) -> list[int]:
+        if bernoulli(rng, self.alpha):
+            return [0, super().randomize(x, rng, assignment)]
+        return [1, int(bernoulli(rng, self._duchi_one(x)))]
+
+    def check_payload(self, payload: object) -> list[int]:  # type: ignore[override]
+        if not isinstance(payload, list) or len(payload) != 2 or payload[0] not in (0, 1) \
+                or isinstance(payload[0], bool):
+            raise WireError("an hm payload is [0, grid index] or [1, bit]")
+        if payload[0] == 0:
+            return [0, super().check_payload(payload[1])]
+        bit = payload[1]
+        if isinstance(bit, bool) or not isinstance(bit, int) or bit not in (0, 1):
+            raise WireError("an hm Duchi report is [1, 0] or [1, 1]")
+        return [1, bit]
+
+    @property
+    def report_bits(self) -> int:
+        return 1 + super().report_bits
+
+    def output_probability(self, payload: list[int], x: float) -> float:  # type: ignore[override]
+        if payload[0] == 0:
+            return self.alpha * super().output_probability(payload[1], x)
+        one = self._duchi_one(x)
+        return (1 - self.alpha) * (one if payload[1] == 1 else 1 - one)
+
+    def outputs(self) -> Iterable[list[int]]:  # type: ignore[override]
+        grid = [[0, k] for k in super().outputs()] if self.alpha > 0 else []
+        return [*grid, [1, 0], [1, 1]]
