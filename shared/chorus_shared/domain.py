@@ -113,6 +113,15 @@ class NumericRange:
     def clip(self, value: float) -> float:
         return min(max(value, self.lo), self.hi)
 
+    def to_unit(self, value: object) -> float:
+        """Clip a reported number to [lo, hi] and map it to t ∈ [−1, 1] (on the device)."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueDomainError(f"a numeric campaign takes a number, got {value!r:.40}")
+        number = finite_float(value)
+        if number is None:
+            raise ValueDomainError(f"cannot report a non-finite number: {value!r:.40}")
+        return 2.0 * (self.clip(number) - self.lo) / (self.hi - self.lo) - 1.0
+
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "lo": self.lo, "hi": self.hi}
 

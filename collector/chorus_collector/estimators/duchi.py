@@ -19,11 +19,35 @@ import numpy as np
 from chorus_collector.estimators.base import Estimator, Query
 from chorus_collector.results import MeanEstimate
 from chorus_shared.campaign import Campaign
+from chorus_shared.domain import NumericRange
 from chorus_shared.mechanisms import Duchi, HybridMechanism, Mechanism, PiecewiseMechanism
 
 __all__ = ["DuchiEstimator", "HybridEstimator", "PiecewiseEstimator"]
 
 VARIANCE_MODEL = "iid-sampling: sample variance of the debiased reports"
+
+
+def mean_estimate(campaign: Campaign, n: int, mean_t: float, se_t: float, query: Query,
+                  **extra: Any) -> MeanEstimate:
+    """A mean of debiased reports t* ∈ [−1, 1] scale, mapped back to [lo, hi]."""
+    mechanism = campaign.mechanism
+    domain = mechanism.domain
+    assert isinstance(domain, NumericRange)
+    scale = (domain.hi - domain.lo) / 2
+    return MeanEstimate.from_mean(
+        mean=domain.lo + scale * (mean_t + 1), std_error=scale * se_t, campaign=campaign.name,
+        mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
+        variance_model=VARIANCE_MODEL, window=query.window,
+        extra={"clipping": f"values were clipped to [{domain.lo:g}, {domain.hi:g}] on the "
+                           "device", **{k: scale * v for k, v in extra.items()}},
+    )
+
+
+def sample_std_error(total: float, squares: float, n: int) -> float:
+    """SE of the mean of n values from their sum and sum of squares (sample variance)."""
+    if n <= 1:
+        return math.inf
+    return math.sqrt(max(squares - total * total / n, 0.0) / (n - 1) / n)
 
 
 class DuchiEstimator(Estimator):
@@ -41,22 +65,10 @@ class DuchiEstimator(Estimator):
         mechanism = campaign.mechanism
         assert isinstance(mechanism, Duchi)
         c = mechanism.c
-        share = float(state[1]) / n
-        mean_t = c * (2 * share - 1)
-        if n > 1:
-            sample_variance = 4 * c * c * share * (1 - share) * n / (n - 1)
-            se_t = math.sqrt(sample_variance / n)
-        else:
-            se_t = math.inf
-        lo, hi = mechanism.domain.lo, mechanism.domain.hi
-        scale = (hi - lo) / 2
-        return MeanEstimate.from_mean(
-            mean=lo + scale * (mean_t + 1), std_error=scale * se_t,
-            campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
-            variance_model=VARIANCE_MODEL, window=query.window,
-            extra={"clipping": f"values were clipped to [{lo:g}, {hi:g}] on the device",
-                   "worst_case_std_error": scale * c / math.sqrt(n)},
-        )
+        ones, zeros = float(state[1]), float(state[0])
+        return mean_estimate(campaign, n, c * (ones - zeros) / n,
+                             sample_std_error(c * (ones - zeros), c * c * n, n), query,
+                             worst_case_std_error=c / math.sqrt(n))
 
 
 class PiecewiseEstimator(Estimator):
@@ -79,21 +91,9 @@ class PiecewiseEstimator(Estimator):
                  query: Query) -> MeanEstimate:
         mechanism = campaign.mechanism
         assert isinstance(mechanism, PiecewiseMechanism)
-        total, squares = int(state[0]), int(state[1])
-        mean_t = mechanism.step * total / n
-        if n > 1:
-            spread = (squares - total * total / n) / (n - 1)
-            se_t = mechanism.step * math.sqrt(max(spread, 0.0) / n)
-        else:
-            se_t = math.inf
-        lo, hi = mechanism.domain.lo, mechanism.domain.hi
-        scale = (hi - lo) / 2
-        return MeanEstimate.from_mean(
-            mean=lo + scale * (mean_t + 1), std_error=scale * se_t, campaign=campaign.name,
-            mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
-            variance_model=VARIANCE_MODEL, window=query.window,
-            extra={"clipping": f"values were clipped to [{lo:g}, {hi:g}] on the device"},
-        )
+        step = mechanism.step
+        total, squares = step * int(state[0]), step * step * int(state[1])
+        return mean_estimate(campaign, n, total / n, sample_std_error(total, squares, n), query)
 
 
 class HybridEstimator(Estimator):
@@ -120,13 +120,4 @@ class HybridEstimator(Estimator):
         step, c = mechanism.step, mechanism.duchi_c
         total = step * int(state[0]) + c * (int(state[2]) - int(state[3]))
         squares = step * step * int(state[1]) + c * c * (int(state[2]) + int(state[3]))
-        mean_t = total / n
-        se_t = math.sqrt(max(squares - n * mean_t**2, 0.0) / (n - 1) / n) if n > 1 else math.inf
-        lo, hi = mechanism.domain.lo, mechanism.domain.hi
-        scale = (hi - lo) / 2
-        return MeanEstimate.from_mean(
-            mean=lo + scale * (mean_t + 1), std_error=scale * se_t, campaign=campaign.name,
-            mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
-            variance_model=VARIANCE_MODEL, window=query.window,
-            extra={"clipping": f"values were clipped to [{lo:g}, {hi:g}] on the device"},
-        )
+        return mean_estimate(campaign, n, total / n, sample_std_error(total, squares, n), query)

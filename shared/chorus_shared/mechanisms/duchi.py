@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from chorus_shared.domain import Domain, NumericRange, finite_float
-from chorus_shared.errors import CampaignError, ValueDomainError, WireError
+from chorus_shared.domain import Domain, NumericRange
+from chorus_shared.errors import CampaignError, WireError
 from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
 from chorus_shared.rng import RandomSource, bernoulli
 
@@ -89,14 +89,7 @@ class Duchi(Mechanism):
 
     def encode(self, value: object) -> float:
         """Clip to [lo, hi] (on the device) and map to t ∈ [−1, 1]."""
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueDomainError(f"a numeric campaign takes a number, got {value!r}")
-        number = finite_float(value)
-        if number is None:
-            raise ValueDomainError(f"cannot report a non-finite number: {value!r:.40}")
-        lo, hi = self.domain.lo, self.domain.hi
-        clipped = self.domain.clip(number)
-        return 2.0 * (clipped - lo) / (hi - lo) - 1.0
+        return self.domain.to_unit(value)
 
     def randomize(
         self, x: float, rng: RandomSource, assignment: Mapping[str, int] = EMPTY

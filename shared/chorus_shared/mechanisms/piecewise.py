@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from chorus_shared.domain import Domain, NumericRange, finite_float
-from chorus_shared.errors import CampaignError, ValueDomainError, WireError
+from chorus_shared.domain import Domain, NumericRange
+from chorus_shared.errors import CampaignError, WireError
 from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
 from chorus_shared.rng import RandomSource, bernoulli
 
@@ -83,11 +83,7 @@ class PiecewiseMechanism(Mechanism):
         return {"resolution": self.resolution}
 
     def encode(self, value: object) -> float:
-        number = finite_float(value)
-        if number is None:
-            raise ValueDomainError(f"a numeric campaign takes a finite number, got {value!r:.40}")
-        lo, hi = self.domain.lo, self.domain.hi
-        return 2.0 * (self.domain.clip(number) - lo) / (hi - lo) - 1.0
+        return self.domain.to_unit(value)
 
     def _interval(self, t: float) -> tuple[float, float]:
         left = (self.c + 1) * t / 2 - (self.c - 1) / 2
