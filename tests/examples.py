@@ -51,6 +51,10 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"epsilon": 1.0986122886681098, "domain": ["a", "b", "c"]},  # K = 4
         {"epsilon": 2.0, "domain": [f"v{i}" for i in range(20)]},  # K = 32
     ],
+    "shist": [
+        {"epsilon": 1.0986122886681098, "domain": ["a", "b", "c"]},  # K = 4
+        {"epsilon": 0.6, "domain": [f"v{i}" for i in range(11)]},  # K = 16
+    ],
     "rappor": [
         {"epsilon": 2.0, "domain": {"kind": "strings"}, "params": {"k": 8, "h": 2, "m": 2}},
         {"epsilon": None, "domain": {"kind": "strings"},

@@ -22,6 +22,14 @@ def test_every_setting_is_documented_with_its_default() -> None:
         assert default in row
 
 
+def test_every_mechanism_is_in_the_mechanisms_table() -> None:
+    from chorus_shared import REGISTRY
+
+    table = README.split("## Mechanisms", 1)[1].split("\n\n", 2)[1]
+    for name in REGISTRY:
+        assert re.search(rf"^\| [^|]*`{re.escape(name)}`", table, re.M), name
+
+
 def test_quick_start_is_the_two_commands() -> None:
     block = README.split("```")[1]
     commands = [line.split("#")[0].strip() for line in block.strip().splitlines()]

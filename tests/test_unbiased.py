@@ -74,7 +74,8 @@ def _frequency_values(result: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("campaign", _by_kind("krr", "rr", "basic_rappor", "sue", "oue", "ss",
-                                               "hr", "olh", "blh", "dbitflip"),
+                                               "hr", "olh", "blh", "dbitflip",
+                                               "shist"),
                          ids=lambda c: c.name)
 def test_pure_categorical_mechanisms_are_unbiased_with_the_exact_variance(
         campaign: Campaign) -> None:

@@ -17,6 +17,7 @@ from chorus_collector.estimators.pure import (
     LocalHashingEstimator,
     OUEEstimator,
     SubsetEstimator,
+    SuccinctHistogramEstimator,
     UnaryEstimator,
 )
 from chorus_collector.estimators.rappor import RapporEstimator
@@ -24,11 +25,13 @@ from chorus_collector.estimators.rappor import RapporEstimator
 __all__ = ["ESTIMATORS", "Estimator", "Query", "QueryError", "estimator_for"]
 
 ESTIMATORS: dict[str, Estimator] = {
-    e.name: e for e in (BinaryRREstimator(), KRREstimator(), UnaryEstimator(), OUEEstimator(),
-                        SubsetEstimator(), HadamardEstimator(), LocalHashingEstimator(),
-                        BLHEstimator(), DBitFlipEstimator(), RapporEstimator(),
-                        BasicRapporEstimator(), BooleanRapporEstimator(), DuchiEstimator(),
-                        PiecewiseEstimator(), HybridEstimator())
+    e.name: e for e in (
+        BinaryRREstimator(), KRREstimator(), UnaryEstimator(), OUEEstimator(),
+        SubsetEstimator(), HadamardEstimator(), SuccinctHistogramEstimator(),
+        LocalHashingEstimator(), BLHEstimator(), DBitFlipEstimator(),
+        RapporEstimator(), BasicRapporEstimator(), BooleanRapporEstimator(),
+        DuchiEstimator(), PiecewiseEstimator(), HybridEstimator(),
+    )
 }
 
 

@@ -9,7 +9,9 @@ MECHANISMS.md §11). It is free in privacy: a function of the released estimates
 * ``projection``: the Euclidean projection onto the probability simplex (sort-based; equal to
   Norm-Sub whenever Σ max(f̂, 0) ≥ 1, the usual case);
 * ``ibu``: maximum likelihood by expectation–maximisation (iterative Bayesian update), for
-  mechanisms whose output histogram is a sufficient statistic (k-RR, Hadamard Response).
+  mechanisms whose output histogram is a sufficient statistic (k-RR, Hadamard Response,
+  S-Hist). The channel A[y, v] = P(y | v) is a linear operator, never a dense matrix for the
+  structured mechanisms: k-RR's costs O(d) per iteration, the Hadamard ones O(K log K).
 
 Post-processed estimates are biased, so their rows carry the unbiased estimate's standard
 error and, as interval, the unbiased 95% interval intersected with [0, 1] (which keeps its
@@ -18,9 +20,13 @@ coverage, since every frequency lies in [0, 1]).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Protocol
+
 import numpy as np
 
-__all__ = ["LABELS", "ibu", "norm_sub", "simplex_projection"]
+__all__ = ["LABELS", "Channel", "DenseChannel", "KRRChannel", "ibu", "norm_sub",
+           "simplex_projection"]
 
 LABELS = {
     "norm-sub": "norm-sub: negatives set to 0, the rest shifted to sum to 1 (biased)",
@@ -54,19 +60,70 @@ def simplex_projection(estimates: np.ndarray) -> np.ndarray:
     return projected
 
 
-def ibu(counts: np.ndarray, channel: np.ndarray, iterations: int = 10_000,
+class Channel(Protocol):
+    """A mechanism's channel A[y, v] = P(output y | input v), as a linear operator."""
+
+    @property
+    def inputs(self) -> int: ...
+
+    def forward(self, pi: np.ndarray) -> np.ndarray:
+        """A·π: the output distribution for the input distribution π."""
+
+    def backward(self, ratio: np.ndarray) -> np.ndarray:
+        """Aᵀ·r."""
+
+
+@dataclass(frozen=True)
+class DenseChannel:
+    matrix: np.ndarray
+
+    @property
+    def inputs(self) -> int:
+        return int(self.matrix.shape[1])
+
+    def forward(self, pi: np.ndarray) -> np.ndarray:
+        out: np.ndarray = self.matrix @ pi
+        return out
+
+    def backward(self, ratio: np.ndarray) -> np.ndarray:
+        out: np.ndarray = self.matrix.T @ ratio
+        return out
+
+
+@dataclass(frozen=True)
+class KRRChannel:
+    """A = q·𝟙𝟙ᵀ + (p − q)·I over d symbols (symmetric), in O(d)."""
+
+    d: int
+    p: float
+    q: float
+
+    @property
+    def inputs(self) -> int:
+        return self.d
+
+    def forward(self, pi: np.ndarray) -> np.ndarray:
+        out: np.ndarray = self.q * pi.sum() + (self.p - self.q) * pi
+        return out
+
+    backward = forward
+
+
+def ibu(counts: np.ndarray, channel: Channel | np.ndarray, iterations: int = 10_000,
         tolerance: float = 1e-12) -> np.ndarray:
     """EM for the input distribution π from output counts N_y and a channel A[y, v] = P(y|v).
 
     π ← π ⊙ Aᵀ(N / (A π)) / n stays on the simplex and increases the likelihood at every step.
     """
+    if isinstance(channel, np.ndarray):
+        channel = DenseChannel(channel)
     counts = np.asarray(counts, dtype=np.float64)
     n = counts.sum()
-    pi = np.full(channel.shape[1], 1.0 / channel.shape[1])
+    pi = np.full(channel.inputs, 1.0 / channel.inputs)
     for _ in range(iterations):
-        predicted = channel @ pi
+        predicted = channel.forward(pi)
         ratio = np.divide(counts, predicted, out=np.zeros_like(counts), where=predicted > 0)
-        updated: np.ndarray = pi * (channel.T @ ratio) / n
+        updated: np.ndarray = pi * channel.backward(ratio) / n
         if np.max(np.abs(updated - pi)) < tolerance:
             return updated
         pi = updated

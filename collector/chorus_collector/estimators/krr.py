@@ -13,13 +13,20 @@ the right one for inference about the population the users were drawn from. λ̂
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from chorus_collector.estimators.base import Estimator, Query
-from chorus_collector.estimators.consistency import LABELS, ibu, norm_sub, simplex_projection
+from chorus_collector.estimators.consistency import (
+    LABELS,
+    Channel,
+    KRRChannel,
+    ibu,
+    norm_sub,
+    simplex_projection,
+)
 from chorus_collector.results import FrequencyEstimate, FrequencyRow
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import KRR, Mechanism
@@ -49,7 +56,7 @@ def fixed_population_variance(n: int, frequency: float, p_star: float, q_star: f
 
 def frequency_estimate(campaign: Campaign, n: int, frequency: np.ndarray,
                        std_error: np.ndarray, query: Query, extra: dict[str, Any],
-                       channel: np.ndarray | None = None,
+                       channel: Callable[[], Channel] | None = None,
                        output_counts: np.ndarray | None = None) -> FrequencyEstimate:
     """Rows for categorical estimates, post-processed as the query asks."""
     mechanism = campaign.mechanism
@@ -60,7 +67,7 @@ def frequency_estimate(campaign: Campaign, n: int, frequency: np.ndarray,
     if method != "none":
         if method == "ibu":
             assert channel is not None and output_counts is not None
-            adjusted = ibu(output_counts, channel)
+            adjusted = ibu(output_counts, channel())
         elif method == "norm-sub":
             adjusted = norm_sub(frequency)
         else:
@@ -94,12 +101,10 @@ class KRREstimator(Estimator):
         frequency, std_error = pure_frequencies(state.astype(np.float64), n, *mechanism.
                                                 support_probabilities())
         p, q = mechanism.support_probabilities()
-        channel = np.full((mechanism.d, mechanism.d), q)
-        np.fill_diagonal(channel, p)
         return frequency_estimate(
             campaign, n, frequency, std_error, query,
             {"sum_of_frequencies": math.fsum(float(f) for f in frequency)},
-            channel=channel, output_counts=state)
+            channel=lambda: KRRChannel(mechanism.d, p, q), output_counts=state)
 
 
 class BinaryRREstimator(KRREstimator):

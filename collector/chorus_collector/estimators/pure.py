@@ -6,7 +6,9 @@ Each keeps the statistic its support counts come from cheapest (MECHANISMS.md §
 * Subset Selection: how often each category was in a reported subset (``bincount``);
 * Hadamard Response: the histogram of reported y over [K]; at query time one fast
   Walsh–Hadamard transform gives every category's support count, (n + (H·N)[x + 1])/2, in
-  O(K log K).
+  O(K log K);
+* S-Hist: the count of every (row, bit) pair; with D_j = N_{j,1} − N_{j,0}, the support count
+  of v is (n + (H·D)[v + 1])/2, again one transform.
 
 Then f̂_v = (C_v/n − q*)/(p* − q*) with the i.i.d.-sampling standard error
 (``krr.pure_frequencies``).
@@ -14,21 +16,25 @@ Then f̂_v = (C_v/n − q*)/(p* − q*) with the i.i.d.-sampling standard error
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from chorus_collector.estimators.base import Estimator, Query
+from chorus_collector.estimators.consistency import Channel
 from chorus_collector.estimators.krr import frequency_estimate, pure_frequencies
 from chorus_collector.estimators.rappor import unpack_bits
 from chorus_collector.results import FrequencyEstimate
 from chorus_shared.campaign import Campaign
-from chorus_shared.mechanisms import HadamardResponse, Mechanism, PureOracle
+from chorus_shared.mechanisms import HadamardResponse, Mechanism, PureOracle, SuccinctHistogram
 from chorus_shared.mechanisms.local_hashing import _LocalHashing
 
-__all__ = ["BLHEstimator", "DBitFlipEstimator", "HadamardEstimator", "LocalHashingEstimator",
-           "SubsetEstimator", "UnaryEstimator", "support_counts", "walsh_hadamard"]
+__all__ = ["BLHEstimator", "DBitFlipEstimator", "HadamardChannel", "HadamardEstimator",
+           "LocalHashingEstimator", "SubsetEstimator", "SuccinctChannel",
+           "SuccinctHistogramEstimator", "UnaryEstimator", "support_counts", "walsh_hadamard"]
 
 
 def walsh_hadamard(values: np.ndarray) -> np.ndarray:
@@ -41,6 +47,73 @@ def walsh_hadamard(values: np.ndarray) -> np.ndarray:
         view[:, 0, :], view[:, 1, :] = top + bottom, top - bottom
         half *= 2
     return out
+
+
+def _embed(pi: np.ndarray, size: int) -> np.ndarray:
+    """π placed on columns 1..d of H_K (column 0 belongs to no category)."""
+    out = np.zeros(size)
+    out[1:len(pi) + 1] = pi
+    return out
+
+
+@dataclass(frozen=True)
+class HadamardChannel:
+    """HR: A[y, x] = lo + (hi − lo)·1[H[x+1][y] = +1], with 1[H = +1] = (1 + H)/2, so both
+    products are one fast Walsh–Hadamard transform (O(K log K) per IBU step)."""
+
+    d: int
+    size: int
+    e: float
+
+    @property
+    def inputs(self) -> int:
+        return self.d
+
+    @property
+    def levels(self) -> tuple[float, float]:
+        unit = 2 / (self.size * (1 + self.e))
+        return unit, unit * self.e
+
+    def forward(self, pi: np.ndarray) -> np.ndarray:
+        lo, hi = self.levels
+        total = pi.sum()
+        out: np.ndarray = lo * total + (hi - lo) * (total + walsh_hadamard(
+            _embed(pi, self.size))) / 2
+        return out
+
+    def backward(self, ratio: np.ndarray) -> np.ndarray:
+        lo, hi = self.levels
+        total = ratio.sum()
+        out: np.ndarray = lo * total + (hi - lo) * (total + walsh_hadamard(ratio)[
+            1:self.d + 1]) / 2
+        return out
+
+
+@dataclass(frozen=True)
+class SuccinctChannel:
+    """S-Hist: A[(j, b), x] = (1/K)·(1/2 + (keep − 1/2)·s_b·H[j][x+1]), s_b = 2b − 1; output
+    cell 2j + b."""
+
+    d: int
+    size: int
+    keep: float
+
+    @property
+    def inputs(self) -> int:
+        return self.d
+
+    def forward(self, pi: np.ndarray) -> np.ndarray:
+        signed = (self.keep - 0.5) * walsh_hadamard(_embed(pi, self.size))
+        half = 0.5 * pi.sum()
+        out = np.empty(2 * self.size)
+        out[0::2], out[1::2] = half - signed, half + signed
+        result: np.ndarray = out / self.size
+        return result
+
+    def backward(self, ratio: np.ndarray) -> np.ndarray:
+        difference = walsh_hadamard(ratio[1::2] - ratio[0::2])[1:self.d + 1]
+        out: np.ndarray = (0.5 * ratio.sum() + (self.keep - 0.5) * difference) / self.size
+        return out
 
 
 class _PureEstimator(Estimator):
@@ -57,12 +130,12 @@ class _PureEstimator(Estimator):
         frequency, std_error = pure_frequencies(counts, n, *mechanism.support_probabilities())
         return frequency_estimate(campaign, n, frequency, std_error, query,
                                   {"variance_per_user": mechanism.approximate_variance()},
-                                  channel=self.channel(mechanism),
+                                  channel=lambda: self.channel(mechanism),
                                   output_counts=self.output_counts(mechanism, state))
 
-    def channel(self, mechanism: PureOracle) -> np.ndarray | None:
+    def channel(self, mechanism: PureOracle) -> Channel:
         """A[y, v] = P(output y | input v) when the output histogram is sufficient (IBU)."""
-        return None
+        raise TypeError(f"{mechanism.name} has no output-histogram channel")
 
     def output_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray | None:
         return None
@@ -105,10 +178,9 @@ class HadamardEstimator(_PureEstimator):
     name: ClassVar[str] = "hr"
     postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection", "ibu")
 
-    def channel(self, mechanism: PureOracle) -> np.ndarray | None:
+    def channel(self, mechanism: PureOracle) -> Channel:
         assert isinstance(mechanism, HadamardResponse)
-        return np.array([[mechanism.output_probability(y, x) for x in range(mechanism.d)]
-                         for y in range(mechanism.size)])
+        return HadamardChannel(mechanism.d, mechanism.size, math.exp(mechanism.eps))
 
     def output_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray | None:
         return state
@@ -128,6 +200,38 @@ class HadamardEstimator(_PureEstimator):
         transformed = walsh_hadamard(state)
         counts: np.ndarray = (n + transformed[1:mechanism.d + 1]) / 2
         return counts
+
+
+class SuccinctHistogramEstimator(_PureEstimator):
+    """State: N[2j + b], the number of reports (row j, bit b)."""
+
+    name: ClassVar[str] = "shist"
+    postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection", "ibu")
+
+    def state_size(self, mechanism: Mechanism) -> int:
+        assert isinstance(mechanism, SuccinctHistogram)
+        return 2 * mechanism.size
+
+    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+        assert isinstance(mechanism, SuccinctHistogram)
+        cells = np.fromiter((2 * p["j"] + p["b"] for p in payloads), dtype=np.int64,
+                            count=len(payloads))
+        return np.bincount(cells, minlength=2 * mechanism.size).astype(np.int64)
+
+    def support_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray:
+        assert isinstance(mechanism, SuccinctHistogram)
+        pairs = state.reshape(mechanism.size, 2).astype(np.float64)
+        n = float(pairs.sum())
+        transformed = walsh_hadamard(pairs[:, 1] - pairs[:, 0])
+        counts: np.ndarray = (n + transformed[1:mechanism.d + 1]) / 2
+        return counts
+
+    def channel(self, mechanism: PureOracle) -> Channel:
+        assert isinstance(mechanism, SuccinctHistogram)
+        return SuccinctChannel(mechanism.d, mechanism.size, mechanism.keep)
+
+    def output_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray | None:
+        return state
 
 
 class LocalHashingEstimator(_PureEstimator):

@@ -18,6 +18,7 @@ from chorus_shared.mechanisms.piecewise import HybridMechanism, PiecewiseMechani
 from chorus_shared.mechanisms.pure import PureOracle
 from chorus_shared.mechanisms.rappor import BasicRappor, BooleanRappor, Rappor
 from chorus_shared.mechanisms.subset import SubsetSelection
+from chorus_shared.mechanisms.succinct import SuccinctHistogram
 from chorus_shared.mechanisms.unary import OUE, SUE
 
 __all__ = [
@@ -39,13 +40,16 @@ __all__ = [
     "PureOracle",
     "Rappor",
     "SubsetSelection",
+    "SuccinctHistogram",
     "mechanism_class",
 ]
 
 REGISTRY: dict[str, type[Mechanism]] = {
-    cls.name: cls for cls in (BinaryRR, KRR, SUE, OUE, BLH, OLH, SubsetSelection,
-                              HadamardResponse, DBitFlip, Rappor, BasicRappor, BooleanRappor,
-                              Duchi, PiecewiseMechanism, HybridMechanism)
+    cls.name: cls for cls in (
+        BinaryRR, KRR, SUE, OUE, BLH, OLH, SubsetSelection, HadamardResponse,
+        SuccinctHistogram, DBitFlip, Rappor, BasicRappor, BooleanRappor,
+        Duchi, PiecewiseMechanism, HybridMechanism,
+    )
 }
 
 
