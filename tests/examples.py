@@ -84,6 +84,12 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"epsilon": 0.5, "domain": {"kind": "numeric", "lo": 0, "hi": 1},  # below ε*: Duchi
          "params": {"resolution": 8}},
     ],
+    "laplace": [  # coarse grids so that the clamped output range can be enumerated
+        {"epsilon": 2.0, "domain": {"kind": "numeric", "lo": -1, "hi": 1},
+         "params": {"resolution": 4}},
+        {"epsilon": 0.7, "domain": {"kind": "numeric", "lo": 0, "hi": 50},
+         "params": {"resolution": 8}},
+    ],
     "duchi": [
         {"epsilon": 1.0, "domain": {"kind": "numeric", "lo": -5, "hi": 5}},
         {"epsilon": 3.0, "domain": {"kind": "numeric", "lo": 0, "hi": 1}},

@@ -10,6 +10,7 @@ from chorus_collector.estimators.duchi import (
     PiecewiseEstimator,
 )
 from chorus_collector.estimators.krr import BinaryRREstimator, KRREstimator
+from chorus_collector.estimators.laplace import LaplaceEstimator
 from chorus_collector.estimators.pure import (
     BLHEstimator,
     DBitFlipEstimator,
@@ -30,7 +31,7 @@ ESTIMATORS: dict[str, Estimator] = {
         SubsetEstimator(), HadamardEstimator(), SuccinctHistogramEstimator(),
         LocalHashingEstimator(), BLHEstimator(), DBitFlipEstimator(),
         RapporEstimator(), BasicRapporEstimator(), BooleanRapporEstimator(),
-        DuchiEstimator(), PiecewiseEstimator(), HybridEstimator(),
+        DuchiEstimator(), PiecewiseEstimator(), HybridEstimator(), LaplaceEstimator(),
     )
 }
 

@@ -13,6 +13,7 @@ from chorus_shared.mechanisms.dbitflip import DBitFlip
 from chorus_shared.mechanisms.duchi import Duchi
 from chorus_shared.mechanisms.hadamard import HadamardResponse
 from chorus_shared.mechanisms.krr import KRR, BinaryRR
+from chorus_shared.mechanisms.laplace import LaplaceMechanism
 from chorus_shared.mechanisms.local_hashing import BLH, OLH
 from chorus_shared.mechanisms.piecewise import HybridMechanism, PiecewiseMechanism
 from chorus_shared.mechanisms.pure import PureOracle
@@ -35,6 +36,7 @@ __all__ = [
     "Duchi",
     "HadamardResponse",
     "HybridMechanism",
+    "LaplaceMechanism",
     "Mechanism",
     "PiecewiseMechanism",
     "PureOracle",
@@ -48,7 +50,7 @@ REGISTRY: dict[str, type[Mechanism]] = {
     cls.name: cls for cls in (
         BinaryRR, KRR, SUE, OUE, BLH, OLH, SubsetSelection, HadamardResponse,
         SuccinctHistogram, DBitFlip, Rappor, BasicRappor, BooleanRappor,
-        Duchi, PiecewiseMechanism, HybridMechanism,
+        Duchi, PiecewiseMechanism, HybridMechanism, LaplaceMechanism,
     )
 }
 

@@ -116,6 +116,10 @@ class Duchi(Mechanism):
         # P(b | t) is affine in t, so the extreme ratios are attained at t = ±1.
         return (-1.0, -0.5, 0.0, 0.5, 1.0)
 
+    def report_value(self, payload: int) -> float:
+        """t* = ±C_ε, what one report stands for on the [−1, 1] scale."""
+        return self.c * (2 * payload - 1)
+
     def per_report_variance(self, t: float) -> float:
         """Var[t* | t] = C_ε² − t² (fixed-population model)."""
         return self.c**2 - t**2

@@ -123,6 +123,10 @@ class PiecewiseMechanism(Mechanism):
             mass += density * self.step * _triangle_mass(a / self.step, b / self.step, payload)
         return mass
 
+    def report_value(self, payload: int) -> float:
+        """t* = k·Λ, what one report stands for on the [−1, 1] scale."""
+        return payload * self.step
+
     def outputs(self) -> Iterable[int]:
         if self.resolution > 256:
             raise TypeError("enumerating pm outputs is only sensible for a coarse grid")
@@ -192,6 +196,11 @@ class HybridMechanism(PiecewiseMechanism):
             return self.alpha * super().output_probability(payload[1], x)
         one = self._duchi_one(x)
         return (1 - self.alpha) * (one if payload[1] == 1 else 1 - one)
+
+    def report_value(self, payload: list[int]) -> float:  # type: ignore[override]
+        """t* = k·Λ for a Piecewise report, ±C_ε for a Duchi bit."""
+        kind, value = payload
+        return value * self.step if kind == 0 else (2 * value - 1) * self.duchi_c
 
     def outputs(self) -> Iterable[list[int]]:  # type: ignore[override]
         grid = [[0, k] for k in super().outputs()] if self.alpha > 0 else []
