@@ -10,6 +10,12 @@ from typing import Any
 
 from chorus_shared import Campaign, campaign_from_spec
 
+
+def _vector(ranges: list[tuple[float, float]]) -> dict[str, Any]:
+    return {"kind": "vector", "attributes": [{"name": f"a{i}", "lo": lo, "hi": hi}
+                                            for i, (lo, hi) in enumerate(ranges)]}
+
+
 # Two ε and two domain sizes per mechanism (MECHANISMS.md §16: use e^ε integer where useful).
 EXAMPLES: dict[str, list[dict[str, Any]]] = {
     "rr": [
@@ -89,6 +95,26 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
          "params": {"resolution": 4}},
         {"epsilon": 0.7, "domain": {"kind": "numeric", "lo": 0, "hi": 50},
          "params": {"resolution": 8}},
+    ],
+    "duchi_md": [
+        {"epsilon": 1.0, "domain": _vector([(-1, 1), (0, 10)])},
+        {"epsilon": 2.0, "domain": _vector([(0, 1), (0, 100), (-5, 5)])},
+        {"epsilon": 0.5, "domain": _vector([(0, 1)] * 4)},
+    ],
+    "harmony": [
+        {"epsilon": 1.0, "domain": _vector([(0, 1), (0, 100), (-5, 5)])},
+        {"epsilon": 0.5, "domain": _vector([(-1, 1), (0, 10)])},
+    ],
+    "pm_md": [
+        {"epsilon": 2.0, "domain": _vector([(0, 1), (0, 100), (-5, 5)]),
+         "params": {"resolution": 4}},  # k = 1
+        {"epsilon": 5.0, "domain": _vector([(-1, 1), (0, 10)]),
+         "params": {"resolution": 4}},  # k = 2, ε/2 each
+    ],
+    "hm_md": [
+        {"epsilon": 2.0, "domain": _vector([(-1, 1), (0, 10)]), "params": {"resolution": 4}},
+        {"epsilon": 6.0, "domain": _vector([(0, 1), (0, 100), (-5, 5)]),
+         "params": {"resolution": 4}},  # k = 2
     ],
     "duchi": [
         {"epsilon": 1.0, "domain": {"kind": "numeric", "lo": -5, "hi": 5}},

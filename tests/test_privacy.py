@@ -34,7 +34,7 @@ def test_every_mechanism_has_examples() -> None:
 def _key(payload: Any) -> Any:
     if isinstance(payload, dict):
         return tuple(sorted((k, _key(v)) for k, v in payload.items()))
-    return tuple(payload) if isinstance(payload, list) else payload
+    return tuple(_key(v) for v in payload) if isinstance(payload, list) else payload
 
 
 def _inputs(campaign: Campaign) -> list[Any]:

@@ -17,6 +17,7 @@ from flask import Flask
 
 from chorus_client import Client, CollectorAPI
 from chorus_client.transport import WSGITransport
+from chorus_collector.cli import format_estimates
 from chorus_collector.estimators import estimator_for
 from chorus_shared import REGISTRY
 from examples import EXAMPLES
@@ -34,6 +35,9 @@ def _values(spec: dict[str, Any], rng: random.Random) -> list[Any]:
         return rng.choices(domain, weights, k=USERS)
     if domain["kind"] == "strings":
         return rng.choices(STRINGS, [3, 2, 1], k=USERS)
+    if domain["kind"] == "vector":
+        return [{a["name"]: a["lo"] + (a["hi"] - a["lo"]) * rng.random() ** 2
+                 for a in domain["attributes"]} for _ in range(USERS)]
     lo, hi = domain["lo"], domain["hi"]
     return [lo + (hi - lo) * rng.random() ** 2 for _ in range(USERS)]
 
@@ -62,10 +66,18 @@ def test_mechanism_works_end_to_end(mechanism: str, make_app: Any, clock: FakeCl
         result = analyst.estimates(spec["name"], candidates=candidates, postprocessing=method)
         assert result["n"] == USERS
         assert result["mechanism"] == mechanism
+        assert format_estimates(result).startswith(f"{spec['name']}: {mechanism}")
         if method != "none":
             assert result["postprocessing"] != "none (unbiased)"
             continue
-        if "mean" in result:
+        if result["kind"] == "means":
+            for row, attribute in zip(result["rows"], spec["domain"]["attributes"],
+                                      strict=True):
+                lo, hi, name = attribute["lo"], attribute["hi"], attribute["name"]
+                assert row["attribute"] == name
+                truth = sum(min(max(v[name], lo), hi) for v in values) / USERS
+                assert abs(row["mean"] - truth) < 5 * row["std_error"], row
+        elif result["kind"] == "mean":
             lo, hi = spec["domain"]["lo"], spec["domain"]["hi"]
             truth = sum(min(max(v, lo), hi) for v in values) / USERS
             assert abs(result["mean"] - truth) < 5 * result["std_error"], result

@@ -212,6 +212,15 @@ def format_estimates(result: dict[str, Any], truth: dict[str, float] | None = No
     """A human-readable table of an estimate result, optionally beside the true values."""
     lines = [f"{result['campaign']}: {result['mechanism']}, ε = {result['epsilon']:.4g}, "
              f"n = {result['n']}"]
+    if result["kind"] == "means":
+        lines.append(f"  {'attribute':<22}" + (f"{'true':>10}" if truth is not None else "")
+                     + f"{'mean':>12}{'std err':>10}   95% interval")
+        for row in result["rows"]:
+            true = f"{truth[row['attribute']]:>10.4g}" if truth is not None else ""
+            lines.append(f"  {row['attribute'][:22]:<22}{true}{row['mean']:>12.4g}"
+                         f"{row['std_error']:>10.4g}   [{row['ci_low']:.4g}, "
+                         f"{row['ci_high']:.4g}]")
+        return "\n".join(lines)
     if result["kind"] == "mean":
         line = (f"  mean {result['mean']:.4f} ± {result['std_error']:.4f} "
                 f"(95% CI {result['ci_low']:.4f} … {result['ci_high']:.4f})")

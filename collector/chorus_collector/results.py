@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any
 
-__all__ = ["CONFIDENCE", "Z95", "FrequencyEstimate", "FrequencyRow", "MeanEstimate"]
+__all__ = ["CONFIDENCE", "Z95", "FrequencyEstimate", "FrequencyRow", "MeanEstimate", "MeanRow",
+           "VectorMeanEstimate"]
 
 CONFIDENCE = 0.95
 Z95 = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)  # 1.959963984540054
@@ -113,6 +114,53 @@ class MeanEstimate:
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(["mean", "std_error", "ci_low", "ci_high", "n"])
         writer.writerow([self.mean, self.std_error, self.ci_low, self.ci_high, self.n])
+        return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class MeanRow:
+    """One attribute's mean, on the attribute's own scale."""
+
+    attribute: str
+    mean: float
+    std_error: float
+    ci_low: float
+    ci_high: float
+
+    @classmethod
+    def from_mean(cls, attribute: str, mean: float, std_error: float) -> MeanRow:
+        return cls(attribute=attribute, mean=mean, std_error=std_error,
+                   ci_low=mean - Z95 * std_error, ci_high=mean + Z95 * std_error)
+
+
+@dataclass(frozen=True)
+class VectorMeanEstimate:
+    """The means of several attributes collected together (a vector domain)."""
+
+    campaign: str
+    mechanism: str
+    epsilon: float
+    n: int
+    rows: list[MeanRow]
+    variance_model: str
+    window: dict[str, int | None]
+    confidence: float = CONFIDENCE
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["kind"] = "means"
+        body["rows"] = [asdict(r) for r in self.rows]
+        cleaned: dict[str, Any] = _clean(body)
+        return cleaned
+
+    def to_csv(self) -> str:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["attribute", "mean", "std_error", "ci_low", "ci_high", "n"])
+        for row in self.rows:
+            writer.writerow([row.attribute, row.mean, row.std_error, row.ci_low, row.ci_high,
+                             self.n])
         return buffer.getvalue()
 
 

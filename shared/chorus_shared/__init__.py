@@ -5,7 +5,7 @@ privacy math and randomizers, and hashing. No I/O, no numpy: both sides import i
 """
 
 from chorus_shared.campaign import Campaign, campaign_from_config, campaign_from_spec
-from chorus_shared.domain import Categories, NumericRange, OpenStrings
+from chorus_shared.domain import Categories, NumericRange, NumericVector, OpenStrings
 from chorus_shared.errors import (
     CampaignError,
     ChorusError,
@@ -26,6 +26,7 @@ __all__ = [
     "DigestMismatch",
     "Mechanism",
     "NumericRange",
+    "NumericVector",
     "OpenStrings",
     "PrivacyWarning",
     "Report",

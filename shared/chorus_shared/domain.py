@@ -2,6 +2,7 @@
 
 * :class:`Categories`: a closed, ordered list of distinct category names.
 * :class:`NumericRange`: a bounded interval [lo, hi] of real numbers.
+* :class:`NumericVector`: several named bounded numbers reported together (one mean each).
 * :class:`OpenStrings`: any string (hashed on the device; decoded against candidates).
 """
 
@@ -13,12 +14,13 @@ from typing import Any, ClassVar
 
 from chorus_shared.errors import CampaignError, ValueDomainError
 
-__all__ = ["MAX_CATEGORIES", "MAX_STRING_BYTES", "Categories", "Domain", "NumericRange",
-           "OpenStrings", "domain_from_json", "finite_float"]
+__all__ = ["MAX_ATTRIBUTES", "MAX_CATEGORIES", "MAX_STRING_BYTES", "Categories", "Domain",
+           "NumericRange", "NumericVector", "OpenStrings", "domain_from_json", "finite_float"]
 
 MAX_CATEGORIES = 65_536
 MAX_CATEGORY_CHARS = 200
 MAX_STRING_BYTES = 1_024
+MAX_ATTRIBUTES = 64
 
 
 def finite_float(value: object) -> float | None:
@@ -127,6 +129,57 @@ class NumericRange:
 
 
 @dataclass(frozen=True)
+class NumericVector:
+    """D named attributes, each a bounded interval; a value is one number per attribute.
+
+    The app reports a mapping {name: number} (or a sequence in attribute order); each number is
+    clipped to its own [lo, hi] on the device and mapped to [−1, 1].
+    """
+
+    kind: ClassVar[str] = "vector"
+    names: tuple[str, ...]
+    ranges: tuple[NumericRange, ...]
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.names) <= MAX_ATTRIBUTES or len(self.names) != len(self.ranges):
+            raise CampaignError(f"a vector domain has 1 to {MAX_ATTRIBUTES} attributes")
+        for name in self.names:
+            if not isinstance(name, str) or not name or len(name) > MAX_CATEGORY_CHARS:
+                raise CampaignError("attribute names are non-empty strings of at most "
+                                    f"{MAX_CATEGORY_CHARS} characters")
+        if len(set(self.names)) != len(self.names):
+            raise CampaignError("attribute names must be distinct")
+
+    @property
+    def size(self) -> int:
+        return len(self.names)
+
+    def to_unit(self, value: object) -> tuple[float, ...]:
+        """Clip every attribute to its range and map it to [−1, 1] (on the device)."""
+        if isinstance(value, dict):
+            if set(value) != set(self.names):
+                missing = sorted(set(self.names) - set(value))
+                extra = sorted(str(k) for k in set(value) - set(self.names))
+                raise ValueDomainError(f"a vector value needs exactly the attributes "
+                                       f"{list(self.names)}; missing {missing}, unknown {extra}")
+            numbers = [value[name] for name in self.names]
+        elif isinstance(value, list | tuple):
+            if len(value) != self.size:
+                raise ValueDomainError(f"a vector value has {self.size} numbers, got "
+                                       f"{len(value)}")
+            numbers = list(value)
+        else:
+            raise ValueDomainError(f"a vector campaign takes a mapping of {list(self.names)} "
+                                   f"to numbers, got {value!r:.40}")
+        return tuple(r.to_unit(x) for r, x in zip(self.ranges, numbers, strict=True))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "attributes": [
+            {"name": name, "lo": r.lo, "hi": r.hi}
+            for name, r in zip(self.names, self.ranges, strict=True)]}
+
+
+@dataclass(frozen=True)
 class OpenStrings:
     """Any string up to a byte limit; decoded later against candidates the analyst supplies."""
 
@@ -143,7 +196,7 @@ class OpenStrings:
         return {"kind": self.kind, "max_bytes": self.max_bytes}
 
 
-Domain = Categories | NumericRange | OpenStrings
+Domain = Categories | NumericRange | NumericVector | OpenStrings
 
 
 def domain_from_json(obj: object) -> Domain:
@@ -157,6 +210,7 @@ def domain_from_json(obj: object) -> Domain:
         "categories": {"kind", "values"},
         "numeric": {"kind", "lo", "hi"},
         "strings": {"kind", "max_bytes"},
+        "vector": {"kind", "attributes"},
     }
     if kind not in allowed:
         raise CampaignError(f"domain.kind must be one of {sorted(allowed)}, got {kind!r}")
@@ -172,4 +226,20 @@ def domain_from_json(obj: object) -> Domain:
         if "lo" not in obj or "hi" not in obj:
             raise CampaignError("a numeric domain needs both 'lo' and 'hi'")
         return NumericRange(obj["lo"], obj["hi"])
+    if kind == "vector":
+        return _vector_from_json(obj.get("attributes"))
     return OpenStrings(obj.get("max_bytes", MAX_STRING_BYTES))
+
+
+def _vector_from_json(attributes: object) -> NumericVector:
+    if not isinstance(attributes, list) or not attributes:
+        raise CampaignError('domain.attributes must be a list of {"name", "lo", "hi"}')
+    if len(attributes) > MAX_ATTRIBUTES:
+        raise CampaignError(f"a vector domain has at most {MAX_ATTRIBUTES} attributes")
+    names, ranges = [], []
+    for item in attributes:
+        if not isinstance(item, dict) or set(item) != {"name", "lo", "hi"}:
+            raise CampaignError('each attribute is {"name": ..., "lo": ..., "hi": ...}')
+        names.append(item["name"])
+        ranges.append(NumericRange(item["lo"], item["hi"]))
+    return NumericVector(tuple(names), tuple(ranges))

@@ -11,6 +11,12 @@ from chorus_collector.estimators.duchi import (
 )
 from chorus_collector.estimators.krr import BinaryRREstimator, KRREstimator
 from chorus_collector.estimators.laplace import LaplaceEstimator
+from chorus_collector.estimators.multidim import (
+    DuchiMultidimEstimator,
+    HarmonyEstimator,
+    HybridMultidimEstimator,
+    PiecewiseMultidimEstimator,
+)
 from chorus_collector.estimators.pure import (
     BLHEstimator,
     DBitFlipEstimator,
@@ -32,6 +38,8 @@ ESTIMATORS: dict[str, Estimator] = {
         LocalHashingEstimator(), BLHEstimator(), DBitFlipEstimator(),
         RapporEstimator(), BasicRapporEstimator(), BooleanRapporEstimator(),
         DuchiEstimator(), PiecewiseEstimator(), HybridEstimator(), LaplaceEstimator(),
+        DuchiMultidimEstimator(), HarmonyEstimator(), PiecewiseMultidimEstimator(),
+        HybridMultidimEstimator(),
     )
 }
 

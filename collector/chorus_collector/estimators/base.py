@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from chorus_collector.results import FrequencyEstimate, MeanEstimate
+from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import Mechanism
 
@@ -57,4 +57,4 @@ class Estimator(ABC):
 
     @abstractmethod
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
-                 query: Query) -> FrequencyEstimate | MeanEstimate: ...
+                 query: Query) -> FrequencyEstimate | MeanEstimate | VectorMeanEstimate: ...

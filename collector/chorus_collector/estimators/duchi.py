@@ -60,15 +60,20 @@ class DuchiEstimator(Estimator):
         bits = np.fromiter(payloads, dtype=np.int64, count=len(payloads))
         return np.bincount(bits, minlength=2).astype(np.int64)
 
+    def moments(self, mechanism: Mechanism, state: np.ndarray) -> tuple[float, float]:
+        """(Σ t*, Σ t*²) over the reports: t* = ±C_ε."""
+        assert isinstance(mechanism, Duchi)
+        c = mechanism.c
+        ones, zeros = float(state[1]), float(state[0])
+        return c * (ones - zeros), c * c * (ones + zeros)
+
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> MeanEstimate:
         mechanism = campaign.mechanism
         assert isinstance(mechanism, Duchi)
-        c = mechanism.c
-        ones, zeros = float(state[1]), float(state[0])
-        return mean_estimate(campaign, n, c * (ones - zeros) / n,
-                             sample_std_error(c * (ones - zeros), c * c * n, n), query,
-                             worst_case_std_error=c / math.sqrt(n))
+        total, squares = self.moments(mechanism, state)
+        return mean_estimate(campaign, n, total / n, sample_std_error(total, squares, n),
+                             query, worst_case_std_error=mechanism.c / math.sqrt(n))
 
 
 class PiecewiseEstimator(Estimator):
@@ -87,12 +92,15 @@ class PiecewiseEstimator(Estimator):
         k = np.fromiter(payloads, dtype=np.int64, count=len(payloads))
         return np.array([k.sum(), (k * k).sum()], dtype=np.int64)
 
-    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
-                 query: Query) -> MeanEstimate:
-        mechanism = campaign.mechanism
+    def moments(self, mechanism: Mechanism, state: np.ndarray) -> tuple[float, float]:
+        """(Σ t*, Σ t*²) over the reports: t* = k·Λ."""
         assert isinstance(mechanism, PiecewiseMechanism)
         step = mechanism.step
-        total, squares = step * int(state[0]), step * step * int(state[1])
+        return step * int(state[0]), step * step * int(state[1])
+
+    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
+                 query: Query) -> MeanEstimate:
+        total, squares = self.moments(campaign.mechanism, state)
         return mean_estimate(campaign, n, total / n, sample_std_error(total, squares, n), query)
 
 
@@ -113,11 +121,15 @@ class HybridEstimator(Estimator):
         return np.array([grid.sum(), (grid * grid).sum(), bits.sum(), len(bits) - bits.sum()],
                         dtype=np.int64)
 
-    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
-                 query: Query) -> MeanEstimate:
-        mechanism = campaign.mechanism
+    def moments(self, mechanism: Mechanism, state: np.ndarray) -> tuple[float, float]:
+        """(Σ t*, Σ t*²) over the reports: k·Λ or ±C_ε."""
         assert isinstance(mechanism, HybridMechanism)
         step, c = mechanism.step, mechanism.duchi_c
         total = step * int(state[0]) + c * (int(state[2]) - int(state[3]))
         squares = step * step * int(state[1]) + c * c * (int(state[2]) + int(state[3]))
+        return total, squares
+
+    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
+                 query: Query) -> MeanEstimate:
+        total, squares = self.moments(campaign.mechanism, state)
         return mean_estimate(campaign, n, total / n, sample_std_error(total, squares, n), query)

@@ -15,6 +15,13 @@ from chorus_shared.mechanisms.hadamard import HadamardResponse
 from chorus_shared.mechanisms.krr import KRR, BinaryRR
 from chorus_shared.mechanisms.laplace import LaplaceMechanism
 from chorus_shared.mechanisms.local_hashing import BLH, OLH
+from chorus_shared.mechanisms.multidim import (
+    DuchiMultidim,
+    Harmony,
+    HybridMultidim,
+    PiecewiseMultidim,
+    SampledAttributes,
+)
 from chorus_shared.mechanisms.piecewise import HybridMechanism, PiecewiseMechanism
 from chorus_shared.mechanisms.pure import PureOracle
 from chorus_shared.mechanisms.rappor import BasicRappor, BooleanRappor, Rappor
@@ -34,13 +41,18 @@ __all__ = [
     "BooleanRappor",
     "DBitFlip",
     "Duchi",
+    "DuchiMultidim",
     "HadamardResponse",
+    "Harmony",
     "HybridMechanism",
+    "HybridMultidim",
     "LaplaceMechanism",
     "Mechanism",
     "PiecewiseMechanism",
+    "PiecewiseMultidim",
     "PureOracle",
     "Rappor",
+    "SampledAttributes",
     "SubsetSelection",
     "SuccinctHistogram",
     "mechanism_class",
@@ -51,6 +63,7 @@ REGISTRY: dict[str, type[Mechanism]] = {
         BinaryRR, KRR, SUE, OUE, BLH, OLH, SubsetSelection, HadamardResponse,
         SuccinctHistogram, DBitFlip, Rappor, BasicRappor, BooleanRappor,
         Duchi, PiecewiseMechanism, HybridMechanism, LaplaceMechanism,
+        DuchiMultidim, Harmony, PiecewiseMultidim, HybridMultidim,
     )
 }
 
