@@ -68,6 +68,14 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"epsilon": 4.0, "domain": {"kind": "strings"},
          "params": {"k": 10, "h": 3, "m": 2, "f": 0.2}},
     ],
+    "o_rr": [
+        {"epsilon": 1.5, "domain": {"kind": "strings"}, "params": {"k": 4, "m": 2}},
+        {"epsilon": 3.0, "domain": {"kind": "strings"}, "params": {"k": 8, "m": 3}},
+    ],
+    "o_rappor": [
+        {"epsilon": 1.0, "domain": {"kind": "strings"}, "params": {"k": 8, "m": 3}},
+        {"epsilon": 2.5, "domain": {"kind": "strings"}, "params": {"k": 6, "m": 3}},
+    ],
     "basic_rappor": [
         {"epsilon": 1.5, "domain": ["a", "b", "c", "d"]},
         {"epsilon": None, "domain": [f"v{i}" for i in range(6)],

@@ -82,14 +82,16 @@ def test_randomizer_samples_the_declared_distribution(campaign: Campaign) -> Non
     rng = random.Random(7)
     draws = 40_000
     for x in _inputs(campaign)[:2]:
-        assignment = {"cohort": 0} if isinstance(mechanism, Rappor) else {}
+        cohorts = "cohort" in mechanism.assign(random.Random(0))  # RAPPOR, O-RR, O-RAPPOR
+        assignment = {"cohort": 0} if cohorts else {}
         observed = Counter(_key(mechanism.randomize(x, rng, assignment))
                            for _ in range(draws))
         expected: dict[Any, float] = {}
         for y in mechanism.outputs():
             if isinstance(y, dict) and y.get("cohort", 0) != 0:
                 continue
-            p = mechanism.output_probability(y, x) * (mechanism.m if assignment else 1)
+            p = mechanism.output_probability(y, x) * (
+                mechanism.m if assignment else 1)  # type: ignore[attr-defined]
             expected[_key(y)] = p * draws
         assert set(observed) <= set(expected)
         # Merge cells with expected count < 5 into one, then Pearson's χ².

@@ -233,9 +233,10 @@ def _estimate_query(stored: StoredCampaign) -> tuple[Query, str]:
     else:
         source = request.args.to_dict()
         candidates = request.args.getlist("candidate")
-    if candidates and stored.campaign.mechanism.name != "rappor":
+    if candidates and stored.campaign.domain.kind != "strings":
         raise Problem(400, "invalid-query", "Invalid query",
-                      "candidates apply to RAPPOR campaigns only")
+                      "candidates apply to campaigns over open strings (rappor, o_rr, "
+                      "o_rappor) only")
     limit = current_app.config["CHORUS"]["MAX_CANDIDATES"]
     if len(candidates) > limit:
         raise Problem(413, "too-many-candidates", "Too many candidates",

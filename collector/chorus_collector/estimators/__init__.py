@@ -27,7 +27,11 @@ from chorus_collector.estimators.pure import (
     SuccinctHistogramEstimator,
     UnaryEstimator,
 )
-from chorus_collector.estimators.rappor import RapporEstimator
+from chorus_collector.estimators.rappor import (
+    OpenRapporEstimator,
+    OpenRRDecoder,
+    RapporEstimator,
+)
 
 __all__ = ["ESTIMATORS", "Estimator", "Query", "QueryError", "estimator_for"]
 
@@ -37,6 +41,7 @@ ESTIMATORS: dict[str, Estimator] = {
         SubsetEstimator(), HadamardEstimator(), SuccinctHistogramEstimator(),
         LocalHashingEstimator(), BLHEstimator(), DBitFlipEstimator(),
         RapporEstimator(), BasicRapporEstimator(), BooleanRapporEstimator(),
+        OpenRRDecoder(), OpenRapporEstimator(),
         DuchiEstimator(), PiecewiseEstimator(), HybridEstimator(), LaplaceEstimator(),
         DuchiMultidimEstimator(), HarmonyEstimator(), PiecewiseMultidimEstimator(),
         HybridMultidimEstimator(),

@@ -16,6 +16,11 @@ over the M candidates, α = 0.05). The share left unexplained, 1 − Σ β̂, is
 and the residual χ² (Σ residual² / Var Y over the cohort bits, with its degrees of freedom):
 far above its dof, it says that reported values are missing from the candidates.
 
+O-RAPPOR is this decoder with h = 1. O-RR's statistic has the same layout (per cohort, the
+number of reports and how often each bin was reported), with r1 = p and r0 = q of k-RR; only
+the within-cohort covariance differs: one report names one bin, so its indicator vector has
+covariance diag(λ) − λλᵀ (λ_j = q + (p − q)·Σ_s π_s·1[h_c(s) = j]).
+
 ``postprocessing=nnls`` asks for google/rappor's fit instead: LASSO selection when there are
 many candidates, then non-negative least squares with Σβ ≤ 1 (see ``rappor_fit``).
 """
@@ -35,9 +40,11 @@ from chorus_collector.results import FrequencyEstimate, FrequencyRow
 from chorus_shared.campaign import Campaign
 from chorus_shared.errors import ValueDomainError
 from chorus_shared.hashing import bloom_bits, google_bloom_bits
-from chorus_shared.mechanisms import Mechanism, Rappor
+from chorus_shared.mechanisms import Mechanism, OpenRR, Rappor
 
-__all__ = ["RapporEstimator", "design_matrix"]
+Decodable = Rappor | OpenRR
+
+__all__ = ["OpenRRDecoder", "OpenRapporEstimator", "RapporEstimator", "design_matrix"]
 
 ALPHA = 0.05
 MAX_DESIGN_CELLS = 25_000_000  # cohort·bit rows × candidates: 200 MB of float64
@@ -69,7 +76,7 @@ def unpack_bits(hex_strings: Sequence[str], k: int) -> np.ndarray:
     return np.unpackbits(big_endian[:, ::-1], axis=1, bitorder="little")[:, :k]
 
 
-def design_matrix(mechanism: Rappor, cohorts: Sequence[int],
+def design_matrix(mechanism: Decodable, cohorts: Sequence[int],
                   candidates: Sequence[str]) -> np.ndarray:
     """X[(j, i), s] = 1 iff candidate s sets Bloom bit i in cohort j (rows cohort-major)."""
     k, h = mechanism.k, mechanism.h
@@ -82,7 +89,8 @@ def design_matrix(mechanism: Rappor, cohorts: Sequence[int],
 
 
 def _variances(operator: np.ndarray, x: np.ndarray, beta: np.ndarray, var_y: np.ndarray,
-               reports: np.ndarray, k: int) -> tuple[np.ndarray, float]:
+               reports: np.ndarray, k: int,
+               categorical: tuple[float, float] | None = None) -> tuple[np.ndarray, float]:
     """Var[β̂_s] for every candidate, and Var[Σ_s β̂_s], without the full covariance matrix.
 
     Cov[Y] has two parts. The per-bit binomial variance var_y (diagonal). And, under i.i.d.
@@ -90,6 +98,9 @@ def _variances(operator: np.ndarray, x: np.ndarray, beta: np.ndarray, var_y: np.
     report's bits are perturbed independently, but the Bloom bits of one user are correlated,
     Cov[B_j] = X_j (diag π − π πᵀ) X_jᵀ (off-diagonal part; the diagonal is already in
     var_y). π is plugged in as β̂, clipped to be a distribution.
+
+    ``categorical = (r0, r1 − r0)`` for O-RR, whose report is one bin: the off-diagonal
+    covariance of its indicators is −λ_i λ_j/(r1 − r0)² per user instead.
     """
     pi = np.clip(beta, 0.0, None)
     if pi.sum() > 1:
@@ -100,12 +111,19 @@ def _variances(operator: np.ndarray, x: np.ndarray, beta: np.ndarray, var_y: np.
     for j, n_j in enumerate(reports):
         rows = slice(j * k, (j + 1) * k)
         o_j, x_j = operator[:, rows], x[rows]
+        w_j = total_weights[rows]
+        if categorical is not None:
+            r0, gap = categorical
+            lam = r0 + gap * (x_j @ pi)
+            diagonal -= ((o_j @ lam) ** 2 - (o_j**2) @ lam**2) / (n_j * gap**2)
+            total -= float((w_j @ lam) ** 2 - (w_j**2) @ lam**2) / (n_j * gap**2)
+            continue
         g = o_j @ x_j  # M × M
         set_rate = x_j @ pi
         bit_var = set_rate * (1 - set_rate)  # the diagonal of X_j S X_jᵀ, excluded
         diagonal += ((g**2) @ pi - (g @ pi) ** 2 - (o_j**2) @ bit_var) / n_j
-        w = x_j.T @ total_weights[rows]
-        total += float(pi @ w**2 - (pi @ w) ** 2 - total_weights[rows] ** 2 @ bit_var) / n_j
+        w = x_j.T @ w_j
+        total += float(pi @ w**2 - (pi @ w) ** 2 - w_j**2 @ bit_var) / n_j
     return np.clip(diagonal, 0.0, None), max(total, 0.0)
 
 
@@ -132,7 +150,7 @@ class RapporEstimator(Estimator):
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> FrequencyEstimate:
         mechanism = campaign.mechanism
-        assert isinstance(mechanism, Rappor)
+        assert isinstance(mechanism, Decodable)
         candidates = self._check_candidates(mechanism, query.candidates)
         table = state.reshape(mechanism.m, mechanism.k + 1).astype(np.float64)
         used = np.flatnonzero(table[:, 0] > 0)
@@ -187,8 +205,9 @@ class RapporEstimator(Estimator):
             if query.postprocessing == "nnls":
                 root_w = np.sqrt(weights)
                 fitted = constrained_fit(x_s * root_w[:, None], y * root_w)
-            variance, total_variance = _variances(operator, x_s, fitted, var_y, reports,
-                                                  mechanism.k)
+            variance, total_variance = _variances(
+                operator, x_s, fitted, var_y, reports, mechanism.k,
+                (mechanism.r0, gap) if isinstance(mechanism, OpenRR) else None)
             beta[support] = fitted
             std_error[support] = np.sqrt(variance)
         threshold = NormalDist().inv_cdf(1 - ALPHA / len(candidates))
@@ -229,7 +248,7 @@ class RapporEstimator(Estimator):
         )
 
     @staticmethod
-    def _check_candidates(mechanism: Rappor, candidates: Sequence[str]) -> list[str]:
+    def _check_candidates(mechanism: Decodable, candidates: Sequence[str]) -> list[str]:
         if not candidates:
             raise QueryError("candidates-required",
                              "RAPPOR estimates need a candidate list (candidate=... or a JSON "
@@ -244,3 +263,27 @@ class RapporEstimator(Estimator):
                 raise QueryError("invalid-candidate", f"candidate {candidate!r} is listed twice")
             seen.add(candidate)
         return list(candidates)
+
+
+class OpenRapporEstimator(RapporEstimator):
+    name: ClassVar[str] = "o_rappor"
+
+
+class OpenRRDecoder(RapporEstimator):
+    """O-RR: statistic per cohort [reports, count of each reported bin]."""
+
+    name: ClassVar[str] = "o_rr"
+
+    def state_size(self, mechanism: Mechanism) -> int:
+        assert isinstance(mechanism, OpenRR)
+        return mechanism.m * (mechanism.k + 1)
+
+    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+        assert isinstance(mechanism, OpenRR)
+        count = len(payloads)
+        cohorts = np.fromiter((p["cohort"] for p in payloads), dtype=np.int64, count=count)
+        bins = np.fromiter((p["y"] for p in payloads), dtype=np.int64, count=count)
+        width = mechanism.k + 1
+        table = np.bincount(cohorts * width, minlength=mechanism.m * width)
+        table += np.bincount(cohorts * width + 1 + bins, minlength=mechanism.m * width)
+        return table.astype(np.int64)

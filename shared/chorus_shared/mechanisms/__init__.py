@@ -22,6 +22,7 @@ from chorus_shared.mechanisms.multidim import (
     PiecewiseMultidim,
     SampledAttributes,
 )
+from chorus_shared.mechanisms.open_alphabet import OpenRappor, OpenRR
 from chorus_shared.mechanisms.piecewise import HybridMechanism, PiecewiseMechanism
 from chorus_shared.mechanisms.pure import PureOracle
 from chorus_shared.mechanisms.rappor import BasicRappor, BooleanRappor, Rappor
@@ -48,6 +49,8 @@ __all__ = [
     "HybridMultidim",
     "LaplaceMechanism",
     "Mechanism",
+    "OpenRR",
+    "OpenRappor",
     "PiecewiseMechanism",
     "PiecewiseMultidim",
     "PureOracle",
@@ -61,7 +64,7 @@ __all__ = [
 REGISTRY: dict[str, type[Mechanism]] = {
     cls.name: cls for cls in (
         BinaryRR, KRR, SUE, OUE, BLH, OLH, SubsetSelection, HadamardResponse,
-        SuccinctHistogram, DBitFlip, Rappor, BasicRappor, BooleanRappor,
+        SuccinctHistogram, DBitFlip, Rappor, BasicRappor, BooleanRappor, OpenRR, OpenRappor,
         Duchi, PiecewiseMechanism, HybridMechanism, LaplaceMechanism,
         DuchiMultidim, Harmony, PiecewiseMultidim, HybridMultidim,
     )
