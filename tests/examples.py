@@ -76,6 +76,14 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"epsilon": 1.0, "domain": {"kind": "strings"}, "params": {"k": 8, "m": 3}},
         {"epsilon": 2.5, "domain": {"kind": "strings"}, "params": {"k": 6, "m": 3}},
     ],
+    "cms": [
+        {"epsilon": 2.0, "domain": {"kind": "strings"}, "params": {"k": 3, "m": 8}},
+        {"epsilon": 0.8, "domain": {"kind": "strings"}, "params": {"k": 2, "m": 5}},
+    ],
+    "hcms": [
+        {"epsilon": 1.5, "domain": {"kind": "strings"}, "params": {"k": 3, "m": 8}},
+        {"epsilon": 4.0, "domain": {"kind": "strings"}, "params": {"k": 5, "m": 16}},
+    ],
     "basic_rappor": [
         {"epsilon": 1.5, "domain": ["a", "b", "c", "d"]},
         {"epsilon": None, "domain": [f"v{i}" for i in range(6)],

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_unbiased import _assert_unbiased_with_exact_variance, _run
 
 from chorus_collector.estimators import Query
 from chorus_shared import Campaign, campaign_from_spec
 from chorus_shared.errors import CampaignError, ValueDomainError
 from chorus_shared.mechanisms import DuchiMultidim, SampledAttributes
 from examples import example_campaigns
+from statcheck import assert_unbiased_with_exact_variance, run_repetitions
 
 VECTOR_CAMPAIGNS = [c for c in example_campaigns() if c.mechanism.estimate_kind == "means"]
 POINTS = [(-1.0, 1.0, 0.3, -0.2), (0.0, 0.0, 0.0, 0.0), (0.9, -0.45, 1.0, -1.0),
@@ -87,8 +87,8 @@ def test_vector_means_are_unbiased_with_the_exact_variance(campaign: Campaign) -
         return (np.array([r.mean for r in result.rows]),
                 np.array([r.std_error for r in result.rows]))
 
-    estimates, _ = _run(campaign, inputs, [{}] * n, reps, Query(), extract)
-    _assert_unbiased_with_exact_variance(estimates, truth, exact)
+    estimates, _ = run_repetitions(campaign, inputs, [{}] * n, reps, Query(), extract)
+    assert_unbiased_with_exact_variance(estimates, truth, exact)
 
 
 def test_even_dimension_ties_in_both_halves_would_break_privacy() -> None:

@@ -14,8 +14,6 @@ each of R repetitions (seeded). For each estimate v:
 from __future__ import annotations
 
 import math
-import random
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +26,7 @@ from chorus_shared import Campaign
 from chorus_shared.hashing import bloom_mask
 from chorus_shared.mechanisms import KRR, BasicRappor, BooleanRappor, Duchi, PureOracle, Rappor
 from examples import example_campaigns
+from statcheck import assert_unbiased_with_exact_variance, frequency_values, run_repetitions
 from support import chi2_band, z_threshold
 
 ALPHA = 1e-6
@@ -36,41 +35,6 @@ CAMPAIGNS = example_campaigns()
 
 def _by_kind(*names: str) -> list[Campaign]:
     return [c for c in CAMPAIGNS if c.mechanism.name in names]
-
-
-def _run(campaign: Campaign, inputs: Sequence[Any], assignments: Sequence[dict[str, int]],
-         reps: int, query: Query, extract: Callable[[Any], np.ndarray],
-         seed: int = 99) -> tuple[np.ndarray, np.ndarray]:
-    """R repetitions through the real randomizer and the real estimator (map + finalize)."""
-    mechanism = campaign.mechanism
-    estimator = estimator_for(mechanism.name)
-    rng = random.Random(seed)
-    estimates, variances = [], []
-    for _ in range(reps):
-        payloads = [mechanism.randomize(x, rng, a) for x, a in zip(inputs, assignments,
-                                                                      strict=True)]
-        state = estimator.map(mechanism, payloads)
-        result = estimator.finalize(campaign, len(payloads), state, query)
-        values, ses = extract(result)
-        estimates.append(values)
-        variances.append(ses**2)
-    return np.array(estimates), np.array(variances)
-
-
-def _assert_unbiased_with_exact_variance(estimates: np.ndarray, truth: np.ndarray,
-                                         exact_var: np.ndarray) -> None:
-    reps, d = estimates.shape
-    z = (estimates.mean(axis=0) - truth) / np.sqrt(exact_var / reps)
-    assert np.max(np.abs(z)) < z_threshold(ALPHA, d), f"bias: z = {np.round(z, 2)}"
-    low, high = chi2_band(reps - 1, ALPHA / d)
-    ratio = estimates.var(axis=0, ddof=1) / exact_var
-    assert np.all((ratio > low) & (ratio < high)), f"variance ratio {np.round(ratio, 3)} " \
-                                                   f"outside [{low:.3f}, {high:.3f}]"
-
-
-def _frequency_values(result: Any) -> tuple[np.ndarray, np.ndarray]:
-    return (np.array([r.frequency for r in result.rows]),
-            np.array([r.frequency_std_error for r in result.rows]))
 
 
 @pytest.mark.parametrize("campaign", _by_kind("krr", "rr", "basic_rappor", "sue", "oue", "ss",
@@ -89,8 +53,8 @@ def test_pure_categorical_mechanisms_are_unbiased_with_the_exact_variance(
     truth = np.array(counts) / n
     p, q = mechanism.support_probabilities()
     exact = np.array([fixed_population_variance(n, f, p, q) for f in truth]) / n**2
-    estimates, _ = _run(campaign, inputs, [{}] * n, 1000, Query(), _frequency_values)
-    _assert_unbiased_with_exact_variance(estimates, truth, exact)
+    estimates, _ = run_repetitions(campaign, inputs, [{}] * n, 1000, Query(), frequency_values)
+    assert_unbiased_with_exact_variance(estimates, truth, exact)
     if isinstance(mechanism, KRR):  # Σ f̂ = 1 exactly, since 1 − d·q = p − q (§2)
         assert np.allclose(estimates.sum(axis=1), 1.0, atol=1e-9)
 
@@ -106,8 +70,8 @@ def test_boolean_rappor_is_unbiased_with_the_exact_variance(campaign: Campaign) 
     spread = holders * mechanism.r1 * (1 - mechanism.r1) \
         + (n - holders) * mechanism.r0 * (1 - mechanism.r0)
     exact = np.full(2, spread / (n**2 * gap**2))
-    estimates, _ = _run(campaign, inputs, [{}] * n, 1000, Query(), _frequency_values)
-    _assert_unbiased_with_exact_variance(estimates, truth, exact)
+    estimates, _ = run_repetitions(campaign, inputs, [{}] * n, 1000, Query(), frequency_values)
+    assert_unbiased_with_exact_variance(estimates, truth, exact)
 
 
 @pytest.mark.parametrize("campaign", _by_kind("duchi"), ids=lambda c: c.name)
@@ -127,8 +91,8 @@ def test_duchi_mean_is_unbiased_with_the_exact_variance(campaign: Campaign) -> N
     def extract(result: Any) -> tuple[np.ndarray, np.ndarray]:
         return np.array([result.mean]), np.array([result.std_error])
 
-    estimates, _ = _run(campaign, inputs, [{}] * n, 600, Query(), extract)
-    _assert_unbiased_with_exact_variance(estimates, truth, exact)
+    estimates, _ = run_repetitions(campaign, inputs, [{}] * n, 600, Query(), extract)
+    assert_unbiased_with_exact_variance(estimates, truth, exact)
 
 
 @pytest.mark.parametrize("campaign", _by_kind("rappor"), ids=lambda c: c.name)
@@ -147,10 +111,10 @@ def test_rappor_decoding_is_unbiased_with_the_exact_variance(campaign: Campaign)
     n = len(inputs)
     truth = np.array(per_cohort) / sum(per_cohort)
     exact = _rappor_exact_variance(mechanism, candidates, per_cohort)
-    estimates, _ = _run(campaign, inputs, assignments, 800,
-                        Query(candidates=tuple(candidates)), _frequency_values)
+    estimates, _ = run_repetitions(campaign, inputs, assignments, 800,
+                        Query(candidates=tuple(candidates)), frequency_values)
     assert n == 60 * m
-    _assert_unbiased_with_exact_variance(estimates, truth, exact)
+    assert_unbiased_with_exact_variance(estimates, truth, exact)
 
 
 def _identifiable_candidates(mechanism: Rappor, count: int) -> list[str]:
@@ -260,7 +224,7 @@ def test_krr_standard_errors_are_calibrated_under_iid_sampling(campaign: Campaig
         lie = rng.integers(d - 1, size=n)
         reports = np.where(keep, values, lie + (lie >= values))
         result = estimator.finalize(campaign, n, np.bincount(reports, minlength=d), Query())
-        freq, se = _frequency_values(result)
+        freq, se = frequency_values(result)
         estimates.append(freq)
         variances.append(se**2)
     _assert_calibrated(np.array(estimates), np.array(variances), pi)
@@ -330,8 +294,8 @@ def test_mean_estimates_are_unbiased_with_the_exact_variance(campaign: Campaign)
     def extract(result: Any) -> tuple[np.ndarray, np.ndarray]:
         return np.array([result.mean]), np.array([result.std_error])
 
-    estimates, _ = _run(campaign, inputs, [{}] * n, reps, Query(), extract)
-    _assert_unbiased_with_exact_variance(estimates, truth, exact)
+    estimates, _ = run_repetitions(campaign, inputs, [{}] * n, reps, Query(), extract)
+    assert_unbiased_with_exact_variance(estimates, truth, exact)
     if mechanism.name not in ("pm", "hm"):
         return
     from chorus_shared.mechanisms import PiecewiseMechanism

@@ -236,7 +236,7 @@ def _estimate_query(stored: StoredCampaign) -> tuple[Query, str]:
     if candidates and stored.campaign.domain.kind != "strings":
         raise Problem(400, "invalid-query", "Invalid query",
                       "candidates apply to campaigns over open strings (rappor, o_rr, "
-                      "o_rappor) only")
+                      "o_rappor, cms, hcms) only")
     limit = current_app.config["CHORUS"]["MAX_CANDIDATES"]
     if len(candidates) > limit:
         raise Problem(413, "too-many-candidates", "Too many candidates",

@@ -32,6 +32,10 @@ from chorus_collector.estimators.rappor import (
     OpenRRDecoder,
     RapporEstimator,
 )
+from chorus_collector.estimators.sketch import (
+    CountMeanSketchEstimator,
+    HadamardCountMeanSketchEstimator,
+)
 
 __all__ = ["ESTIMATORS", "Estimator", "Query", "QueryError", "estimator_for"]
 
@@ -41,7 +45,8 @@ ESTIMATORS: dict[str, Estimator] = {
         SubsetEstimator(), HadamardEstimator(), SuccinctHistogramEstimator(),
         LocalHashingEstimator(), BLHEstimator(), DBitFlipEstimator(),
         RapporEstimator(), BasicRapporEstimator(), BooleanRapporEstimator(),
-        OpenRRDecoder(), OpenRapporEstimator(),
+        OpenRRDecoder(), OpenRapporEstimator(), CountMeanSketchEstimator(),
+        HadamardCountMeanSketchEstimator(),
         DuchiEstimator(), PiecewiseEstimator(), HybridEstimator(), LaplaceEstimator(),
         DuchiMultidimEstimator(), HarmonyEstimator(), PiecewiseMultidimEstimator(),
         HybridMultidimEstimator(),

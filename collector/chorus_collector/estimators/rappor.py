@@ -248,11 +248,11 @@ class RapporEstimator(Estimator):
         )
 
     @staticmethod
-    def _check_candidates(mechanism: Decodable, candidates: Sequence[str]) -> list[str]:
+    def _check_candidates(mechanism: Mechanism, candidates: Sequence[str]) -> list[str]:
         if not candidates:
             raise QueryError("candidates-required",
-                             "RAPPOR estimates need a candidate list (candidate=... or a JSON "
-                             "body with \"candidates\")")
+                             "estimates over open strings need a candidate list "
+                             "(candidate=... or a JSON body with \"candidates\")")
         seen: set[str] = set()
         for candidate in candidates:
             try:

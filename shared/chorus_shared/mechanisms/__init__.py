@@ -26,6 +26,7 @@ from chorus_shared.mechanisms.open_alphabet import OpenRappor, OpenRR
 from chorus_shared.mechanisms.piecewise import HybridMechanism, PiecewiseMechanism
 from chorus_shared.mechanisms.pure import PureOracle
 from chorus_shared.mechanisms.rappor import BasicRappor, BooleanRappor, Rappor
+from chorus_shared.mechanisms.sketch import CountMeanSketch, HadamardCountMeanSketch
 from chorus_shared.mechanisms.subset import SubsetSelection
 from chorus_shared.mechanisms.succinct import SuccinctHistogram
 from chorus_shared.mechanisms.unary import OUE, SUE
@@ -40,9 +41,11 @@ __all__ = [
     "BasicRappor",
     "BinaryRR",
     "BooleanRappor",
+    "CountMeanSketch",
     "DBitFlip",
     "Duchi",
     "DuchiMultidim",
+    "HadamardCountMeanSketch",
     "HadamardResponse",
     "Harmony",
     "HybridMechanism",
@@ -65,6 +68,7 @@ REGISTRY: dict[str, type[Mechanism]] = {
     cls.name: cls for cls in (
         BinaryRR, KRR, SUE, OUE, BLH, OLH, SubsetSelection, HadamardResponse,
         SuccinctHistogram, DBitFlip, Rappor, BasicRappor, BooleanRappor, OpenRR, OpenRappor,
+        CountMeanSketch, HadamardCountMeanSketch,
         Duchi, PiecewiseMechanism, HybridMechanism, LaplaceMechanism,
         DuchiMultidim, Harmony, PiecewiseMultidim, HybridMultidim,
     )

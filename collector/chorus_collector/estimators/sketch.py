@@ -1,0 +1,118 @@
+"""Count-Mean Sketch and Hadamard Count-Mean Sketch decoding (MECHANISMS.md §7.3).
+
+Statistic per hash row j: the number of reports N_j and, for CMS, how often each sketch
+coordinate was reported +1 (ones[j, i]); for HCMS, the net sum of the ±1 bits per Hadamard row
+l (S[j, l]). At query time, for each candidate v:
+
+* CMS: Σ_u Z_u = Σ_j (c·ones[j, h_j(v)] − (c − 1)/2·N_j), with c = (e^{ε/2}+1)/(e^{ε/2}−1);
+* HCMS: Σ_u Z_u = c·Σ_j (H_m·S[j])[h_j(v)] (one fast Walsh–Hadamard transform per row), with
+  c = (e^ε+1)/(e^ε−1);
+
+where Z_u is report u's contribution to Apple's (1/k)·Σ_j M[j, h_j(v)], with E[Z_u] = π_u, the
+share of hash rows in which u's value lands where v does. The count estimate is
+ĉ(v) = m/(m − 1)·(Σ_u Z_u − n/m). Standard errors, under i.i.d. sampling of users, from the
+per-report variance: (c² − 1)/4 + θ(1 − θ) for CMS and c² − θ² for HCMS, θ = E[Z] plugged in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from chorus_collector.estimators.base import Estimator, Query
+from chorus_collector.estimators.pure import walsh_hadamard
+from chorus_collector.estimators.rappor import RapporEstimator, unpack_bits
+from chorus_collector.results import FrequencyEstimate, FrequencyRow
+from chorus_shared.campaign import Campaign
+from chorus_shared.mechanisms import CountMeanSketch, HadamardCountMeanSketch, Mechanism
+
+__all__ = ["CountMeanSketchEstimator", "HadamardCountMeanSketchEstimator"]
+
+VARIANCE_MODEL = ("iid-sampling: per-report variance of the sketch contribution, plug-in; "
+                  "the estimate is unbiased on average over the hash functions, and for the "
+                  "campaign's fixed hashes a candidate also counts the values colliding with it")
+
+
+class CountMeanSketchEstimator(Estimator):
+    name: ClassVar[str] = "cms"
+
+    def state_size(self, mechanism: Mechanism) -> int:
+        assert isinstance(mechanism, CountMeanSketch)
+        return mechanism.k * (mechanism.m + 1)
+
+    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+        assert isinstance(mechanism, CountMeanSketch)
+        table = np.zeros((mechanism.k, mechanism.m + 1), dtype=np.int64)
+        if not payloads:
+            return table.ravel()
+        rows = np.fromiter((p["j"] for p in payloads), dtype=np.int64, count=len(payloads))
+        table[:, 0] = np.bincount(rows, minlength=mechanism.k)
+        bits = unpack_bits([p["bits"] for p in payloads], mechanism.m)
+        np.add.at(table[:, 1:], rows, bits.astype(np.int64))
+        return table.ravel()
+
+    def contributions(self, mechanism: CountMeanSketch, table: np.ndarray,
+                      positions: np.ndarray) -> np.ndarray:
+        """Σ_u Z_u for every candidate; positions[s, j] = h_j(candidate s)."""
+        rows = np.arange(mechanism.k)
+        ones = table[:, 1:][rows[None, :], positions].sum(axis=1)
+        result: np.ndarray = mechanism.c * ones - (mechanism.c - 1) / 2 * table[:, 0].sum()
+        return result
+
+    def report_variance(self, mechanism: CountMeanSketch, theta: np.ndarray) -> np.ndarray:
+        variance: np.ndarray = (mechanism.c**2 - 1) / 4 + theta * (1 - theta)
+        return variance
+
+    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
+                 query: Query) -> FrequencyEstimate:
+        mechanism = campaign.mechanism
+        assert isinstance(mechanism, CountMeanSketch)
+        candidates = RapporEstimator._check_candidates(mechanism, query.candidates)
+        table = state.reshape(mechanism.k, mechanism.m + 1).astype(np.float64)
+        positions = np.array([[mechanism.position(v, j) for j in range(mechanism.k)]
+                              for v in candidates], dtype=np.int64).reshape(-1, mechanism.k)
+        totals = self.contributions(mechanism, table, positions)
+        m = mechanism.m
+        factor = m / (m - 1)
+        frequency = factor * (totals / max(n, 1) - 1 / m)
+        theta = np.clip(totals / max(n, 1), 0.0, 1.0)
+        std_error = factor * np.sqrt(self.report_variance(mechanism, theta) / n) if n \
+            else np.full(len(candidates), math.inf)
+        rows = [FrequencyRow.from_frequency(v, float(f), float(se), n)
+                for v, f, se in zip(candidates, frequency, std_error, strict=True)]
+        return FrequencyEstimate(
+            campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
+            rows=rows, variance_model=VARIANCE_MODEL, window=query.window,
+            extra={"hash_functions": mechanism.k, "sketch_width": m})
+
+
+class HadamardCountMeanSketchEstimator(CountMeanSketchEstimator):
+    name: ClassVar[str] = "hcms"
+
+    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+        assert isinstance(mechanism, HadamardCountMeanSketch)
+        width = mechanism.m + 1
+        table = np.zeros(mechanism.k * width, dtype=np.int64)
+        if not payloads:
+            return table
+        count = len(payloads)
+        j = np.fromiter((p["j"] for p in payloads), dtype=np.int64, count=count)
+        row = np.fromiter((p["l"] for p in payloads), dtype=np.int64, count=count)
+        sign = 2 * np.fromiter((p["b"] for p in payloads), dtype=np.int64, count=count) - 1
+        table += np.bincount(j * width, minlength=len(table))
+        np.add.at(table, j * width + 1 + row, sign)
+        return table
+
+    def contributions(self, mechanism: CountMeanSketch, table: np.ndarray,
+                      positions: np.ndarray) -> np.ndarray:
+        transformed = np.stack([walsh_hadamard(table[j, 1:]) for j in range(mechanism.k)])
+        rows = np.arange(mechanism.k)
+        result: np.ndarray = mechanism.c * transformed[rows[None, :], positions].sum(axis=1)
+        return result
+
+    def report_variance(self, mechanism: CountMeanSketch, theta: np.ndarray) -> np.ndarray:
+        variance: np.ndarray = mechanism.c**2 - theta**2
+        return variance

@@ -1,0 +1,52 @@
+"""Shared statistical checks: run the real randomizer and estimator R times and compare the
+estimates with exact theory (MECHANISMS.md §16.3–4)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from chorus_collector.estimators import Query, estimator_for
+from chorus_shared import Campaign
+from support import chi2_band, z_threshold
+
+ALPHA = 1e-6
+
+
+def run_repetitions(campaign: Campaign, inputs: Sequence[Any],
+                    assignments: Sequence[dict[str, int]], reps: int, query: Query,
+                    extract: Callable[[Any], np.ndarray],
+                    seed: int = 99) -> tuple[np.ndarray, np.ndarray]:
+    """R repetitions through the real randomizer and the real estimator (map + finalize)."""
+    mechanism = campaign.mechanism
+    estimator = estimator_for(mechanism.name)
+    rng = random.Random(seed)
+    estimates, variances = [], []
+    for _ in range(reps):
+        payloads = [mechanism.randomize(x, rng, a) for x, a in zip(inputs, assignments,
+                                                                      strict=True)]
+        state = estimator.map(mechanism, payloads)
+        result = estimator.finalize(campaign, len(payloads), state, query)
+        values, ses = extract(result)
+        estimates.append(values)
+        variances.append(ses**2)
+    return np.array(estimates), np.array(variances)
+
+
+def assert_unbiased_with_exact_variance(estimates: np.ndarray, truth: np.ndarray,
+                                         exact_var: np.ndarray) -> None:
+    reps, d = estimates.shape
+    z = (estimates.mean(axis=0) - truth) / np.sqrt(exact_var / reps)
+    assert np.max(np.abs(z)) < z_threshold(ALPHA, d), f"bias: z = {np.round(z, 2)}"
+    low, high = chi2_band(reps - 1, ALPHA / d)
+    ratio = estimates.var(axis=0, ddof=1) / exact_var
+    assert np.all((ratio > low) & (ratio < high)), f"variance ratio {np.round(ratio, 3)} " \
+                                                   f"outside [{low:.3f}, {high:.3f}]"
+
+
+def frequency_values(result: Any) -> tuple[np.ndarray, np.ndarray]:
+    return (np.array([r.frequency for r in result.rows]),
+            np.array([r.frequency_std_error for r in result.rows]))
