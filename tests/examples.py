@@ -132,6 +132,10 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"epsilon": 6.0, "domain": _vector([(0, 1), (0, 100), (-5, 5)]),
          "params": {"resolution": 4}},  # k = 2
     ],
+    "one_bit_mean": [
+        {"epsilon": 1.0, "domain": {"kind": "numeric", "lo": 0, "hi": 300}},
+        {"epsilon": 2.5, "domain": {"kind": "numeric", "lo": 0, "hi": 1}},
+    ],
     "duchi": [
         {"epsilon": 1.0, "domain": {"kind": "numeric", "lo": -5, "hi": 5}},
         {"epsilon": 3.0, "domain": {"kind": "numeric", "lo": 0, "hi": 1}},

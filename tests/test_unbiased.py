@@ -310,3 +310,22 @@ def test_mean_estimates_are_unbiased_with_the_exact_variance(campaign: Campaign)
         else:  # HM below ε* is Duchi's C² − t² (no rounding)
             paper = ((e + 1) / (e - 1)) ** 2 - t * t
         assert paper - 1e-12 <= variance <= paper + mechanism.step**2 / 4 + 1e-12
+
+
+@pytest.mark.parametrize("campaign", _by_kind("one_bit_mean"), ids=lambda c: c.name)
+def test_one_bit_mean_follows_dky_formulas(campaign: Campaign) -> None:
+    """1BitMean in DKY's own terms: π(x) = 1/(e^ε+1) + (x/m)(e^ε−1)/(e^ε+1), and
+    μ̂ = (m/n)·Σ (b(e^ε+1) − 1)/(e^ε−1) (MECHANISMS.md §10.1), on [lo, hi] = [0, m]."""
+    from chorus_shared.mechanisms import OneBitMean
+
+    mechanism = campaign.mechanism
+    assert isinstance(mechanism, OneBitMean)
+    top = mechanism.domain.hi
+    for x in (0.0, 0.1 * top, 0.5 * top, top):
+        assert mechanism.output_probability(1, mechanism.encode(x)) == pytest.approx(
+            mechanism.dky_probability(x), rel=1e-12)
+    ones, n, e = 3_100, 10_000, math.exp(mechanism.eps)
+    dky = top / n * (ones * (e + 1) - n) / (e - 1)
+    result = estimator_for("one_bit_mean").finalize(campaign, n, np.array([n - ones, ones]),
+                                                    Query())
+    assert result.mean == pytest.approx(dky, rel=1e-12)

@@ -7,6 +7,7 @@ from chorus_collector.estimators.basic_rappor import BasicRapporEstimator, Boole
 from chorus_collector.estimators.duchi import (
     DuchiEstimator,
     HybridEstimator,
+    OneBitMeanEstimator,
     PiecewiseEstimator,
 )
 from chorus_collector.estimators.krr import BinaryRREstimator, KRREstimator
@@ -47,7 +48,8 @@ ESTIMATORS: dict[str, Estimator] = {
         RapporEstimator(), BasicRapporEstimator(), BooleanRapporEstimator(),
         OpenRRDecoder(), OpenRapporEstimator(), CountMeanSketchEstimator(),
         HadamardCountMeanSketchEstimator(),
-        DuchiEstimator(), PiecewiseEstimator(), HybridEstimator(), LaplaceEstimator(),
+        DuchiEstimator(), OneBitMeanEstimator(), PiecewiseEstimator(), HybridEstimator(),
+        LaplaceEstimator(),
         DuchiMultidimEstimator(), HarmonyEstimator(), PiecewiseMultidimEstimator(),
         HybridMultidimEstimator(),
     )

@@ -22,7 +22,7 @@ from chorus_shared.campaign import Campaign
 from chorus_shared.domain import NumericRange
 from chorus_shared.mechanisms import Duchi, HybridMechanism, Mechanism, PiecewiseMechanism
 
-__all__ = ["DuchiEstimator", "HybridEstimator", "PiecewiseEstimator"]
+__all__ = ["DuchiEstimator", "HybridEstimator", "OneBitMeanEstimator", "PiecewiseEstimator"]
 
 VARIANCE_MODEL = "iid-sampling: sample variance of the debiased reports"
 
@@ -74,6 +74,12 @@ class DuchiEstimator(Estimator):
         total, squares = self.moments(mechanism, state)
         return mean_estimate(campaign, n, total / n, sample_std_error(total, squares, n),
                              query, worst_case_std_error=mechanism.c / math.sqrt(n))
+
+
+class OneBitMeanEstimator(DuchiEstimator):
+    """DKY's μ̂ = (m/n)·Σ (b(e^ε + 1) − 1)/(e^ε − 1) is Duchi's mean after t = 2x/m − 1."""
+
+    name: ClassVar[str] = "one_bit_mean"
 
 
 class PiecewiseEstimator(Estimator):

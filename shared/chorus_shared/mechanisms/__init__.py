@@ -10,7 +10,7 @@ from __future__ import annotations
 from chorus_shared.errors import CampaignError
 from chorus_shared.mechanisms.base import Mechanism
 from chorus_shared.mechanisms.dbitflip import DBitFlip
-from chorus_shared.mechanisms.duchi import Duchi
+from chorus_shared.mechanisms.duchi import Duchi, OneBitMean
 from chorus_shared.mechanisms.hadamard import HadamardResponse
 from chorus_shared.mechanisms.krr import KRR, BinaryRR
 from chorus_shared.mechanisms.laplace import LaplaceMechanism
@@ -52,6 +52,7 @@ __all__ = [
     "HybridMultidim",
     "LaplaceMechanism",
     "Mechanism",
+    "OneBitMean",
     "OpenRR",
     "OpenRappor",
     "PiecewiseMechanism",
@@ -69,7 +70,7 @@ REGISTRY: dict[str, type[Mechanism]] = {
         BinaryRR, KRR, SUE, OUE, BLH, OLH, SubsetSelection, HadamardResponse,
         SuccinctHistogram, DBitFlip, Rappor, BasicRappor, BooleanRappor, OpenRR, OpenRappor,
         CountMeanSketch, HadamardCountMeanSketch,
-        Duchi, PiecewiseMechanism, HybridMechanism, LaplaceMechanism,
+        Duchi, OneBitMean, PiecewiseMechanism, HybridMechanism, LaplaceMechanism,
         DuchiMultidim, Harmony, PiecewiseMultidim, HybridMultidim,
     )
 }

@@ -22,7 +22,7 @@ from chorus_shared.errors import CampaignError, WireError
 from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
 from chorus_shared.rng import RandomSource, bernoulli
 
-__all__ = ["Duchi"]
+__all__ = ["Duchi", "OneBitMean"]
 
 DEFAULT_BUCKETS = 32  # grid cells for α-point rounding when memoizing
 
@@ -127,3 +127,23 @@ class Duchi(Mechanism):
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "c": self.c, "clipping": "values outside [lo, hi] are "
                 "clipped to the nearest bound on the device"}
+
+
+@dataclass(frozen=True)
+class OneBitMean(Duchi):
+    """Microsoft's 1BitMean (Ding, Kulkarni, Yekhanin, NeurIPS 2017; MECHANISMS.md §10.1).
+
+    For x ∈ [0, m] the device sends 1 with probability 1/(e^ε + 1) + (x/m)·(e^ε − 1)/(e^ε + 1)
+    and the collector estimates (m/n)·Σ (b(e^ε + 1) − 1)/(e^ε − 1). With t = 2x/m − 1 this is
+    exactly Duchi et al.'s bit (the tests check the two formulas agree), so it shares Duchi's
+    estimator; DKY's α-point rounding for repeated collection is the ``buckets`` grid used
+    when the campaign memoizes. Offered under its own name for deployments that follow DKY.
+    """
+
+    name: ClassVar[str] = "one_bit_mean"
+
+    def dky_probability(self, x: float) -> float:
+        """π(x) in DKY's own terms, for x in [lo, hi] (lo plays the role of 0, hi of m)."""
+        e = math.exp(self.eps)
+        share = (x - self.domain.lo) / (self.domain.hi - self.domain.lo)
+        return 1 / (e + 1) + share * (e - 1) / (e + 1)
