@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from itertools import combinations
 from typing import Any
 
 import numpy as np
 
 from chorus_collector.estimators import Query, estimator_for
 from chorus_shared import Campaign
+from chorus_shared.hashing import bloom_bits
+from chorus_shared.mechanisms import Rappor
 from support import chi2_band, z_threshold
 
 ALPHA = 1e-6
@@ -50,3 +53,29 @@ def assert_unbiased_with_exact_variance(estimates: np.ndarray, truth: np.ndarray
 def frequency_values(result: Any) -> tuple[np.ndarray, np.ndarray]:
     return (np.array([r.frequency for r in result.rows]),
             np.array([r.frequency_std_error for r in result.rows]))
+
+
+def payload_key(payload: Any) -> Any:
+    if isinstance(payload, dict):
+        return tuple(sorted((k, payload_key(v)) for k, v in payload.items()))
+    return tuple(payload_key(v) for v in payload) if isinstance(payload, list) else payload
+
+
+def privacy_inputs(campaign: Campaign) -> list[Any]:
+    mechanism = campaign.mechanism
+    if mechanism.name == "rappor":
+        assert isinstance(mechanism, Rappor)
+        return _rappor_inputs(mechanism)
+    return list(mechanism.inputs())
+
+
+def _rappor_inputs(mechanism: Rappor) -> list[str]:
+    """Strings including a pair whose Bloom bits are disjoint and full in cohort 0."""
+    pool = [f"value-{i}" for i in range(200)]
+    full = [s for s in pool if len(set(bloom_bits(s, 0, mechanism.k, mechanism.h)))
+            == mechanism.h]
+    for a, b in combinations(full, 2):
+        if not set(bloom_bits(a, 0, mechanism.k, mechanism.h)) & set(
+                bloom_bits(b, 0, mechanism.k, mechanism.h)):
+            return [a, b, *pool[:4]]
+    raise AssertionError("no disjoint pair found")

@@ -11,15 +11,17 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from itertools import combinations, pairwise
+from itertools import pairwise
 from typing import Any
 
 import pytest
 
 from chorus_shared import REGISTRY, Campaign
-from chorus_shared.hashing import bloom_bits, bloom_mask
+from chorus_shared.hashing import bloom_mask
 from chorus_shared.mechanisms import PureOracle, Rappor
 from examples import EXAMPLES, example_campaigns, example_ids
+from statcheck import payload_key as _key
+from statcheck import privacy_inputs as _inputs
 from support import chi2_band, z_threshold
 
 CAMPAIGNS = example_campaigns()
@@ -29,32 +31,6 @@ def test_every_mechanism_has_examples() -> None:
     assert set(EXAMPLES) == set(REGISTRY)
     for mechanism, specs in EXAMPLES.items():
         assert len(specs) >= 2, f"{mechanism}: need two ε or two domain sizes"
-
-
-def _key(payload: Any) -> Any:
-    if isinstance(payload, dict):
-        return tuple(sorted((k, _key(v)) for k, v in payload.items()))
-    return tuple(_key(v) for v in payload) if isinstance(payload, list) else payload
-
-
-def _inputs(campaign: Campaign) -> list[Any]:
-    mechanism = campaign.mechanism
-    if mechanism.name == "rappor":
-        assert isinstance(mechanism, Rappor)
-        return _rappor_inputs(mechanism)
-    return list(mechanism.inputs())
-
-
-def _rappor_inputs(mechanism: Rappor) -> list[str]:
-    """Strings including a pair whose Bloom bits are disjoint and full in cohort 0."""
-    pool = [f"value-{i}" for i in range(200)]
-    full = [s for s in pool if len(set(bloom_bits(s, 0, mechanism.k, mechanism.h)))
-            == mechanism.h]
-    for a, b in combinations(full, 2):
-        if not set(bloom_bits(a, 0, mechanism.k, mechanism.h)) & set(
-                bloom_bits(b, 0, mechanism.k, mechanism.h)):
-            return [a, b, *pool[:4]]
-    raise AssertionError("no disjoint pair found")
 
 
 @pytest.mark.parametrize("campaign", CAMPAIGNS, ids=example_ids())
