@@ -25,9 +25,14 @@ def test_every_setting_is_documented_with_its_default() -> None:
 def test_every_mechanism_is_in_the_mechanisms_table() -> None:
     from chorus_shared import REGISTRY
 
-    table = README.split("## Mechanisms", 1)[1].split("\n\n", 2)[1]
+    section = README.split("## Mechanisms", 1)[1].split("\n## ", 1)[0]
+    table = "\n".join(line for line in section.splitlines() if line.startswith("|"))
+    family_pages = "\n".join(page.read_text() for page in
+                              (Path(__file__).resolve().parents[1] / "docs" / "mechanisms")
+                              .glob("*.md") if page.name != "README.md")
     for name in REGISTRY:
         assert re.search(rf"^\| [^|]*`{re.escape(name)}`", table, re.M), name
+        assert re.search(rf"^\| `{re.escape(name)}` \|", family_pages, re.M), name
 
 
 def test_quick_start_is_the_two_commands() -> None:

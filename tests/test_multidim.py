@@ -65,6 +65,22 @@ def test_vector_reports_are_exactly_unbiased_with_the_stated_variance(
 
 
 @pytest.mark.parametrize("campaign", VECTOR_CAMPAIGNS, ids=lambda c: c.name)
+def test_vector_worst_case_variance_bounds_every_coordinate(campaign: Campaign) -> None:
+    mechanism = campaign.mechanism
+    d = mechanism.domain.size  # type: ignore[union-attr]
+    worst = 0.0
+    for point in [*POINTS, (0.5,) * 4, (-0.7,) * 4]:
+        t = point[:d]
+        first, second = _exact_moments(mechanism, t)
+        worst = max(worst, float(np.max(second - first**2)))
+    bound = mechanism.worst_case_variance()  # type: ignore[attr-defined]
+    slack = 0.0
+    if isinstance(mechanism, SampledAttributes) and mechanism.name != "harmony":
+        slack = mechanism.scale * mechanism.inner.step**2 / 4
+    assert worst - 1e-9 <= bound <= worst + slack + 1e-9
+
+
+@pytest.mark.parametrize("campaign", VECTOR_CAMPAIGNS, ids=lambda c: c.name)
 def test_vector_means_are_unbiased_with_the_exact_variance(campaign: Campaign) -> None:
     mechanism = campaign.mechanism
     domain = mechanism.domain

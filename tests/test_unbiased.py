@@ -274,6 +274,27 @@ def test_mean_reports_are_exactly_unbiased(campaign: Campaign) -> None:
 
 
 @pytest.mark.parametrize("campaign", MEAN_CAMPAIGNS, ids=lambda c: c.name)
+def test_stated_variance_bounds_hold_and_are_tight(campaign: Campaign) -> None:
+    """variance_bound(t) ≥ the enumerated Var[t* | t] everywhere, exceeding it by no more than
+    the grid rounding (Λ²/4 for PM and HM; 1/4 of a Laplace step); worst_case_variance() is
+    the largest bound (what the docs' comparison tables use)."""
+    mechanism = campaign.mechanism
+    outputs = list(mechanism.outputs())
+    slack = 1e-12
+    if mechanism.name in ("pm", "hm"):
+        slack += mechanism.step**2 / 4  # type: ignore[attr-defined]
+    elif mechanism.name == "laplace":
+        slack += (2 / mechanism.resolution) ** 2 / 4  # type: ignore[attr-defined]
+    grid = [i / 50 - 1 for i in range(101)]
+    exact = [_report_variance(mechanism, outputs, t) for t in grid]
+    bounds = [mechanism.variance_bound(t) for t in grid]  # type: ignore[attr-defined]
+    for t, e, b in zip(grid, exact, bounds, strict=True):
+        assert e - 1e-9 <= b <= e + slack + 1e-9, (t, e, b)
+    assert mechanism.worst_case_variance() == pytest.approx(  # type: ignore[attr-defined]
+        max(bounds), rel=1e-12)
+
+
+@pytest.mark.parametrize("campaign", MEAN_CAMPAIGNS, ids=lambda c: c.name)
 def test_mean_estimates_are_unbiased_with_the_exact_variance(campaign: Campaign) -> None:
     """Through the real randomizer and estimator; the exact per-report variance comes from the
     exact output distribution (rounding included): Σ_y P(y | t)·t*(y)² − t²."""

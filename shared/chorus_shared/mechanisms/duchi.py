@@ -124,6 +124,14 @@ class Duchi(Mechanism):
         """Var[t* | t] = C_ε² − t² (fixed-population model)."""
         return self.c**2 - t**2
 
+    def variance_bound(self, t: float) -> float:
+        """An upper bound on Var[t* | t] (here exact)."""
+        return self.per_report_variance(t)
+
+    def worst_case_variance(self) -> float:
+        """max_t Var[t* | t] = C_ε² (at t = 0), on the [−1, 1] scale."""
+        return self.c**2
+
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "c": self.c, "clipping": "values outside [lo, hi] are "
                 "clipped to the nearest bound on the device"}

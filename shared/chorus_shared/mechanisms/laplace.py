@@ -170,6 +170,13 @@ class LaplaceMechanism(Mechanism):
         _, fraction = self._position(t)
         return (2 / self.resolution) ** 2 * (fraction * (1 - fraction) + self.noise_variance())
 
+    def variance_bound(self, t: float) -> float:
+        """Var[t* | t] ≤ noise plus the largest rounding variance (1/4 grid step²)."""
+        return (2 / self.resolution) ** 2 * (0.25 + self.noise_variance())
+
+    def worst_case_variance(self) -> float:
+        return self.variance_bound(0.0)
+
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "noise": "discrete Laplace, sampled exactly with "
                 "integers (Canonne, Kamath, Steinke 2020)", "scale": float(self.scale),

@@ -159,6 +159,10 @@ class DuchiMultidim(Mechanism):
         """Var[t*_j | t] = B² − t_j², since |t*_j| = B."""
         return tuple(self.b**2 - t * t for t in x)
 
+    def worst_case_variance(self) -> float:
+        """max over t of Var[t*_j | t] = B² (t_j = 0)."""
+        return self.b**2
+
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "scale_b": self.b, "clipping": "each attribute is "
                 "clipped to its [lo, hi] on the device"}
@@ -266,6 +270,14 @@ class SampledAttributes(Mechanism):
 
     def inputs(self) -> Iterable[tuple[float, ...]]:
         return _corner_inputs(self.d)
+
+    def variance_bound(self, t: float) -> float:
+        """Var[t*_j | t_j = t] = (D/k)·(Var_inner(t) + t²) − t² (bounded as the inner one)."""
+        return self.scale * (float(self.inner.variance_bound(t)) + t * t) - t * t
+
+    def worst_case_variance(self) -> float:
+        """max over t_j (the bound is a quadratic in t_j: its maximum is at 0 or ±1)."""
+        return max(self.variance_bound(0.0), self.variance_bound(1.0))
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "attributes_per_report": self.k,

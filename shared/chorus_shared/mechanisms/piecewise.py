@@ -135,6 +135,15 @@ class PiecewiseMechanism(Mechanism):
     def inputs(self) -> Iterable[float]:
         return (-1.0, -0.3, 0.0, 0.7, 1.0)
 
+    def variance_bound(self, t: float) -> float:
+        """Var[t* | t] ≤ t²/(z − 1) + (z + 3)/(3(z − 1)²) (§9.4) + Λ²/4 for the rounding."""
+        z = self.z
+        return t * t / (z - 1) + (z + 3) / (3 * (z - 1) ** 2) + self.step**2 / 4
+
+    def worst_case_variance(self) -> float:
+        """max_t of the bound, at |t| = 1 (HM: flat in t)."""
+        return max(self.variance_bound(0.0), self.variance_bound(1.0))
+
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "c": self.c, "grid_step": self.step,
                 "clipping": "values outside [lo, hi] are clipped to the nearest bound on the "
@@ -196,6 +205,15 @@ class HybridMechanism(PiecewiseMechanism):
             return self.alpha * super().output_probability(payload[1], x)
         one = self._duchi_one(x)
         return (1 - self.alpha) * (one if payload[1] == 1 else 1 - one)
+
+    def variance_bound(self, t: float) -> float:
+        """Flat in t above ε* (§9.5): (z + 3)/(3z(z − 1)) + (e^ε + 1)²/(z(e^ε − 1)²), plus
+        the rounding of the Piecewise part; Duchi's C_ε² − t² below ε*."""
+        if self.alpha == 0:
+            return self.duchi_c**2 - t * t
+        z, e = self.z, math.exp(self.eps)
+        flat = (z + 3) / (3 * z * (z - 1)) + (e + 1) ** 2 / (z * (e - 1) ** 2)
+        return flat + self.alpha * self.step**2 / 4
 
     def report_value(self, payload: list[int]) -> float:  # type: ignore[override]
         """t* = k·Λ for a Piecewise report, ±C_ε for a Duchi bit."""
