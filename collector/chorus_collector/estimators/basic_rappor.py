@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chorus_collector.estimators.base import Estimator, Query
-from chorus_collector.estimators.krr import VARIANCE_MODEL_IID, pure_frequencies
+from chorus_collector.estimators.krr import frequency_estimate, pure_frequencies
 from chorus_collector.estimators.rappor import RapporEstimator
-from chorus_collector.results import FrequencyEstimate, FrequencyRow
+from chorus_collector.results import FrequencyEstimate
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import BasicRappor, BooleanRappor, Mechanism
 
@@ -25,6 +25,7 @@ __all__ = ["BasicRapporEstimator", "BooleanRapporEstimator"]
 
 class BasicRapporEstimator(Estimator):
     name: ClassVar[str] = "basic_rappor"
+    postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection", "mle")
 
     def state_size(self, mechanism: Mechanism) -> int:
         assert isinstance(mechanism, BasicRappor)
@@ -42,17 +43,12 @@ class BasicRapporEstimator(Estimator):
         mechanism = campaign.mechanism
         assert isinstance(mechanism, BasicRappor)
         frequency, std_error = self._frequencies(mechanism, n, state)
-        rows = [FrequencyRow.from_frequency(label, float(f), float(se), n)
-                for label, f, se in zip(mechanism.domain.values, frequency, std_error,
-                                        strict=True)]
-        return FrequencyEstimate(
-            campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
-            rows=rows, variance_model=VARIANCE_MODEL_IID, window=query.window,
-        )
+        return frequency_estimate(campaign, n, frequency, std_error, query, {})
 
 
 class BooleanRapporEstimator(BasicRapporEstimator):
     name: ClassVar[str] = "boolean_rappor"
+    postprocessing: ClassVar[tuple[str, ...]] = ("none",)  # two shares that sum to one
 
     def _frequencies(self, mechanism: BasicRappor, n: int,
                      state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

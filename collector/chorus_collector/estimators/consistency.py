@@ -11,7 +11,12 @@ MECHANISMS.md §11). It is free in privacy: a function of the released estimates
 * ``ibu``: maximum likelihood by expectation–maximisation (iterative Bayesian update), for
   mechanisms whose output histogram is a sufficient statistic (k-RR, Hadamard Response,
   S-Hist). The channel A[y, v] = P(y | v) is a linear operator, never a dense matrix for the
-  structured mechanisms: k-RR's costs O(d) per iteration, the Hadamard ones O(K log K).
+  structured mechanisms: k-RR's costs O(d) per iteration, the Hadamard ones O(K log K);
+* ``mle``: for the pure oracles whose output histogram is too large to keep (unary encoding,
+  local hashing, Subset Selection, dBitFlip): the maximum on the simplex of the composite
+  likelihood Σ_v [C_v ln λ_v + (n − C_v) ln(1 − λ_v)], λ_v = q* + (p* − q*)π_v — each support
+  count C_v is exactly binomial(n, λ_v) under i.i.d. sampling, so this is maximum likelihood
+  for every category's count taken on its own (solved exactly through its KKT conditions).
 
 Post-processed estimates are biased, so their rows carry the unbiased estimate's standard
 error and, as interval, the unbiased 95% interval intersected with [0, 1] (which keeps its
@@ -25,13 +30,14 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["LABELS", "Channel", "DenseChannel", "KRRChannel", "ibu", "norm_sub",
-           "simplex_projection"]
+__all__ = ["LABELS", "Channel", "DenseChannel", "KRRChannel", "composite_mle", "ibu",
+           "norm_sub", "simplex_projection"]
 
 LABELS = {
     "norm-sub": "norm-sub: negatives set to 0, the rest shifted to sum to 1 (biased)",
     "projection": "projection onto the probability simplex (biased)",
     "ibu": "ibu: maximum likelihood by expectation-maximisation (biased)",
+    "mle": "mle: maximum composite likelihood of the support counts on the simplex (biased)",
 }
 
 
@@ -128,3 +134,33 @@ def ibu(counts: np.ndarray, channel: Channel | np.ndarray, iterations: int = 10_
             return updated
         pi = updated
     return pi
+
+
+def composite_mle(counts: np.ndarray, n: int, p_star: float, q_star: float) -> np.ndarray:
+    """argmax over the simplex of Σ_v C_v ln λ_v + (n − C_v) ln(1 − λ_v), λ_v = q + (p − q)π_v.
+
+    The objective is separable and concave, so the KKT conditions give π_v(μ) = max(0,
+    (λ_v(μ) − q)/(p − q)) with λ_v(μ) the root in (0, 1) of (p − q)(C_v/λ − (n − C_v)/(1 − λ))
+    = μ, i.e. λ = 2aC/((μ + an) + √((μ + an)² − 4μaC)), a = p − q; Σ_v π_v(μ) is decreasing
+    in μ, and a bisection finds the μ where it is 1.
+    """
+    counts = np.clip(np.asarray(counts, dtype=np.float64), 0.0, float(n))
+    a = p_star - q_star
+
+    def shares(mu: float) -> np.ndarray:
+        b = mu + a * n
+        lam = 2 * a * counts / (b + np.sqrt(np.maximum(b * b - 4 * mu * a * counts, 0.0)))
+        pi: np.ndarray = np.clip((lam - q_star) / a, 0.0, None)
+        return pi
+
+    lo, hi = -1.0, 1.0
+    while shares(lo).sum() < 1:
+        lo *= 2
+    while shares(hi).sum() > 1:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if shares(mid).sum() > 1 else (lo, mid)
+    pi = shares((lo + hi) / 2)
+    normalised: np.ndarray = pi / pi.sum()
+    return normalised

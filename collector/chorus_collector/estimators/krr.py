@@ -23,6 +23,7 @@ from chorus_collector.estimators.consistency import (
     LABELS,
     Channel,
     KRRChannel,
+    composite_mle,
     ibu,
     norm_sub,
     simplex_projection,
@@ -68,6 +69,10 @@ def frequency_estimate(campaign: Campaign, n: int, frequency: np.ndarray,
         if method == "ibu":
             assert channel is not None and output_counts is not None
             adjusted = ibu(output_counts, channel())
+        elif method == "mle":
+            p_star, q_star = mechanism.support_probabilities()  # type: ignore[attr-defined]
+            counts = n * (q_star + (p_star - q_star) * frequency)
+            adjusted = composite_mle(counts, n, p_star, q_star)
         elif method == "norm-sub":
             adjusted = norm_sub(frequency)
         else:

@@ -117,7 +117,7 @@ class SuccinctChannel:
 
 
 class _PureEstimator(Estimator):
-    postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection")
+    postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection", "mle")
 
     def support_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray:
         return state.astype(np.float64)
