@@ -58,7 +58,8 @@ def fixed_population_variance(n: int, frequency: float, p_star: float, q_star: f
 def frequency_estimate(campaign: Campaign, n: int, frequency: np.ndarray,
                        std_error: np.ndarray, query: Query, extra: dict[str, Any],
                        channel: Callable[[], Channel] | None = None,
-                       output_counts: np.ndarray | None = None) -> FrequencyEstimate:
+                       output_counts: np.ndarray | None = None,
+                       support_counts: np.ndarray | None = None) -> FrequencyEstimate:
     """Rows for categorical estimates, post-processed as the query asks."""
     mechanism = campaign.mechanism
     labels = mechanism.domain.values  # type: ignore[union-attr]
@@ -71,7 +72,8 @@ def frequency_estimate(campaign: Campaign, n: int, frequency: np.ndarray,
             adjusted = ibu(output_counts, channel())
         elif method == "mle":
             p_star, q_star = mechanism.support_probabilities()  # type: ignore[attr-defined]
-            counts = n * (q_star + (p_star - q_star) * frequency)
+            counts = support_counts if support_counts is not None else \
+                n * (q_star + (p_star - q_star) * frequency)
             adjusted = composite_mle(counts, n, p_star, q_star)
         elif method == "norm-sub":
             adjusted = norm_sub(frequency)

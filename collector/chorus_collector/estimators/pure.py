@@ -25,11 +25,18 @@ import numpy as np
 
 from chorus_collector.estimators.base import Estimator, Query
 from chorus_collector.estimators.consistency import Channel
+from chorus_collector.estimators.duchi import sample_std_error
 from chorus_collector.estimators.krr import frequency_estimate, pure_frequencies
 from chorus_collector.estimators.rappor import unpack_bits
 from chorus_collector.results import FrequencyEstimate
 from chorus_shared.campaign import Campaign
-from chorus_shared.mechanisms import HadamardResponse, Mechanism, PureOracle, SuccinctHistogram
+from chorus_shared.mechanisms import (
+    DBitFlip,
+    HadamardResponse,
+    Mechanism,
+    PureOracle,
+    SuccinctHistogram,
+)
 from chorus_shared.mechanisms.local_hashing import _LocalHashing
 
 __all__ = ["BLHEstimator", "DBitFlipEstimator", "HadamardChannel", "HadamardEstimator",
@@ -127,11 +134,17 @@ class _PureEstimator(Estimator):
         mechanism = campaign.mechanism
         assert isinstance(mechanism, PureOracle)
         counts = self.support_counts(mechanism, state)
-        frequency, std_error = pure_frequencies(counts, n, *mechanism.support_probabilities())
+        frequency, std_error = self.frequencies(mechanism, n, state, counts)
         return frequency_estimate(campaign, n, frequency, std_error, query,
                                   {"variance_per_user": mechanism.approximate_variance()},
                                   channel=lambda: self.channel(mechanism),
-                                  output_counts=self.output_counts(mechanism, state))
+                                  output_counts=self.output_counts(mechanism, state),
+                                  support_counts=counts)
+
+    def frequencies(self, mechanism: PureOracle, n: int, state: np.ndarray,
+                    counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The unbiased estimate and its standard error (the pure-protocol one by default)."""
+        return pure_frequencies(counts, n, *mechanism.support_probabilities())
 
     def channel(self, mechanism: PureOracle) -> Channel:
         """A[y, v] = P(output y | input v) when the output histogram is sufficient (IBU)."""
@@ -276,17 +289,43 @@ def support_counts(a: np.ndarray, b: np.ndarray, y: np.ndarray, d: int, prime: i
 
 
 class DBitFlipEstimator(_PureEstimator):
-    """Support counts: how often each bucket was sampled with its bit at 1."""
+    """DKY's estimator (MECHANISMS.md §10.2), which conditions on the buckets users sampled.
+
+    State: [C_v, S_v] per bucket: how often v was sampled with its bit at 1, and how often it
+    was sampled at all. With z the per-bit odds and W_u = (d/b)·1[v sampled by u]·(b_uv(z + 1)
+    − 1)/(z − 1), f̂_v = Σ_u W_u/n = (d/(n b))·(C_v(z + 1) − S_v)/(z − 1): unbiased, and below
+    the pure-protocol estimator's variance, which replaces S_v by its mean n·b/d. Exact variance
+    (fixed population): (1/n²)·[Σ_{x_u ≠ v} (d/b)·z/(z − 1)² + Σ_{x_u = v} ((d/b)·(z² − z + 1)
+    /(z − 1)² − 1)]; the standard error is the sample variance of the W_u.
+    """
 
     name: ClassVar[str] = "dbitflip"
 
     def state_size(self, mechanism: Mechanism) -> int:
         assert isinstance(mechanism, PureOracle)
-        return mechanism.d
+        return 2 * mechanism.d
 
     def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
         assert isinstance(mechanism, PureOracle)
+        d = mechanism.d
         ones = np.fromiter((j for p in payloads for j, bit in zip(p["buckets"], p["bits"],
                                                                     strict=True) if bit),
                            dtype=np.int64)
-        return np.bincount(ones, minlength=mechanism.d).astype(np.int64)
+        sampled = np.fromiter((j for p in payloads for j in p["buckets"]), dtype=np.int64)
+        return np.concatenate([np.bincount(ones, minlength=d),
+                               np.bincount(sampled, minlength=d)]).astype(np.int64)
+
+    def support_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray:
+        return state[:mechanism.d].astype(np.float64)
+
+    def frequencies(self, mechanism: PureOracle, n: int, state: np.ndarray,
+                    counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        assert isinstance(mechanism, DBitFlip)
+        z = mechanism.p_bit / (1 - mechanism.p_bit)
+        scale = mechanism.d / mechanism.b
+        sampled = state[mechanism.d:].astype(np.float64)
+        totals = scale * (counts * (z + 1) - sampled) / (z - 1)
+        squares = scale**2 * (counts * z * z + (sampled - counts)) / (z - 1) ** 2
+        std_error = np.array([sample_std_error(float(t), float(q), n)
+                              for t, q in zip(totals, squares, strict=True)])
+        return totals / max(n, 1), std_error

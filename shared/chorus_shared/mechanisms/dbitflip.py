@@ -7,9 +7,9 @@ by e^{ε/2}: ε-LDP, with equality when both buckets are sampled. With b = 1 no 
 buckets, so the bit uses e^ε instead and the claim stays tight.
 
 As a pure protocol, Support(report) = the sampled buckets whose bit is 1, with
-p* = (b/d)·e^{ε/2}/(e^{ε/2} + 1) and q* = (b/d)/(e^{ε/2} + 1). (DKY's own estimator conditions
-on how often each bucket was sampled, which lowers the variance a little; the pure estimator
-used here is unbiased with the exact variance of §0.1.) With b = d it is SUE.
+p* = (b/d)·e^{ε/2}/(e^{ε/2} + 1) and q* = (b/d)/(e^{ε/2} + 1). The collector uses DKY's own
+estimator, which conditions on how often each bucket was sampled and so has a lower variance
+than the pure-protocol one (both are unbiased). With b = d it is SUE.
 """
 
 from __future__ import annotations
@@ -102,3 +102,9 @@ class DBitFlip(PureOracle):
     def support_probabilities(self) -> tuple[float, float]:
         share = self.b / self.d
         return share * self.p_bit, share * (1 - self.p_bit)
+
+    def approximate_variance(self) -> float:
+        """Var* of DKY's estimator, which the collector uses: (d/b)·z/(z − 1)², z the odds of
+        one bit (below the pure-protocol Var*, which does not condition on the sampling)."""
+        z = self.p_bit / (1 - self.p_bit)
+        return self.d / self.b * z / (z - 1) ** 2
