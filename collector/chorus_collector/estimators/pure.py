@@ -25,7 +25,6 @@ import numpy as np
 
 from chorus_collector.estimators.base import Estimator, Query
 from chorus_collector.estimators.consistency import Channel
-from chorus_collector.estimators.duchi import sample_std_error
 from chorus_collector.estimators.krr import frequency_estimate, pure_frequencies
 from chorus_collector.estimators.rappor import unpack_bits
 from chorus_collector.results import FrequencyEstimate
@@ -296,7 +295,7 @@ class DBitFlipEstimator(_PureEstimator):
     − 1)/(z − 1), f̂_v = Σ_u W_u/n = (d/(n b))·(C_v(z + 1) − S_v)/(z − 1): unbiased, and below
     the pure-protocol estimator's variance, which replaces S_v by its mean n·b/d. Exact variance
     (fixed population): (1/n²)·[Σ_{x_u ≠ v} (d/b)·z/(z − 1)² + Σ_{x_u = v} ((d/b)·(z² − z + 1)
-    /(z − 1)² − 1)]; the standard error is the sample variance of the W_u.
+    /(z − 1)² − 1)]; the standard error is its i.i.d.-sampling plug-in.
     """
 
     name: ClassVar[str] = "dbitflip"
@@ -324,8 +323,12 @@ class DBitFlipEstimator(_PureEstimator):
         z = mechanism.p_bit / (1 - mechanism.p_bit)
         scale = mechanism.d / mechanism.b
         sampled = state[mechanism.d:].astype(np.float64)
-        totals = scale * (counts * (z + 1) - sampled) / (z - 1)
-        squares = scale**2 * (counts * z * z + (sampled - counts)) / (z - 1) ** 2
-        std_error = np.array([sample_std_error(float(t), float(q), n)
-                              for t, q in zip(totals, squares, strict=True)])
-        return totals / max(n, 1), std_error
+        frequency = scale * (counts * (z + 1) - sampled) / (z - 1) / max(n, 1)
+        # Plug-in i.i.d. variance of W_u, with the sampling rate b/d known exactly and the rate
+        # of ones among sampled reports clipped to its possible range [1/(z + 1), z/(z + 1)]
+        # (so that a bucket reported rarely by chance does not get a tiny standard error).
+        ones_rate = np.clip(np.divide(counts, sampled, out=np.full_like(counts, 0.5),
+                                      where=sampled > 0), 1 / (z + 1), z / (z + 1))
+        share = (ones_rate * (z + 1) - 1) / (z - 1)
+        variance = scale * (ones_rate * z * z + 1 - ones_rate) / (z - 1) ** 2 - share**2
+        return frequency, np.sqrt(variance / max(n, 1))
