@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
+BENCH_STAMP := $(VENV)/.bench-stamp
+
 .PHONY: demo test lint bench clean
 
 $(STAMP): pyproject.toml
@@ -22,8 +24,13 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest
 
-bench: $(STAMP)
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[collector,dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/peers.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -30,3 +30,19 @@ def test_benchmark_command_runs_on_a_tiny_size(tmp_path: Path) -> None:
         == (0, 0, 0)
     assert results["http"]["single"]["errors_5xx"] == 0
     assert "HTTP batch_1000" in run.stdout
+
+
+def test_peer_comparison_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/peers.py: with the peers installed (the ``bench`` extra) or not."""
+    out = tmp_path / "peers.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--quick",
+                          "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(out.read_text())
+    chorus = {r["mechanism"] for r in rows if r["peer"] == "chorus"}
+    assert chorus >= {"grr/k-rr", "oue", "sue", "olh", "hr"}
+    for row in rows:
+        if row["peer"] == "chorus":
+            assert row["aggregate_reports_per_s"] > 0 and row["mse_ratio"] > 0
+        else:
+            assert row["n_timed"] > 0 or "not installed" in row["note"]

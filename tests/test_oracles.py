@@ -169,17 +169,27 @@ def test_olh_chooses_g_by_exact_variance_and_uses_it_for_p() -> None:
     assert loose.p != pytest.approx(0.5)
 
 
-def test_vectorized_support_counts_match_a_direct_count() -> None:
+@pytest.mark.parametrize(("prime", "g", "workers"), [
+    (2_147_483_647, 5, 1), (2_147_483_647, 4, 1), (2_147_483_647, 4, 2),
+    (2_147_483_647, 2, 3), (7919, 5, 1), (7919, 8, 2)])
+def test_vectorized_support_counts_match_a_direct_count(prime: int, g: int,
+                                                        workers: int) -> None:
+    """The Mersenne-reduction and power-of-two fast paths, threads included, must count
+    exactly what the client's pure-Python hash computes, extreme seeds included."""
     from chorus_collector.estimators.pure import support_counts
-    from chorus_shared.mechanisms.local_hashing import PRIME, local_hash
+    from chorus_shared.mechanisms.local_hashing import local_hash
 
     rng = np.random.default_rng(9)
-    a = rng.integers(1, PRIME, size=500)
-    b = rng.integers(0, PRIME, size=500)
-    y = rng.integers(0, 5, size=500)
-    direct = [sum(local_hash(int(ai), int(bi), v, PRIME, 5) == yi for ai, bi, yi in
-                  zip(a, b, y, strict=True)) for v in range(37)]
-    assert support_counts(a, b, y, 37, PRIME, 5, block_cells=100).tolist() == direct
+    a = rng.integers(1, prime, size=500)
+    b = rng.integers(0, prime, size=500)
+    a[:3], b[:3] = prime - 1, [prime - 1, 0, prime - 2]
+    y = rng.integers(0, g, size=500)
+    d = 37 if prime > 10**6 else 1000
+    values = list(range(d - 37, d))
+    direct = [sum(local_hash(int(ai), int(bi), v, prime, g) == yi for ai, bi, yi in
+                  zip(a, b, y, strict=True)) for v in values]
+    counts = support_counts(a, b, y, d, prime, g, block_cells=100 * d, workers=workers)
+    assert counts[d - 37:].tolist() == direct
 
 
 def test_olh_end_to_end_with_the_default_family(http: FlaskClient) -> None:
