@@ -5,6 +5,7 @@
 * ``chorus estimates NAME``: analyst call, printed as a table, JSON or CSV;
 * ``chorus demo``: a collector, three campaigns and 20,000 simulated users, end to end;
 * ``chorus gc``: erase report payloads past their campaign's expiry, keeping report IDs;
+* ``chorus check-aggregates NAME``: recompute statistics from raw reports on every core;
 * ``chorus mechanisms``: which mechanism for this ε and domain (variance and report size);
 * ``chorus rappor params|import``: campaigns and reports from google/rappor clients.
 """
@@ -71,6 +72,40 @@ def gc(database: str) -> None:
     storage = Storage(database)
     storage.migrate()
     click.echo(f"scrubbed {storage.scrub_expired(time.time())} expired report payloads")
+
+
+@main.command("check-aggregates")
+@click.argument("name")
+@click.option("--database", envvar="CHORUS_DATABASE", default="chorus.db", show_default=True,
+              help="SQLite file (or CHORUS_DATABASE).")
+@click.option("--workers", type=int, default=None, help="Processes (default: one per core).")
+def check_aggregates_command(name: str, database: str, workers: int | None) -> None:
+    """Recompute a campaign's statistics from its raw reports (on every core) and compare
+    them with the incremental ones, bucket by bucket. Exit status 1 on any mismatch."""
+    from chorus_collector.aggregate import check_aggregates
+    from chorus_collector.storage import Storage
+
+    if not Path(database).exists():
+        raise click.ClickException(f"{database}: no such database")
+    if workers is not None and workers < 1:
+        raise click.ClickException("--workers must be at least 1")
+    storage = Storage(database)
+    storage.migrate()
+    try:
+        checks = check_aggregates(storage, name, workers)
+    except KeyError:
+        raise click.ClickException(f"no campaign named {name!r}") from None
+    partial = [c for c in checks if c.scrubbed]
+    bad = [c for c in checks if not c.matches and not c.scrubbed]
+    reports = sum(c.recomputed_n for c in checks)
+    click.echo(f"{name}: {len(checks)} time buckets, {reports} reports recomputed; "
+               f"{len(partial)} buckets hold expired payloads and were not compared")
+    for check in bad:
+        click.echo(f"  bucket {check.time}: stored n = {check.stored_n}, recomputed n = "
+                   f"{check.recomputed_n}: statistics differ")
+    if bad:
+        raise SystemExit(1)
+    click.echo("statistics match the raw reports")
 
 
 @main.group()
