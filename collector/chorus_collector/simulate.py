@@ -1,0 +1,135 @@
+"""Vectorized report simulation for benchmarks and studies (numpy, seeded).
+
+The client perturbs one value at a time in pure Python; to simulate millions of users, this
+module draws the same reports in bulk, in the wire format the collector ingests. Each sampler is
+tested against the mechanism's exact output distribution (tests/test_simulate.py), the same
+check the client's randomizer passes, so both produce the same distribution.
+
+Supported: ``rr``, ``krr``, ``sue``, ``oue``, ``olh``, ``blh``, ``hr``, ``duchi``,
+``one_bit_mean``, ``rappor`` (one report per user, no memoization).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from chorus_shared.mechanisms import (
+    KRR,
+    OUE,
+    SUE,
+    Duchi,
+    HadamardResponse,
+    Mechanism,
+    Rappor,
+)
+from chorus_shared.mechanisms.local_hashing import _LocalHashing
+
+__all__ = ["SIMULATORS", "simulate"]
+
+
+def _hex_rows(bits: np.ndarray, width_bits: int) -> list[str]:
+    """Rows of 0/1 (bit i = column i) as Chorus's lowercase hex (bit i = 1 << i)."""
+    packed = np.packbits(bits.astype(np.uint8), axis=1, bitorder="little")
+    digits = (width_bits + 3) // 4
+    return [format(int.from_bytes(row.tobytes(), "little"), f"0{digits}x") for row in packed]
+
+
+def _krr(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) -> list[Any]:
+    assert isinstance(mechanism, KRR)
+    d = mechanism.d
+    p, _ = mechanism.support_probabilities()
+    keep = rng.random(len(inputs)) < p
+    other = rng.integers(0, d - 1, size=len(inputs))
+    reports = np.where(keep, inputs, other + (other >= inputs))
+    result: list[Any] = reports.tolist()
+    return result
+
+
+def _unary(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) -> list[Any]:
+    assert isinstance(mechanism, SUE | OUE)
+    p, q = mechanism.support_probabilities()
+    d = mechanism.d
+    bits = rng.random((len(inputs), d)) < q
+    bits[np.arange(len(inputs)), inputs] = rng.random(len(inputs)) < p
+    return [{"bits": h} for h in _hex_rows(bits, d)]
+
+
+def _local_hashing(mechanism: Mechanism, inputs: np.ndarray,
+                   rng: np.random.Generator) -> list[Any]:
+    assert isinstance(mechanism, _LocalHashing)
+    n, g, prime = len(inputs), mechanism.g, mechanism.prime
+    a = rng.integers(1, prime, size=n)
+    b = rng.integers(0, prime, size=n)
+    hashed = (a * inputs + b) % prime % g
+    e = math.exp(mechanism.eps)
+    keep = rng.random(n) < e / (e + g - 1)
+    other = rng.integers(0, g - 1, size=n)
+    y = np.where(keep, hashed, other + (other >= hashed))
+    return [{"a": int(ai), "b": int(bi), "y": int(yi)} for ai, bi, yi in zip(a, b, y,
+                                                                             strict=True)]
+
+
+def _hadamard(mechanism: Mechanism, inputs: np.ndarray,
+              rng: np.random.Generator) -> list[Any]:
+    assert isinstance(mechanism, HadamardResponse)
+    n = len(inputs)
+    y = rng.integers(0, mechanism.size, size=n)
+    rows = inputs + 1
+    top = np.left_shift(1, np.floor(np.log2(rows)).astype(np.int64))
+    partner = y ^ top
+    parity = np.array([bin(int(v)).count("1") & 1 for v in (rows & y)])
+    inside = np.where(parity == 0, y, partner)
+    outside = np.where(parity == 0, partner, y)
+    e = math.exp(mechanism.eps)
+    result: list[Any] = np.where(rng.random(n) < e / (1 + e), inside, outside).tolist()
+    return result
+
+
+def _duchi(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) -> list[Any]:
+    assert isinstance(mechanism, Duchi)
+    e = math.exp(mechanism.eps)
+    result: list[Any] = (rng.random(len(inputs)) < 0.5 + inputs * (e - 1) / (2 * (e + 1))
+                         ).astype(np.int64).tolist()
+    return result
+
+
+def _rappor(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) -> list[Any]:
+    """``inputs`` are strings; Bloom filters are computed once per distinct (value, cohort)."""
+    assert isinstance(mechanism, Rappor)
+    n, k = len(inputs), mechanism.k
+    cohorts = rng.integers(0, mechanism.m, size=n)
+    values, index = np.unique(inputs, return_inverse=True)
+    bloom = np.zeros((len(values), mechanism.m, k), dtype=bool)
+    for v, value in enumerate(values.tolist()):
+        for c in range(mechanism.m):
+            mask = mechanism.bloom(value, c)
+            bloom[v, c] = [(mask >> i) & 1 for i in range(k)]
+    rates = np.where(bloom[index, cohorts], mechanism.r1, mechanism.r0)
+    bits = rng.random((n, k)) < rates
+    return [{"cohort": int(c), "bits": h} for c, h in zip(cohorts, _hex_rows(bits, k),
+                                                            strict=True)]
+
+
+Simulator = Callable[[Mechanism, np.ndarray, np.random.Generator], list[Any]]
+SIMULATORS: dict[str, Simulator] = {
+    "rr": _krr, "krr": _krr, "sue": _unary, "oue": _unary, "olh": _local_hashing,
+    "blh": _local_hashing, "hr": _hadamard, "duchi": _duchi, "one_bit_mean": _duchi,
+    "rappor": _rappor,
+}
+
+
+def simulate(mechanism: Mechanism, inputs: Sequence[Any] | np.ndarray,
+             rng: np.random.Generator) -> list[Any]:
+    """One report payload per encoded input, drawn in bulk (seeded by ``rng``)."""
+    try:
+        sampler = SIMULATORS[mechanism.name]
+    except KeyError:
+        raise ValueError(f"no vectorized simulator for {mechanism.name!r}; known: "
+                         f"{sorted(SIMULATORS)}") from None
+    array = np.asarray(inputs, dtype=object if mechanism.name == "rappor" else None)
+    return sampler(mechanism, array, rng)
+
