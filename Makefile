@@ -31,6 +31,7 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/peers.py
+	$(BIN)/python benchmarks/scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -46,3 +46,15 @@ def test_peer_comparison_runs_on_a_tiny_size(tmp_path: Path) -> None:
             assert row["aggregate_reports_per_s"] > 0 and row["mse_ratio"] > 0
         else:
             assert row["n_timed"] > 0 or "not installed" in row["note"]
+
+
+def test_scale_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/scale.py --quick: 10⁵ reports per mechanism, and the estimate latency."""
+    out = tmp_path / "scale.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale.py"), "--quick",
+                          "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    results = json.loads(out.read_text())
+    for row in results["aggregation"].values():
+        assert row["reports"] == 100_000 and row["peak_rss_mb"] > 0
+    assert results["estimates"]["100000"]["stored_reports"] == 100_000

@@ -1,0 +1,177 @@
+"""Chorus at 10⁷ reports: ``python benchmarks/scale.py [--quick]`` (part of ``make bench``).
+
+* aggregation: 10⁷ simulated reports per mechanism (``chorus_collector.simulate``, tested to
+  draw the client's distribution) streamed in chunks through the estimator's map and merged;
+  reports/s of the map alone, and the peak RSS of the whole process (each mechanism runs in a
+  fresh subprocess, so the figure is its own), against the 500 MB target;
+* estimate latency on a campaign holding 10⁷ stored reports (raw rows in SQLite and the
+  per-bucket statistics, 24 hourly buckets) against one holding 10³: it should not grow.
+
+Writes ``bench-results/scale.json``. Every loop is bounded by its report count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import secrets
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SPECS: dict[str, dict[str, Any]] = {
+    "krr": {"mechanism": "krr", "epsilon": 2.0, "domain": [f"c{i}" for i in range(16)]},
+    "oue": {"mechanism": "oue", "epsilon": 1.0, "domain": [f"c{i}" for i in range(64)]},
+    "olh": {"mechanism": "olh", "epsilon": 1.0, "domain": [f"c{i}" for i in range(1024)]},
+    "rappor": {"mechanism": "rappor", "epsilon": 4.0, "domain": {"kind": "strings"},
+               "params": {"k": 128, "h": 2, "m": 32}},
+}
+CHUNK = 100_000
+
+
+def _campaign(name: str) -> Any:
+    from chorus_shared import campaign_from_spec
+
+    return campaign_from_spec({"name": name, **SPECS[name]}, warn=False)
+
+
+def _inputs(name: str, campaign: Any, n: int, rng: np.random.Generator) -> Any:
+    if name == "rappor":
+        return np.array([f"https://site-{i}.example/" for i in rng.zipf(1.5, n) % 100],
+                        dtype=object)
+    d = len(campaign.mechanism.domain.values)
+    return np.minimum(rng.zipf(1.3, n) - 1, d - 1)
+
+
+def aggregate_one(name: str, total: int) -> dict[str, Any]:
+    """In this process: stream ``total`` reports through map/merge; time and peak RSS."""
+    from chorus_collector.estimators import estimator_for
+    from chorus_collector.simulate import simulate
+
+    campaign = _campaign(name)
+    mechanism = campaign.mechanism
+    estimator = estimator_for(mechanism.name)
+    state = np.zeros(estimator.state_size(mechanism), dtype=np.int64)
+    rng = np.random.default_rng(3)
+    map_seconds = 0.0
+    started = time.perf_counter()
+    for start in range(0, total, CHUNK):
+        size = min(CHUNK, total - start)
+        payloads = simulate(mechanism, _inputs(name, campaign, size, rng), rng)
+        t0 = time.perf_counter()
+        state += estimator.map(mechanism, payloads)
+        map_seconds += time.perf_counter() - t0
+        del payloads
+    return {"reports": total, "map_reports_per_s": total / map_seconds,
+            "wall_s": time.perf_counter() - started,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def bench_aggregation(total: int) -> dict[str, Any]:
+    out = {}
+    for name in SPECS:
+        run = subprocess.run([sys.executable, __file__, "--one", name, "--reports",
+                              str(total)], capture_output=True, text=True, timeout=1800,
+                             check=True)
+        out[name] = json.loads(run.stdout)
+    return out
+
+
+def _stored_campaign(workdir: Path, reports: int) -> tuple[Any, Any]:
+    """A collector database holding ``reports`` k-RR reports over 24 hourly buckets, written
+    directly (raw rows and per-bucket statistics, as ingest would leave them)."""
+    from chorus_collector import create_app
+    from chorus_collector.estimators import estimator_for
+    from chorus_collector.simulate import simulate
+    from chorus_collector.storage import StoredReport
+
+    app = create_app({"DATABASE": str(workdir / f"scale-{reports}.db"), "ANALYST_TOKEN": "t",
+                      "SQLITE_SYNCHRONOUS": "NORMAL"})
+    storage = app.extensions["chorus.storage"]
+    campaign = _campaign("krr")
+    stored, _ = storage.insert_campaign(campaign)
+    estimator = estimator_for("krr")
+    rng = np.random.default_rng(5)
+    hour0 = campaign.time_bucket(time.time()) - 24 * 3600
+    for start in range(0, reports, CHUNK):
+        size = min(CHUNK, reports - start)
+        payloads = simulate(campaign.mechanism, _inputs("krr", campaign, size, rng), rng)
+        hours = rng.integers(0, 24, size=size)
+        with storage.write() as conn:
+            storage.insert_reports(conn, stored.id, [
+                StoredReport(secrets.token_bytes(16), int(hour0 + 3600 * h), json.dumps(p))
+                for p, h in zip(payloads, hours.tolist(), strict=True)])
+            partials = {}
+            for hour in range(24):
+                chosen = [p for p, h in zip(payloads, hours.tolist(), strict=True) if h == hour]
+                partials[int(hour0 + 3600 * hour)] = (len(chosen), estimator.map(
+                    campaign.mechanism, chosen))
+            storage.add_to_aggregates(conn, stored.id, partials)
+    return app, campaign
+
+
+def bench_estimates(sizes: list[int], workdir: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for size in sizes:
+        started = time.perf_counter()
+        app, campaign = _stored_campaign(workdir, size)
+        build = time.perf_counter() - started
+        http = app.test_client()
+        url = f"/v1/campaigns/{campaign.name}/estimates"
+        headers = {"Authorization": "Bearer t"}
+        first = http.post(url, json={}, headers=headers)
+        assert first.status_code == 200 and first.get_json()["n"] == size
+        latencies = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            http.post(url, json={}, headers=headers)
+            latencies.append(time.perf_counter() - t0)
+        with sqlite3.connect(workdir / f"scale-{size}.db") as conn:
+            stored = conn.execute("SELECT COUNT(*) FROM reports").fetchone()[0]
+        out[str(size)] = {"stored_reports": stored, "median_ms":
+                          statistics.median(latencies) * 1000, "build_s": build}
+    small, large = out[str(sizes[0])], out[str(sizes[-1])]
+    out["ratio_largest_to_smallest"] = large["median_ms"] / small["median_ms"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="10⁵ reports (a smoke test)")
+    parser.add_argument("--out", type=Path, default=Path("bench-results/scale.json"))
+    parser.add_argument("--one", choices=sorted(SPECS), help=argparse.SUPPRESS)
+    parser.add_argument("--reports", type=int, default=10_000_000, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        result = aggregate_one(args.one, args.reports)
+        print(json.dumps(result))
+        return result
+    total = 100_000 if args.quick else 10_000_000
+    results: dict[str, Any] = {"quick": args.quick, "reports": total}
+    results["aggregation"] = bench_aggregation(total)
+    with tempfile.TemporaryDirectory(prefix="chorus-scale-") as tmp:
+        results["estimates"] = bench_estimates([1_000, total], Path(tmp))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    print(f"{'mechanism':<10}{'reports':>12}{'map rep/s':>14}{'peak RSS MB':>13}{'wall s':>9}")
+    for name, row in results["aggregation"].items():
+        print(f"{name:<10}{row['reports']:>12,}{row['map_reports_per_s']:>14,.0f}"
+              f"{row['peak_rss_mb']:>13.0f}{row['wall_s']:>9.1f}")
+    estimates = results["estimates"]
+    print(f"estimate latency (krr, 24 buckets): {estimates['1000']['median_ms']:.2f} ms at 10³ "
+          f"reports, {estimates[str(total)]['median_ms']:.2f} ms at {total:,} "
+          f"(ratio {estimates['ratio_largest_to_smallest']:.2f})")
+    print(f"\nwritten to {args.out}")
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
