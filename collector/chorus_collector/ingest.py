@@ -9,6 +9,7 @@ Nothing is acknowledged before the transaction that stores it has committed.
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -65,34 +66,47 @@ def _raw_field(obj: object, name: str) -> str | None:
     return None
 
 
-def _resolve_campaign(storage: Storage, raw: object,
-                      fixed: StoredCampaign | None) -> StoredCampaign | None:
+def _resolve_campaign(storage: Storage, raw: object, fixed: StoredCampaign | None,
+                      seen: dict[str, StoredCampaign | None]) -> StoredCampaign | None:
     if fixed is not None:
         return fixed
     if _digest_is_malformed(raw):
         return None
     digest = raw.get("digest") if isinstance(raw, dict) else None
     assert isinstance(digest, str)
-    return storage.get_campaign_by_digest(digest)
+    if digest not in seen:  # one lookup per campaign and batch, not per report
+        seen[digest] = storage.get_campaign_by_digest(digest)
+    return seen[digest]
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def _digest_is_malformed(raw: object) -> bool:
     digest = raw.get("digest") if isinstance(raw, dict) else None
-    return not (isinstance(digest, str) and len(digest) == 64
-                and all(c in "0123456789abcdef" for c in digest))
+    return not (isinstance(digest, str) and _HEX64.fullmatch(digest))
 
 
-def _payload_too_large(raw: object, limit: int) -> str | None:
-    """A size check before any mechanism-specific validation (a rule of its own)."""
-    if not isinstance(raw, dict) or "payload" not in raw:
-        return None
+def _payload_json(payload: object) -> str | None:
+    """Canonical JSON of a payload (None if it is not JSON); integers, the most common
+    payload, without a round trip through the JSON encoder."""
+    if type(payload) is int:
+        return str(payload)
     try:
-        size = len(canonical_json(raw["payload"]))
+        return canonical_json(payload).decode()
     except (TypeError, ValueError):
         return None  # not canonical JSON: parse_report rejects it with the reason
-    if size > limit:
-        return f"payload is {size} bytes; at most {limit} are accepted"
-    return None
+
+
+def _payload_too_large(raw: object, limit: int) -> tuple[str | None, str | None]:
+    """A size check before any mechanism-specific validation (a rule of its own): (reason
+    to reject, the payload's canonical JSON for reuse)."""
+    if not isinstance(raw, dict) or "payload" not in raw:
+        return None, None
+    text = _payload_json(raw["payload"])
+    if text is not None and len(text.encode()) > limit:
+        return f"payload is {len(text.encode())} bytes; at most {limit} are accepted", text
+    return None, text
 
 
 def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, *,
@@ -107,7 +121,8 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
     # (campaign id, report id) → (index, campaign, report, payload json)
     fresh: dict[tuple[int, bytes], tuple[int, StoredCampaign, Report, str]] = {}
     repeats: list[tuple[int, int, str, bool]] = []  # (index, index of first copy, id, same)
-    resolved = [_resolve_campaign(storage, raw, campaign) for raw in raw_reports]
+    seen: dict[str, StoredCampaign | None] = {}
+    resolved = [_resolve_campaign(storage, raw, campaign, seen) for raw in raw_reports]
     for index, (raw, stored) in enumerate(zip(raw_reports, resolved, strict=True)):
         if stored is None:
             if _digest_is_malformed(raw):
@@ -119,7 +134,7 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
                                            "unknown-campaign",
                                            "the report's digest names no campaign here")
             continue
-        oversize = _payload_too_large(raw, max_payload_bytes)
+        oversize, raw_json = _payload_too_large(raw, max_payload_bytes)
         if oversize is not None:
             statuses[index] = ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
                                            "report-too-large", oversize)
@@ -139,7 +154,9 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
             statuses[index] = replace(out_of_window, index=index)
             continue
         key = (stored.id, bytes.fromhex(report.report_id))
-        payload_json = canonical_json(report.payload).decode()
+        # check_payload returns the canonical form; an integer is its own canonical form.
+        payload_json = raw_json if raw_json is not None and type(report.payload) is int \
+            else canonical_json(report.payload).decode()
         earlier = fresh.get(key)
         if earlier is not None:
             same = (earlier[2].time, earlier[3]) == (report.time, payload_json)
@@ -160,9 +177,14 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
             statuses[index] = replace(first_status, index=index)
         else:
             statuses[index] = _repeat_status(index, report_id, same=False)
-    names = [stored.campaign.name if stored else None for stored in resolved]
-    return [replace(s, campaign=name) for s, name in zip(statuses, names, strict=True)
-            if s is not None]
+    out = []
+    for status, stored in zip(statuses, resolved, strict=True):
+        if status is not None:
+            # ReportStatus is frozen: setting the metrics label in place is safe here, the
+            # statuses were made in this call (a replace() per report costs more than the rest).
+            object.__setattr__(status, "campaign", stored.campaign.name if stored else None)
+            out.append(status)
+    return out
 
 
 def _repeat_status(index: int, report_id: str, same: bool) -> ReportStatus:

@@ -55,12 +55,11 @@ def parse_report(obj: object, campaign: Campaign) -> Report:
     """Validate one received report against ``campaign``. Raises :class:`WireError`."""
     if not isinstance(obj, Mapping):
         raise WireError("a report must be a JSON object")
-    missing = REPORT_FIELDS - set(obj)
-    if missing:
-        raise WireError(f"report is missing {sorted(missing)}")
-    extra = set(obj) - REPORT_FIELDS
-    if extra:
-        raise WireError(f"report has unknown fields {sorted(extra)}")
+    if obj.keys() != REPORT_FIELDS:  # the usual case costs one comparison
+        missing = REPORT_FIELDS - set(obj)
+        if missing:
+            raise WireError(f"report is missing {sorted(missing)}")
+        raise WireError(f"report has unknown fields {sorted(set(obj) - REPORT_FIELDS)}")
     report_id = obj["report_id"]
     if not isinstance(report_id, str) or not _HEX32.match(report_id):
         raise WireError("report_id must be 32 lowercase hex digits (16 random bytes)")
