@@ -18,11 +18,14 @@ baseline measured in the same run, so ratios stay comparable across machines:
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import random
 import secrets
+import socket
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -39,7 +42,7 @@ import requests
 from chorus_collector import create_app
 from chorus_collector.estimators import estimator_for
 from chorus_collector.ingest import ingest_reports
-from chorus_collector.process import CollectorProcess
+from chorus_collector.process import CollectorProcess, free_port
 from chorus_shared import Campaign, campaign_from_spec, new_report_id
 
 SPECS: dict[str, dict[str, Any]] = {
@@ -220,9 +223,68 @@ def bench_estimates(camps: dict[str, Campaign], sizes: list[int],
     return out
 
 
+class _Connection:
+    """One keep-alive HTTP/1.1 connection per client thread (http.client: far less client CPU
+    than requests, which matters when the load generator shares the server's two cores)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        for attempt in (0, 1):
+            try:
+                self.conn.request("POST", path, body=body,
+                                  headers={"Content-Type": "application/json"})
+                reply = self.conn.getresponse()
+                return reply.status, reply.read()
+            except (http.client.HTTPException, ConnectionError):
+                self.conn.close()  # the server closed an idle keep-alive connection
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+
+def _load(port: int, bodies: list[bytes], seconds: float,
+          ) -> tuple[list[tuple[float, int, bytes]], float]:
+    """POST every body from 16 threads, stopping at the deadline: (answers, elapsed)."""
+    local = threading.local()
+    deadline = time.monotonic() + seconds  # bounded in time as well as in count
+
+    def post(body: bytes) -> tuple[float, int, bytes] | None:
+        if time.monotonic() >= deadline:
+            return None  # not sent, not counted
+        conn = getattr(local, "conn", None) or _Connection(port)
+        local.conn = conn
+        start = time.perf_counter()
+        status, reply = conn.post("/v1/reports", body)
+        return time.perf_counter() - start, status, reply
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(16) as pool:
+        answers = [a for a in pool.map(post, bodies) if a is not None]
+    return answers, time.perf_counter() - start
+
+
+def _summary(answers: list[tuple[float, int, bytes]], elapsed: float,
+             size: int) -> dict[str, Any]:
+    latencies = sorted(a[0] for a in answers)
+    return {
+        "requests": len(answers),
+        "reports_per_s": len(answers) * size / elapsed,
+        "requests_per_s": len(answers) / elapsed,
+        "p50_ms": latencies[len(latencies) // 2] * 1000,
+        "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+        "errors_5xx": sum(a[1] >= 500 for a in answers),
+    }
+
+
 def bench_http(camps: dict[str, Campaign], batches: int, singles: int, seconds: float,
                workdir: Path) -> dict[str, Any]:
-    """A bounded load on loopback: batched, then single-report uploads from 16 threads.
+    """A bounded load on loopback: batched, then single-report uploads from 16 threads, to the
+    production server and, as the baseline, to a bare Flask + SQLite endpoint served the same
+    way (benchmarks/bare_server.py); the ratio is what validation and statistics cost.
 
     Each section stops after its request count or ``seconds``, whichever comes first. Every
     acknowledged report ID is remembered and checked against the database afterwards: the
@@ -234,51 +296,31 @@ def bench_http(camps: dict[str, Campaign], batches: int, singles: int, seconds: 
     acked: set[str] = set()
     sent = 0
     database = workdir / "http.db"
+    data = payloads(campaign, 1000)
+    bucket = campaign.time_bucket(time.time())
+
+    def body(count: int) -> bytes:
+        reports = [{"report_id": new_report_id(), "digest": campaign.digest,
+                    "time": bucket, "payload": data[i % 1000]} for i in range(count)]
+        return json.dumps({"reports": reports} if count > 1 else reports[0]).encode()
+
+    sections = (("batch_1000", batches, 1000), ("single", singles, 1))
     with CollectorProcess(database, settings={"ADMIN_TOKEN": admin,
                                               "LOG_LEVEL": "WARNING"}) as server:
         requests.post(f"{server.url}/v1/campaigns", json={"name": "krr", "min_batch_size": 1,
                                                             **SPECS["krr"]},
                       headers={"Authorization": f"Bearer {admin}"}, timeout=10)
-        data = payloads(campaign, 1000)
-        bucket = campaign.time_bucket(time.time())
-        local = threading.local()
-
-        def body(count: int) -> bytes:
-            reports = [{"report_id": new_report_id(), "digest": campaign.digest,
-                        "time": bucket, "payload": data[i % 1000]} for i in range(count)]
-            return json.dumps({"reports": reports}).encode()
-
-        def post(payload: bytes) -> tuple[float, int, list[str]]:
-            session = getattr(local, "session", None) or requests.Session()
-            local.session = session
-            start = time.perf_counter()
-            reply = session.post(f"{server.url}/v1/reports", data=payload, timeout=30,
-                                 headers={"Content-Type": "application/json"})
-            elapsed = time.perf_counter() - start
-            ok = [r["report_id"] for r in reply.json().get("results", [])
-                  if r["status"] in ("accepted", "duplicate")] if reply.status_code == 200 else []
-            return elapsed, reply.status_code, ok
-
-        for label, count, size in (("batch_1000", batches, 1000), ("single", singles, 1)):
-            bodies = [body(size) for _ in range(count)]
-            deadline = time.monotonic() + seconds  # bounded in time as well as in count
-            start = time.perf_counter()
-            with ThreadPoolExecutor(16) as pool:
-                answers = [a for a in pool.map(partial(post_until, post, deadline), bodies)
-                           if a is not None]
-            elapsed = time.perf_counter() - start
-            latencies = sorted(a[0] for a in answers)
-            for _, _, ok in answers:
-                acked.update(ok)
+        port = int(server.url.rsplit(":", 1)[1])
+        for label, count, size in sections:
+            answers, elapsed = _load(port, [body(size) for _ in range(count)], seconds)
+            for _, status, reply in answers:
+                if status == 200 and size > 1:
+                    acked.update(r["report_id"] for r in json.loads(reply)["results"]
+                                 if r["status"] in ("accepted", "duplicate"))
+                elif status in (200, 201):
+                    acked.add(json.loads(reply)["report_id"])
             sent += len(answers) * size
-            out[label] = {
-                "requests": len(answers),
-                "reports_per_s": len(answers) * size / elapsed,
-                "requests_per_s": len(answers) / elapsed,
-                "p50_ms": latencies[len(latencies) // 2] * 1000,
-                "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
-                "errors_5xx": sum(a[1] >= 500 for a in answers),
-            }
+            out[label] = _summary(answers, elapsed, size)
     with sqlite3.connect(database) as conn:
         stored = [r[0] for r in conn.execute("SELECT lower(hex(report_id)) FROM reports")]
         counted = conn.execute("SELECT coalesce(sum(n), 0) FROM aggregates").fetchone()[0]
@@ -286,13 +328,34 @@ def bench_http(camps: dict[str, Campaign], batches: int, singles: int, seconds: 
                         "lost": len(acked - set(stored)),
                         "duplicated": len(stored) - len(set(stored)),
                         "counted_minus_stored": counted - len(stored)}
+
+    port = free_port()
+    bare = subprocess.Popen([sys.executable, str(Path(__file__).with_name("bare_server.py")),
+                             "--bind", f"127.0.0.1:{port}", "--database",
+                             str(workdir / "bare.db")], stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_port(port)
+        for label, count, size in sections:
+            answers, elapsed = _load(port, [body(size) for _ in range(count)], seconds)
+            baseline = _summary(answers, elapsed, size)
+            out[label]["baseline_reports_per_s"] = baseline["reports_per_s"]
+            out[label]["ratio_to_baseline"] = out[label]["reports_per_s"] / \
+                baseline["reports_per_s"]
+    finally:
+        bare.terminate()
+        bare.wait(timeout=30)
     return out
 
 
-def post_until(post: Callable[[bytes], tuple[float, int, list[str]]], deadline: float,
-               payload: bytes) -> tuple[float, int, list[str]] | None:
-    """Send unless the time budget is spent (then None: not sent, not counted)."""
-    return post(payload) if time.monotonic() < deadline else None
+def _wait_for_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"the baseline server did not listen on port {port}")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -344,7 +407,9 @@ def print_table(results: dict[str, Any]) -> None:
         print(f"HTTP {label:<11} {row['reports_per_s']:>10,.0f} reports/s "
               f"{row['requests_per_s']:>8,.0f} req/s  p50 {row['p50_ms']:.1f} ms  "
               f"p99 {row['p99_ms']:.1f} ms  ({row['requests']} requests, "
-              f"{row['errors_5xx']} 5xx)")
+              f"{row['errors_5xx']} 5xx); bare Flask + SQLite "
+              f"{row['baseline_reports_per_s']:,.0f} reports/s, ratio "
+              f"{row['ratio_to_baseline']:.2f}")
     check = results["http"]["integrity"]
     print(f"HTTP integrity: {check['acknowledged']} acknowledged of {check['sent']} sent, "
           f"{check['lost']} lost, {check['duplicated']} duplicated, statistics − stored = "
