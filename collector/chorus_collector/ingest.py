@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -201,7 +202,7 @@ def _store(storage: Storage,
         defaultdict(list)
     for (campaign_id, key), (index, stored, report, payload_json) in fresh.items():
         by_campaign[campaign_id].append((key, index, stored, report, payload_json))
-    with storage.write() as conn:
+    def work(conn: sqlite3.Connection) -> None:
         for campaign_id, items in by_campaign.items():
             stored = items[0][2]
             mechanism = stored.campaign.mechanism
@@ -225,6 +226,10 @@ def _store(storage: Storage,
                 for time, payloads in by_time.items()
             }
             storage.add_to_aggregates(conn, campaign_id, partials)
+
+    # Concurrent requests share one transaction and one fsync (group commit); this call
+    # returns once the reports are durable.
+    storage.grouped_write(work)
 
 
 MAX_INTEGER_DIGITS = 19  # every accepted integer fits in SQLite's 64-bit integers

@@ -15,9 +15,9 @@ import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import sqlite_utils
@@ -66,6 +66,20 @@ def m001_initial(db: sqlite_utils.Database) -> None:
     )
 
 
+T = TypeVar("T")
+
+
+class _GroupItem:
+    """One caller's work in a group commit."""
+
+    def __init__(self, work: Callable[[sqlite3.Connection], Any]) -> None:
+        self.work = work
+        self.wake = threading.Event()
+        self.finished = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
 @dataclass(frozen=True)
 class StoredCampaign:
     id: int
@@ -99,6 +113,9 @@ class Storage:
         self._campaigns: dict[str, StoredCampaign] = {}
         self._names_by_digest: dict[str, str] = {}
         self._campaigns_lock = threading.Lock()
+        self._group_mutex = threading.Lock()
+        self._group_queue: list[_GroupItem] = []
+        self._group_leader = False
 
     # -- connections and schema -------------------------------------------------------------
 
@@ -151,6 +168,65 @@ class Storage:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+
+    def grouped_write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work(conn)`` in a write transaction shared with concurrent callers.
+
+        Group commit: threads that write at the same time share one BEGIN … COMMIT, so one
+        fsync makes all their reports durable instead of one fsync each. Each caller's work
+        runs in its own SAVEPOINT: an exception rolls back only that caller's changes and is
+        raised to it. Every call returns only after the shared COMMIT succeeded; if it fails,
+        every caller in the group gets the error (nothing of theirs was acknowledged).
+
+        One caller leads: it runs the group (its own work and everything queued) on its
+        connection, then hands leadership to the next queued caller, so no thread stays busy
+        for others under sustained load.
+        """
+        item = _GroupItem(work)
+        with self._group_mutex:
+            self._group_queue.append(item)
+            lead = not self._group_leader
+            self._group_leader = True
+        if not lead:
+            item.wake.wait()
+        if not item.finished:  # leading: first caller, or promoted by the previous leader
+            self._run_group()
+        if item.error is not None:
+            raise item.error
+        return item.result  # type: ignore[no-any-return]
+
+    def _run_group(self) -> None:
+        with self._group_mutex:
+            group, self._group_queue = self._group_queue, []
+        conn = self.connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for number, item in enumerate(group):
+                conn.execute(f"SAVEPOINT w{number}")
+                try:
+                    item.result = item.work(conn)
+                    conn.execute(f"RELEASE w{number}")
+                except Exception as error:  # this caller's problem only
+                    conn.execute(f"ROLLBACK TO w{number}")
+                    conn.execute(f"RELEASE w{number}")
+                    item.error = error
+            conn.execute("COMMIT")
+        except BaseException as error:  # BEGIN or COMMIT failed: nothing here is durable
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            for item in group:
+                item.result, item.error = None, item.error or error
+            if not isinstance(error, Exception):
+                raise
+        finally:
+            with self._group_mutex:
+                if self._group_queue:  # hand over to the next waiting caller
+                    self._group_queue[0].wake.set()
+                else:
+                    self._group_leader = False
+            for item in group:
+                item.finished = True
+                item.wake.set()
 
     # -- campaigns ----------------------------------------------------------------------------
 

@@ -1,0 +1,112 @@
+"""Group commit (Storage.grouped_write): concurrent writers share one transaction and one
+fsync, each in its own savepoint; nothing is acknowledged before the shared COMMIT."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from chorus_collector.storage import Storage
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> Storage:
+    store = Storage(str(tmp_path / "g.db"))
+    store.migrate()
+    with store.write() as conn:
+        conn.execute("CREATE TABLE t (writer INTEGER, item INTEGER)")
+    return store
+
+
+def _count(path: str) -> int:
+    with sqlite3.connect(path) as conn:  # a fresh connection: only committed rows
+        return int(conn.execute("SELECT COUNT(*) FROM t").fetchone()[0])
+
+
+def test_concurrent_writes_are_grouped_and_all_committed(storage: Storage,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    groups: list[int] = []
+    original = storage._run_group
+
+    def spy() -> None:
+        groups.append(len(storage._group_queue))
+        original()
+
+    monkeypatch.setattr(storage, "_run_group", spy)
+    writers, each = 16, 40
+    barrier = threading.Barrier(writers)
+    seen_after_return: list[int] = []
+
+    def writer(w: int) -> None:
+        barrier.wait()
+        for i in range(each):
+            storage.grouped_write(lambda conn, i=i: conn.execute(
+                "INSERT INTO t VALUES (?, ?)", (w, i)))
+            if i == each - 1:  # durable as soon as the call returns
+                with sqlite3.connect(storage.path) as check:
+                    seen_after_return.append(check.execute(
+                        "SELECT COUNT(*) FROM t WHERE writer = ?", (w,)).fetchone()[0])
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert _count(storage.path) == writers * each
+    assert seen_after_return == [each] * writers
+    assert sum(groups) == writers * each
+    assert len(groups) < writers * each  # some transactions carried several writers
+    assert not storage._group_leader and not storage._group_queue
+
+
+def test_a_failing_writer_rolls_back_alone(storage: Storage) -> None:
+    barrier = threading.Barrier(3)
+    outcomes: dict[str, object] = {}
+
+    def good(name: str) -> None:
+        barrier.wait()
+        storage.grouped_write(lambda conn: conn.execute("INSERT INTO t VALUES (1, 1)"))
+        outcomes[name] = "ok"
+
+    def bad() -> None:
+        barrier.wait()
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO t VALUES (2, 2)")
+            raise ValueError("invalid")
+
+        try:
+            storage.grouped_write(work)
+        except ValueError as error:
+            outcomes["bad"] = error
+
+    threads = [threading.Thread(target=good, args=("a",)), threading.Thread(target=bad),
+               threading.Thread(target=good, args=("b",))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert outcomes["a"] == outcomes["b"] == "ok"
+    assert isinstance(outcomes["bad"], ValueError)
+    with sqlite3.connect(storage.path) as conn:
+        assert conn.execute("SELECT writer FROM t ORDER BY writer").fetchall() == [(1,), (1,)]
+
+
+def test_a_failed_commit_fails_every_writer_in_the_group(storage: Storage) -> None:
+    """If the shared transaction cannot commit, no caller may think its write is durable."""
+    def work(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES (3, 3)")
+        # Leave the transaction in a state COMMIT refuses: a deferred foreign key violation.
+        conn.execute("PRAGMA defer_foreign_keys=ON")
+        conn.execute("INSERT INTO reports (campaign_id, report_id, time, payload) "
+                     "VALUES (999, x'00', 0, '1')")
+
+    with pytest.raises(sqlite3.IntegrityError):
+        storage.grouped_write(work)
+    assert _count(storage.path) == 0
+    assert not storage._group_leader
+    storage.grouped_write(lambda conn: conn.execute("INSERT INTO t VALUES (4, 4)"))
+    assert _count(storage.path) == 1
