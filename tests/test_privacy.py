@@ -168,3 +168,52 @@ def test_rappor_prr_then_irr_has_the_one_report_rates(campaign: Campaign) -> Non
         rate = mechanism.r1 if (bloom >> i) & 1 else mechanism.r0
         z = (ones[i] - draws * rate) / math.sqrt(draws * rate * (1 - rate))
         assert abs(z) < limit, (i, z)
+
+
+@pytest.mark.parametrize("probability", [0.5, 0.1192, 0.7310585786300049, 1e-3])
+def test_bit_parallel_bernoulli_bits_have_the_rate_and_are_independent(
+        probability: float) -> None:
+    """Unary encoding, RAPPOR and CMS draw their bits with ``bernoulli_bits``: every bit must
+    be 1 at rate p (binomial z-test, Bonferroni over the bits) and pairs independent."""
+    from chorus_shared.rng import bernoulli_bits
+
+    rng = random.Random(3)
+    draws, width = 20_000, 70  # 70: lanes cross byte and word boundaries
+    ones = [0] * width
+    both = 0
+    for _ in range(draws):
+        bits = bernoulli_bits(rng, width, probability)
+        assert bits >> width == 0
+        for i in range(width):
+            ones[i] += (bits >> i) & 1
+        both += (bits & 1) & (bits >> 69) & 1
+    limit = z_threshold(1e-6, width + 1)
+    sd = math.sqrt(draws * probability * (1 - probability))
+    for count in ones:
+        assert abs(count - draws * probability) / sd < limit
+    pair = probability**2
+    assert abs(both - draws * pair) / math.sqrt(draws * pair * (1 - pair)) < limit
+
+
+def test_bit_parallel_bernoulli_bits_edges() -> None:
+    from chorus_shared.rng import bernoulli_bits
+
+    rng = random.Random(1)
+    assert bernoulli_bits(rng, 0, 0.5) == 0
+    assert bernoulli_bits(rng, 100, 0.0) == 0
+    assert bernoulli_bits(rng, 100, 1.0) == (1 << 100) - 1
+
+    class Fixed(random.Random):
+        """Every 63-bit lane draws the value just below or at the threshold."""
+
+        def __init__(self, lane: int) -> None:
+            super().__init__(0)
+            self.lane = lane
+
+        def getrandbits(self, k: int, /) -> int:
+            return sum(self.lane << (64 * i) for i in range(k // 64))
+
+    p = 0.3
+    threshold = int(p * 2.0**63)
+    assert bernoulli_bits(Fixed(threshold - 1), 5, p) == 0b11111  # u < T: a one
+    assert bernoulli_bits(Fixed(threshold), 5, p) == 0  # u = T: a zero

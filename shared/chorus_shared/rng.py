@@ -7,6 +7,7 @@ A seeded :class:`random.Random` is for tests and simulation only.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import random
@@ -14,8 +15,8 @@ import secrets
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-__all__ = ["DeterministicRandom", "RandomSource", "bernoulli", "derive_key", "is_secure",
-           "resolve_rng", "uniforms"]
+__all__ = ["DeterministicRandom", "RandomSource", "bernoulli", "bernoulli_bits", "derive_key",
+           "is_secure", "resolve_rng", "uniforms"]
 
 
 class RandomSource(Protocol):
@@ -54,6 +55,36 @@ def uniforms(rng: RandomSource, count: int) -> list[float]:
     raw = rng.getrandbits(56 * count).to_bytes(7 * count, "little")
     scale = 2.0**-53
     return [(int.from_bytes(raw[7 * i:7 * i + 7], "little") >> 3) * scale for i in range(count)]
+
+
+_FIELD = 64  # bits per lane: a 63-bit uniform and a guard bit that catches the carry
+_LOW_63 = (1 << 63) - 1
+_NO_CARRY = bytes.maketrans(bytes(range(256)), b"1" * 128 + b"0" * 128)
+
+
+@functools.lru_cache(maxsize=256)
+def _lanes(count: int) -> int:
+    """Σ_i 2^{64 i} for i < count: multiplying by it replicates a 64-bit value in every lane."""
+    return ((1 << (_FIELD * count)) - 1) // ((1 << _FIELD) - 1)
+
+
+def bernoulli_bits(rng: RandomSource, count: int, probability: float) -> int:
+    """``count`` independent Bernoulli(p) bits as an integer (bit i = 1 << i), in a few
+    big-integer operations instead of a Python loop over the bits.
+
+    Every lane i holds a 63-bit uniform u_i; adding 2⁶³ − T to every lane at once (T = ⌊p·2⁶³⌋)
+    carries into the lane's guard bit exactly when u_i ≥ T, so bit i is 1 with probability
+    T/2⁶³, within 2⁻⁶³ of p (the float comparison u < p is within 2⁻⁵³). Lanes never overflow
+    into each other: u_i + 2⁶³ − T < 2⁶⁴.
+    """
+    if count <= 0:
+        return 0
+    threshold = int(min(max(probability, 0.0), 1.0) * 2.0**63)  # exact: p·2⁶³ is a float
+    lanes = _lanes(count)
+    uniform = rng.getrandbits(_FIELD * count) & (_LOW_63 * lanes)
+    summed = uniform + ((1 << 63) - threshold) * lanes
+    guards = summed.to_bytes(8 * count, "little")[7::8]  # the byte holding each guard bit
+    return int(guards.translate(_NO_CARRY)[::-1], 2)
 
 
 class DeterministicRandom(random.Random):

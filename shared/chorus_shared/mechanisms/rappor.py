@@ -38,7 +38,7 @@ from chorus_shared.hashing import (
     bloom_mask,
 )
 from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_epsilon, check_params
-from chorus_shared.rng import RandomSource, uniforms
+from chorus_shared.rng import RandomSource, bernoulli_bits
 
 __all__ = ["BasicRappor", "BooleanRappor", "Rappor"]
 
@@ -225,12 +225,10 @@ class Rappor(Mechanism):
         if cohort is None:
             cohort = rng.randrange(self.m)
         bloom = self.bloom(x, cohort)
-        r1, r0 = self.r1, self.r0
-        bits = 0
-        for i, u in enumerate(uniforms(rng, self.k)):
-            if u < (r1 if (bloom >> i) & 1 else r0):
-                bits |= 1 << i
-        return {"cohort": cohort, "bits": self.bits_to_hex(bits)}
+        # Bit-parallel: every bit drawn at r1 and at r0, each kept where the Bloom bit says.
+        ones = bernoulli_bits(rng, self.k, self.r1) & bloom
+        zeros = bernoulli_bits(rng, self.k, self.r0) & ~bloom & ((1 << self.k) - 1)
+        return {"cohort": cohort, "bits": self.bits_to_hex(ones | zeros)}
 
     def permanent(self, x: str, rng: RandomSource,
                   assignment: Mapping[str, int] = EMPTY) -> dict[str, Any]:
@@ -239,23 +237,19 @@ class Rappor(Mechanism):
         if cohort is None:
             cohort = rng.randrange(self.m)
         bloom = self.bloom(x, cohort)
-        draws = uniforms(rng, 2 * self.k)
-        bits = 0
-        for i in range(self.k):
-            # With probability f the bit becomes a fair coin (f/2 each way), else stays.
-            coin = draws[2 * i] < self.f
-            bit = draws[2 * i + 1] < 0.5 if coin else bool((bloom >> i) & 1)
-            bits |= int(bit) << i
+        full = (1 << self.k) - 1
+        # With probability f a bit becomes a fair coin (f/2 each way), else it stays.
+        replaced = bernoulli_bits(rng, self.k, self.f)
+        coins = bernoulli_bits(rng, self.k, 0.5)
+        bits = (replaced & coins) | (~replaced & full & bloom)
         return {"cohort": cohort, "bits": self.bits_to_hex(bits)}
 
     def instantaneous(self, permanent: dict[str, Any], rng: RandomSource) -> dict[str, Any]:
         """The IRR, fresh for every report: 1 with probability q if the PRR bit is 1, else p."""
         prr = int(permanent["bits"], 16)
-        bits = 0
-        for i, u in enumerate(uniforms(rng, self.k)):
-            if u < (self.q if (prr >> i) & 1 else self.p):
-                bits |= 1 << i
-        return {"cohort": permanent["cohort"], "bits": self.bits_to_hex(bits)}
+        ones = bernoulli_bits(rng, self.k, self.q) & prr
+        zeros = bernoulli_bits(rng, self.k, self.p) & ~prr & ((1 << self.k) - 1)
+        return {"cohort": permanent["cohort"], "bits": self.bits_to_hex(ones | zeros)}
 
     def memo_cumulative(self, reports: float) -> float:
         """min(r·ε₁, ε∞): each report reveals at most ε₁, all of them at most ε∞."""

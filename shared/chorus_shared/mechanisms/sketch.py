@@ -29,7 +29,7 @@ from chorus_shared.errors import CampaignError, ValueDomainError, WireError
 from chorus_shared.hashing import MAX_COHORTS, bloom_bits
 from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
 from chorus_shared.mechanisms.succinct import hadamard_sign
-from chorus_shared.rng import RandomSource, bernoulli, uniforms
+from chorus_shared.rng import RandomSource, bernoulli, bernoulli_bits
 
 __all__ = ["CountMeanSketch", "HadamardCountMeanSketch"]
 
@@ -109,13 +109,8 @@ class CountMeanSketch(Mechanism):
     def randomize(self, x: str, rng: RandomSource,
                   assignment: Mapping[str, int] = EMPTY) -> dict[str, Any]:
         j = rng.randrange(self.k)
-        hot = self.position(x, j)
-        bits = 0
-        for i, u in enumerate(uniforms(rng, self.m)):
-            plus = i == hot
-            if u < self.flip:
-                plus = not plus
-            bits |= int(plus) << i
+        # v is +1 only at h_j(x); every coordinate flips with probability 1/(1 + e^{ε/2}).
+        bits = (1 << self.position(x, j)) ^ bernoulli_bits(rng, self.m, self.flip)
         return {"j": j, "bits": self._hex(bits)}
 
     def check_payload(self, payload: object) -> dict[str, Any]:

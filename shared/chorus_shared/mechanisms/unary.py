@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from chorus_shared.errors import WireError
 from chorus_shared.mechanisms.base import EMPTY
 from chorus_shared.mechanisms.pure import PureOracle
-from chorus_shared.rng import RandomSource, uniforms
+from chorus_shared.rng import RandomSource, bernoulli, bernoulli_bits
 
 __all__ = ["OUE", "SUE"]
 
@@ -41,11 +41,10 @@ class _Unary(PureOracle):
 
     def randomize(self, x: int, rng: RandomSource,
                   assignment: Mapping[str, int] = EMPTY) -> dict[str, Any]:
-        p, q = self.p, self.q
-        bits = 0
-        for i, u in enumerate(uniforms(rng, self.d)):
-            if u < (p if i == x else q):
-                bits |= 1 << i
+        # Every bit at q in one bit-parallel draw, then the true bit redrawn at p.
+        bits = bernoulli_bits(rng, self.d, self.q) & ~(1 << x)
+        if bernoulli(rng, self.p):
+            bits |= 1 << x
         return {"bits": self._hex(bits)}
 
     def _hex(self, bits: int) -> str:
