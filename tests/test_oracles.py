@@ -223,3 +223,18 @@ def test_piecewise_mechanism_through_the_api(http: FlaskClient) -> None:
     body = http.get("/v1/campaigns/pm/estimates", headers=ANALYST_HEADERS).get_json()
     truth = (sum(values[:3000]) + 30 * 100.0) / 3030
     assert abs(body["mean"] - truth) < z_threshold(1e-6) * body["std_error"]
+
+
+def test_grouped_sums_equal_a_direct_count() -> None:
+    """The per-cohort bit counting of RAPPOR, O-RAPPOR and CMS (sorted contiguous sums)."""
+    from chorus_collector.estimators.rappor import grouped_sums
+
+    rng = np.random.default_rng(2)
+    groups = rng.integers(0, 7, size=3000)
+    groups[groups == 4] = 5  # a group with no rows
+    rows = (rng.random((3000, 70)) < 0.3).astype(np.uint8)
+    direct = np.zeros((8, 70), dtype=np.int64)
+    for g, row in zip(groups, rows, strict=True):
+        direct[g] += row
+    assert np.array_equal(grouped_sums(groups, rows, 8), direct)
+    assert grouped_sums(np.array([], dtype=np.int64), rows[:0], 3).shape == (3, 70)

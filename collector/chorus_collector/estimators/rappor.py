@@ -44,7 +44,8 @@ from chorus_shared.mechanisms import Mechanism, OpenRR, Rappor
 
 Decodable = Rappor | OpenRR
 
-__all__ = ["OpenRRDecoder", "OpenRapporEstimator", "RapporEstimator", "design_matrix"]
+__all__ = ["OpenRRDecoder", "OpenRapporEstimator", "RapporEstimator", "design_matrix",
+           "grouped_sums"]
 
 ALPHA = 0.05
 MAX_DESIGN_CELLS = 25_000_000  # cohort·bit rows × candidates: 200 MB of float64
@@ -74,6 +75,25 @@ def unpack_bits(hex_strings: Sequence[str], k: int) -> np.ndarray:
     raw = b"".join(bytes.fromhex(h.rjust(2 * width, "0")) for h in hex_strings)
     big_endian = np.frombuffer(raw, dtype=np.uint8).reshape(len(hex_strings), width)
     return np.unpackbits(big_endian[:, ::-1], axis=1, bitorder="little")[:, :k]
+
+
+def grouped_sums(groups: np.ndarray, rows: np.ndarray, size: int) -> np.ndarray:
+    """Σ of the rows of each group (groups[i] ∈ [0, size)), as a (size, columns) int64 table.
+
+    One stable sort, then a contiguous column sum per group present: several times faster
+    than ``np.add.at`` over the rows.
+    """
+    table = np.zeros((size, rows.shape[1]), dtype=np.int64)
+    if not len(groups):
+        return table
+    order = np.argsort(groups, kind="stable")
+    ordered = rows[order]
+    counts = np.bincount(groups, minlength=size)
+    ends = np.cumsum(counts)
+    for group in np.flatnonzero(counts):
+        table[group] = ordered[ends[group] - counts[group]:ends[group]].sum(axis=0,
+                                                                            dtype=np.int64)
+    return table
 
 
 def design_matrix(mechanism: Decodable, cohorts: Sequence[int],
@@ -144,7 +164,7 @@ class RapporEstimator(Estimator):
                               count=len(payloads))
         bits = unpack_bits([p["bits"] for p in payloads], mechanism.k)
         table[:, 0] = np.bincount(cohorts, minlength=mechanism.m)
-        np.add.at(table[:, 1:], cohorts, bits.astype(np.int64))
+        table[:, 1:] = grouped_sums(cohorts, bits, mechanism.m)
         return table.ravel()
 
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,

@@ -24,7 +24,7 @@ import numpy as np
 
 from chorus_collector.estimators.base import Estimator, Query
 from chorus_collector.estimators.pure import walsh_hadamard
-from chorus_collector.estimators.rappor import RapporEstimator, unpack_bits
+from chorus_collector.estimators.rappor import RapporEstimator, grouped_sums, unpack_bits
 from chorus_collector.results import FrequencyEstimate, FrequencyRow
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import CountMeanSketch, HadamardCountMeanSketch, Mechanism
@@ -51,7 +51,7 @@ class CountMeanSketchEstimator(Estimator):
         rows = np.fromiter((p["j"] for p in payloads), dtype=np.int64, count=len(payloads))
         table[:, 0] = np.bincount(rows, minlength=mechanism.k)
         bits = unpack_bits([p["bits"] for p in payloads], mechanism.m)
-        np.add.at(table[:, 1:], rows, bits.astype(np.int64))
+        table[:, 1:] = grouped_sums(rows, bits, mechanism.k)
         return table.ravel()
 
     def contributions(self, mechanism: CountMeanSketch, table: np.ndarray,
@@ -103,7 +103,9 @@ class HadamardCountMeanSketchEstimator(CountMeanSketchEstimator):
         row = np.fromiter((p["l"] for p in payloads), dtype=np.int64, count=count)
         sign = 2 * np.fromiter((p["b"] for p in payloads), dtype=np.int64, count=count) - 1
         table += np.bincount(j * width, minlength=len(table))
-        np.add.at(table, j * width + 1 + row, sign)
+        # Sums of ±1 are exact in float64 weights far beyond any batch size.
+        table += np.rint(np.bincount(j * width + 1 + row, weights=sign,
+                                     minlength=len(table))).astype(np.int64)
         return table
 
     def contributions(self, mechanism: CountMeanSketch, table: np.ndarray,
