@@ -107,6 +107,7 @@ def create_campaign() -> tuple[Response, int]:
         warnings.simplefilter("always", PrivacyWarning)
         try:
             campaign = campaign_from_spec(spec)
+            campaign.public_config()  # must render before anything is stored
         except CampaignError as error:
             raise Problem(400, "invalid-campaign", "Invalid campaign", str(error)) from None
     try:

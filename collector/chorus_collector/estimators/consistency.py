@@ -25,6 +25,7 @@ coverage, since every frequency lies in [0, 1]).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -116,11 +117,14 @@ class KRRChannel:
 
 
 def ibu(counts: np.ndarray, channel: Channel | np.ndarray, iterations: int = 10_000,
-        tolerance: float = 1e-12) -> np.ndarray:
+        tolerance: float = 1e-12, max_seconds: float = 5.0) -> np.ndarray:
     """EM for the input distribution π from output counts N_y and a channel A[y, v] = P(y|v).
 
-    π ← π ⊙ Aᵀ(N / (A π)) / n stays on the simplex and increases the likelihood at every step.
+    π ← π ⊙ Aᵀ(N / (A π)) / n stays on the simplex and increases the likelihood at every step,
+    so stopping early (after ``iterations`` or ``max_seconds``, which bound a query's cost on
+    huge domains) still returns a distribution at least as likely as the start.
     """
+    deadline = time.monotonic() + max_seconds
     if isinstance(channel, np.ndarray):
         channel = DenseChannel(channel)
     counts = np.asarray(counts, dtype=np.float64)
@@ -130,7 +134,7 @@ def ibu(counts: np.ndarray, channel: Channel | np.ndarray, iterations: int = 10_
         predicted = channel.forward(pi)
         ratio = np.divide(counts, predicted, out=np.zeros_like(counts), where=predicted > 0)
         updated: np.ndarray = pi * channel.backward(ratio) / n
-        if np.max(np.abs(updated - pi)) < tolerance:
+        if np.max(np.abs(updated - pi)) < tolerance or time.monotonic() > deadline:
             return updated
         pi = updated
     return pi
@@ -146,10 +150,14 @@ def composite_mle(counts: np.ndarray, n: int, p_star: float, q_star: float) -> n
     """
     counts = np.clip(np.asarray(counts, dtype=np.float64), 0.0, float(n))
     a = p_star - q_star
+    if n <= 0 or not counts.any():  # no information: the symmetric optimum
+        return np.full(len(counts), 1.0 / len(counts))
 
     def shares(mu: float) -> np.ndarray:
         b = mu + a * n
-        lam = 2 * a * counts / (b + np.sqrt(np.maximum(b * b - 4 * mu * a * counts, 0.0)))
+        root = np.sqrt(np.maximum(b * b - 4 * mu * a * counts, 0.0))
+        # The same root in its two cancellation-free forms, by the sign of b.
+        lam = 2 * a * counts / (b + root) if b > 0 else (b - root) / (2 * mu)
         pi: np.ndarray = np.clip((lam - q_star) / a, 0.0, None)
         return pi
 

@@ -46,13 +46,15 @@ __all__ = ["BLHEstimator", "DBitFlipEstimator", "HadamardChannel", "HadamardEsti
 
 
 def walsh_hadamard(values: np.ndarray) -> np.ndarray:
-    """H_K · values for the Sylvester Hadamard matrix, in O(K log K)."""
+    """H_K · values for the Sylvester Hadamard matrix, in O(K log K); along the last axis
+    (a 2-D array is transformed row by row, all rows at once)."""
     out = values.astype(np.float64).copy()
-    size, half = len(out), 1
+    rows, size = (1, out.shape[0]) if out.ndim == 1 else out.shape
+    half = 1
     while half < size:
-        view = out.reshape(-1, 2, half)
-        top, bottom = view[:, 0, :].copy(), view[:, 1, :].copy()
-        view[:, 0, :], view[:, 1, :] = top + bottom, top - bottom
+        view = out.reshape(rows, -1, 2, half)
+        top, bottom = view[:, :, 0, :].copy(), view[:, :, 1, :].copy()
+        view[:, :, 0, :], view[:, :, 1, :] = top + bottom, top - bottom
         half *= 2
     return out
 
@@ -359,7 +361,7 @@ class DBitFlipEstimator(_PureEstimator):
     def frequencies(self, mechanism: PureOracle, n: int, state: np.ndarray,
                     counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         assert isinstance(mechanism, DBitFlip)
-        z = mechanism.p_bit / (1 - mechanism.p_bit)
+        z = mechanism.odds
         scale = mechanism.d / mechanism.b
         sampled = state[mechanism.d:].astype(np.float64)
         frequency = scale * (counts * (z + 1) - sampled) / (z - 1) / max(n, 1)

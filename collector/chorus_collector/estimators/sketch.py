@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from chorus_collector.estimators.base import Estimator, Query
+from chorus_collector.estimators.base import Estimator, Query, QueryError
 from chorus_collector.estimators.pure import walsh_hadamard
 from chorus_collector.estimators.rappor import RapporEstimator, grouped_sums, unpack_bits
 from chorus_collector.results import FrequencyEstimate, FrequencyRow
@@ -30,6 +30,8 @@ from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import CountMeanSketch, HadamardCountMeanSketch, Mechanism
 
 __all__ = ["CountMeanSketchEstimator", "HadamardCountMeanSketchEstimator"]
+
+MAX_HASHED_CELLS = 2_000_000  # candidates × hash functions per query (mmh3 calls, int64 cells)
 
 VARIANCE_MODEL = ("iid-sampling: per-report variance of the sketch contribution, plug-in; "
                   "the estimate is unbiased on average over the hash functions, and for the "
@@ -71,6 +73,10 @@ class CountMeanSketchEstimator(Estimator):
         mechanism = campaign.mechanism
         assert isinstance(mechanism, CountMeanSketch)
         candidates = RapporEstimator._check_candidates(mechanism, query.candidates)
+        if len(candidates) * mechanism.k > MAX_HASHED_CELLS:
+            raise QueryError("query-too-large",
+                             f"{len(candidates)} candidates × {mechanism.k} hash functions is too "
+                             "large to decode in one query; query fewer candidates")
         table = state.reshape(mechanism.k, mechanism.m + 1).astype(np.float64)
         positions = np.array([[mechanism.position(v, j) for j in range(mechanism.k)]
                               for v in candidates], dtype=np.int64).reshape(-1, mechanism.k)
@@ -110,7 +116,7 @@ class HadamardCountMeanSketchEstimator(CountMeanSketchEstimator):
 
     def contributions(self, mechanism: CountMeanSketch, table: np.ndarray,
                       positions: np.ndarray) -> np.ndarray:
-        transformed = np.stack([walsh_hadamard(table[j, 1:]) for j in range(mechanism.k)])
+        transformed = walsh_hadamard(table[:, 1:])  # every row at once
         rows = np.arange(mechanism.k)
         result: np.ndarray = mechanism.c * transformed[rows[None, :], positions].sum(axis=1)
         return result

@@ -26,7 +26,10 @@ from chorus_shared.domain import Domain, finite_float
 from chorus_shared.errors import CampaignError
 from chorus_shared.rng import RandomSource
 
-__all__ = ["EMPTY", "Mechanism", "Payload", "check_epsilon", "check_params", "required_epsilon"]
+MIN_EPSILON = 1e-4
+
+__all__ = ["EMPTY", "MIN_EPSILON", "Mechanism", "Payload", "check_epsilon", "check_params",
+           "required_epsilon"]
 
 Payload = Any  # JSON-compatible: int, str, list or dict, as each mechanism defines.
 EMPTY: Mapping[str, int] = MappingProxyType({})
@@ -39,6 +42,9 @@ def check_epsilon(epsilon: object) -> float:
     if number is None or not number > 0:
         raise CampaignError(f"epsilon must be a finite number > 0, got {epsilon!r:.40}")
     epsilon = number
+    if epsilon < MIN_EPSILON:
+        raise CampaignError(f"epsilon = {epsilon:g} is below {MIN_EPSILON:g}: the reports would "
+                            "be pure noise (no estimate could use them)")
     if epsilon > 50:
         raise CampaignError(f"epsilon = {epsilon} is meaningless (> 50); no protection is left")
     return epsilon

@@ -28,6 +28,8 @@ from chorus_shared.rng import RandomSource, uniforms
 
 __all__ = ["DBitFlip"]
 
+MAX_SAMPLED = 1000
+
 
 @dataclass(frozen=True)
 class DBitFlip(PureOracle):
@@ -44,12 +46,20 @@ class DBitFlip(PureOracle):
     @classmethod
     def _build(cls, domain: Categories, eps: float, params: Mapping[str, Any]) -> Self:
         b = params.get("b", 1)
-        if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= domain.size:
-            raise CampaignError(f"dbitflip parameter b must be an integer in [1, {domain.size}]")
+        # Each sampled bucket costs its index and its bit on the wire; beyond 1000 a report
+        # would outgrow the collector's 8 KiB payload limit.
+        top = min(domain.size, MAX_SAMPLED)
+        if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= top:
+            raise CampaignError(f"dbitflip parameter b must be an integer in [1, {top}]")
         return cls(domain=domain, eps=eps, b=b)
 
     def params(self) -> dict[str, Any]:
         return {"b": self.b}
+
+    @property
+    def odds(self) -> float:
+        """z = p_bit/(1 − p_bit) = e^{ε/2} (e^ε when b = 1), computed without cancellation."""
+        return math.exp(self.eps / min(self.b, 2))
 
     @property
     def p_bit(self) -> float:
@@ -106,5 +116,5 @@ class DBitFlip(PureOracle):
     def approximate_variance(self) -> float:
         """Var* of DKY's estimator, which the collector uses: (d/b)·z/(z − 1)², z the odds of
         one bit (below the pure-protocol Var*, which does not condition on the sampling)."""
-        z = self.p_bit / (1 - self.p_bit)
+        z = self.odds
         return self.d / self.b * z / (z - 1) ** 2

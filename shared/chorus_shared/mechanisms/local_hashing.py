@@ -40,8 +40,11 @@ def local_hash(a: int, b: int, v: int, prime: int, g: int) -> int:
 
 def collision_probability(prime: int, g: int) -> float:
     """P[H(v) = H(v')] for v ≠ v' in the ((a·v + b) mod P) mod g family, exactly."""
-    sizes = [(prime - r + g - 1) // g for r in range(g)]  # how many u < P have u mod g = r
-    return sum(n * (n - 1) for n in sizes) / (prime * (prime - 1))
+    # Of the residues u < P, `extra` classes mod g hold s + 1 of them and the rest s: O(1),
+    # not a list of g sizes (g grows as e^ε).
+    s, extra = divmod(prime, g)
+    pairs = extra * (s + 1) * s + (g - extra) * s * (s - 1)
+    return pairs / (prime * (prime - 1))
 
 
 def _is_prime(n: int) -> bool:

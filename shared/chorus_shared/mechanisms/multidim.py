@@ -78,11 +78,18 @@ class DuchiMultidim(Mechanism):
     domain: NumericVector
     eps: float
 
+    #: The sign mask travels as a JSON integer, and the collector accepts integers of at most
+    #: 19 digits (below 2⁶³): so at most 63 attributes.
+    max_dimensions: ClassVar[int] = 63
+
     @classmethod
     def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
         check_params(params, (), cls.name)
-        return cls(domain=_vector_domain(cls.name, domain),
-                   eps=required_epsilon(cls.name, epsilon))
+        vector = _vector_domain(cls.name, domain)
+        if vector.size > cls.max_dimensions:
+            raise CampaignError(f"duchi_md takes at most {cls.max_dimensions} attributes; for "
+                                "more use harmony, pm_md or hm_md")
+        return cls(domain=vector, eps=required_epsilon(cls.name, epsilon))
 
     @property
     def d(self) -> int:

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Self
 
 from chorus_shared.domain import Domain, OpenStrings
 from chorus_shared.errors import CampaignError, ValueDomainError, WireError
-from chorus_shared.hashing import MAX_COHORTS, bloom_bits
+from chorus_shared.hashing import bloom_bits
 from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
 from chorus_shared.mechanisms.succinct import hadamard_sign
 from chorus_shared.rng import RandomSource, bernoulli, bernoulli_bits
@@ -34,6 +34,7 @@ from chorus_shared.rng import RandomSource, bernoulli, bernoulli_bits
 __all__ = ["CountMeanSketch", "HadamardCountMeanSketch"]
 
 MAX_WIDTH = 4096
+MAX_HASH_FUNCTIONS = 4096  # a query hashes every candidate k times
 MAX_SKETCH_CELLS = 1 << 20
 DEFAULT_HASHES = 32
 DEFAULT_WIDTH = 1024
@@ -59,9 +60,9 @@ class CountMeanSketch(Mechanism):
         if not isinstance(domain, OpenStrings):
             raise CampaignError(f"mechanism {cls.name!r} needs a strings domain")
         k, m = params.get("k", DEFAULT_HASHES), params.get("m", DEFAULT_WIDTH)
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_COHORTS:
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_HASH_FUNCTIONS:
             raise CampaignError(f"{cls.name} parameter k (hash functions) must be an integer "
-                                f"in [1, {MAX_COHORTS}]")
+                                f"in [1, {MAX_HASH_FUNCTIONS}]")
         if isinstance(m, bool) or not isinstance(m, int) or not 2 <= m <= MAX_WIDTH:
             raise CampaignError(f"{cls.name} parameter m (sketch width) must be an integer in "
                                 f"[2, {MAX_WIDTH}]")
