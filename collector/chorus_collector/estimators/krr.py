@@ -28,7 +28,7 @@ from chorus_collector.estimators.consistency import (
     norm_sub,
     simplex_projection,
 )
-from chorus_collector.results import FrequencyEstimate, FrequencyRow
+from chorus_collector.results import FrequencyEstimate, frequency_rows
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import KRR, Mechanism
 
@@ -63,8 +63,7 @@ def frequency_estimate(campaign: Campaign, n: int, frequency: np.ndarray,
     """Rows for categorical estimates, post-processed as the query asks."""
     mechanism = campaign.mechanism
     labels = mechanism.domain.values  # type: ignore[union-attr]
-    rows = [FrequencyRow.from_frequency(label, float(f), float(se), n)
-            for label, f, se in zip(labels, frequency, std_error, strict=True)]
+    rows = frequency_rows(labels, frequency, std_error, n)
     method = query.postprocessing
     if method != "none":
         if method == "ibu":
@@ -110,7 +109,7 @@ class KRREstimator(Estimator):
         p, q = mechanism.support_probabilities()
         return frequency_estimate(
             campaign, n, frequency, std_error, query,
-            {"sum_of_frequencies": math.fsum(float(f) for f in frequency)},
+            {"sum_of_frequencies": math.fsum(frequency.tolist())},
             channel=lambda: KRRChannel(mechanism.d, p, q), output_counts=state)
 
 

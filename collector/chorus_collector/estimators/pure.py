@@ -254,11 +254,12 @@ class LocalHashingEstimator(_PureEstimator):
     """OLH / BLH support counts, C_v = #{u : H_u(v) = y_u}, vectorized at ingest.
 
     The B × d matrix ((a·v + b) mod P) mod g is built for blocks of reports sized to stay
-    in cache (about 2²² cells), never with a Python loop over reports × categories.
+    in cache (about 2¹⁸ cells) and spread over the cores by threads, never with a Python
+    loop over reports × categories.
     """
 
     name: ClassVar[str] = "olh"
-    BLOCK_CELLS: ClassVar[int] = 1 << 22
+    BLOCK_CELLS: ClassVar[int] = 1 << 18  # 256 reports × 1024 categories: stays in cache
 
     def state_size(self, mechanism: Mechanism) -> int:
         assert isinstance(mechanism, PureOracle)
@@ -289,8 +290,8 @@ def _count_block(a: np.ndarray, b: np.ndarray, y: np.ndarray, values: np.ndarray
     if prime == MERSENNE_31:
         # x mod (2³¹ − 1) = (x >> 31) + (x & P), then at most one subtraction: no division,
         # and the residues fit 32 bits, which halves the memory traffic of the rest.
-        x = (x >> 31) + (x & MERSENNE_31)
-        x = np.where(x >= MERSENNE_31, x - MERSENNE_31, x).astype(np.uint32)
+        x = ((x >> 31) + (x & MERSENNE_31)).astype(np.uint32)  # < 2P < 2³²
+        x = np.minimum(x, x - np.uint32(MERSENNE_31))  # x − P wraps around when x < P
         hashed = x & np.uint32(g - 1) if g & (g - 1) == 0 else x % np.uint32(g)
         match = hashed == y[:, None].astype(np.uint32)
     else:
