@@ -4,7 +4,7 @@ estimates with exact theory (MECHANISMS.md §16.3–4)."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import combinations
 from typing import Any
 
@@ -79,3 +79,19 @@ def _rappor_inputs(mechanism: Rappor) -> list[str]:
                 bloom_bits(b, 0, mechanism.k, mechanism.h)):
             return [a, b, *pool[:4]]
     raise AssertionError("no disjoint pair found")
+
+
+def assert_goodness_of_fit(observed: Mapping[Any, int], expected: Mapping[Any, float],
+                           label: str = "", alpha: float = 2e-6) -> None:
+    """Pearson's χ² of sampled outputs against expected counts (cells with an expected count
+    below 5 merged into one); every observed output must be a possible one."""
+    assert set(observed) <= set(expected), f"impossible outputs {label}"
+    small = [k for k, e in expected.items() if e < 5]
+    cells = [(observed.get(k, 0), e) for k, e in expected.items() if e >= 5]
+    if small:
+        cells.append((sum(observed.get(k, 0) for k in small),
+                      sum(expected[k] for k in small)))
+    chi2 = sum((o - e) ** 2 / e for o, e in cells)
+    dof = len(cells) - 1
+    _, high = chi2_band(dof, alpha)
+    assert chi2 / dof <= high, f"χ²/dof = {chi2 / dof:.3f} > {high:.3f} {label}"

@@ -192,6 +192,14 @@ class OpenStrings:
         if not 1 <= self.max_bytes <= 65_536:
             raise CampaignError("domain.max_bytes must be between 1 and 65536")
 
+    def encode(self, value: object) -> str:
+        """The value itself, once checked to be a string within the byte limit."""
+        if not isinstance(value, str):
+            raise ValueDomainError(f"a strings campaign takes a str, got {type(value).__name__}")
+        if len(value.encode("utf-8")) > self.max_bytes:
+            raise ValueDomainError(f"value is longer than {self.max_bytes} UTF-8 bytes")
+        return value
+
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "max_bytes": self.max_bytes}
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from chorus_shared.domain import Domain, OpenStrings
-from chorus_shared.errors import CampaignError, ValueDomainError, WireError
+from chorus_shared.errors import CampaignError, WireError
 from chorus_shared.hashing import MAX_COHORTS, bloom_bits
 from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
 from chorus_shared.mechanisms.rappor import MAX_CELLS, Rappor
@@ -92,11 +92,7 @@ class OpenRR(Mechanism):
         return {"k": self.k, "m": self.m}
 
     def encode(self, value: object) -> str:
-        if not isinstance(value, str):
-            raise ValueDomainError(f"a strings campaign takes a str, got {type(value).__name__}")
-        if len(value.encode("utf-8")) > self.domain.max_bytes:
-            raise ValueDomainError(f"value is longer than {self.domain.max_bytes} UTF-8 bytes")
-        return value
+        return self.domain.encode(value)
 
     def bin(self, x: str, cohort: int) -> int:
         return bloom_bits(x, cohort, self.k, 1)[0]

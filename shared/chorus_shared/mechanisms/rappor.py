@@ -29,7 +29,7 @@ from itertools import product
 from typing import Any, ClassVar, Self
 
 from chorus_shared.domain import Categories, Domain, OpenStrings, finite_float
-from chorus_shared.errors import CampaignError, ValueDomainError, WireError
+from chorus_shared.errors import CampaignError, WireError
 from chorus_shared.hashing import (
     GOOGLE_MAX_BITS,
     GOOGLE_MAX_HASHES,
@@ -209,11 +209,7 @@ class Rappor(Mechanism):
         return params
 
     def encode(self, value: object) -> Any:
-        if not isinstance(value, str):
-            raise ValueDomainError(f"a strings campaign takes a str, got {type(value).__name__}")
-        if len(value.encode("utf-8")) > self.domain.max_bytes:
-            raise ValueDomainError(f"value is longer than {self.domain.max_bytes} UTF-8 bytes")
-        return value
+        return self.domain.encode(value)
 
     def assign(self, rng: RandomSource) -> dict[str, int]:
         return {"cohort": rng.randrange(self.m)}

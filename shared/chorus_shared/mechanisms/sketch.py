@@ -25,7 +25,7 @@ from itertools import product
 from typing import Any, ClassVar, Self
 
 from chorus_shared.domain import Domain, OpenStrings
-from chorus_shared.errors import CampaignError, ValueDomainError, WireError
+from chorus_shared.errors import CampaignError, WireError
 from chorus_shared.hashing import bloom_bits
 from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
 from chorus_shared.mechanisms.succinct import hadamard_sign
@@ -94,11 +94,7 @@ class CountMeanSketch(Mechanism):
         return {"k": self.k, "m": self.m}
 
     def encode(self, value: object) -> str:
-        if not isinstance(value, str):
-            raise ValueDomainError(f"a strings campaign takes a str, got {type(value).__name__}")
-        if len(value.encode("utf-8")) > self.domain.max_bytes:
-            raise ValueDomainError(f"value is longer than {self.domain.max_bytes} UTF-8 bytes")
-        return value
+        return self.domain.encode(value)
 
     def position(self, x: str, j: int) -> int:
         """h_j(x)."""
