@@ -95,3 +95,32 @@ def assert_goodness_of_fit(observed: Mapping[Any, int], expected: Mapping[Any, f
     dof = len(cells) - 1
     _, high = chi2_band(dof, alpha)
     assert chi2 / dof <= high, f"χ²/dof = {chi2 / dof:.3f} > {high:.3f} {label}"
+
+
+def assert_calibrated(estimates: np.ndarray, reported_var: np.ndarray,
+                      truth: np.ndarray) -> None:
+    """Model (S): the reported SE must match the spread of the estimates (χ² band) and the
+    estimates must be unbiased for the population truth. ``reported_var`` holds one row of
+    reported SE² per repetition."""
+    reps, d = estimates.shape
+    mean_reported = reported_var.mean(axis=0)
+    z = (estimates.mean(axis=0) - truth) / np.sqrt(mean_reported / reps)
+    assert np.max(np.abs(z)) < z_threshold(ALPHA, d), np.round(z, 2)
+    low, high = chi2_band(reps - 1, ALPHA / d)
+    ratio = estimates.var(axis=0, ddof=1) / mean_reported
+    assert np.all((ratio > low) & (ratio < high)), np.round(ratio, 3)
+
+
+def identifiable_candidates(mechanism: Any, count: int, prefix: str) -> list[str]:
+    """``count`` strings whose cohort × bit design columns are linearly independent."""
+    from chorus_collector.estimators.rappor import design_matrix
+
+    chosen: list[str] = []
+    for i in range(500):
+        trial = [*chosen, f"{prefix}-{i}"]
+        if np.linalg.matrix_rank(design_matrix(mechanism, list(range(mechanism.m)), trial)) \
+                == len(trial):
+            chosen = trial
+            if len(chosen) == count:
+                return chosen
+    raise AssertionError("no identifiable candidate set")

@@ -12,22 +12,9 @@ from chorus_collector.estimators import Query, estimator_for
 from chorus_collector.estimators.rappor import design_matrix
 from chorus_shared import campaign_from_spec
 from chorus_shared.mechanisms import OpenRappor, OpenRR
-from support import chi2_band, z_threshold
+from statcheck import assert_calibrated, identifiable_candidates
 
-ALPHA = 1e-6
 PI = np.array([0.3, 0.25, 0.15, 0.12, 0.1, 0.08])
-
-
-def _candidates(mechanism: OpenRR | OpenRappor, count: int) -> list[str]:
-    chosen: list[str] = []
-    for i in range(500):
-        trial = [*chosen, f"app-{i}"]
-        if np.linalg.matrix_rank(design_matrix(mechanism, list(range(mechanism.m)), trial)) \
-                == len(trial):
-            chosen = trial
-            if len(chosen) == count:
-                return chosen
-    raise AssertionError("no identifiable candidate set")
 
 
 @pytest.mark.parametrize(("name", "epsilon", "k", "pi"), [
@@ -46,7 +33,7 @@ def test_open_alphabet_decoding_is_unbiased_and_calibrated(name: str, epsilon: f
                                    "params": {"k": k, "m": 8}})
     mechanism = campaign.mechanism
     assert isinstance(mechanism, OpenRR | OpenRappor)
-    candidates = _candidates(mechanism, len(pi))
+    candidates = identifiable_candidates(mechanism, len(pi), "app")
     bins = np.array([[design_matrix(mechanism, [c], [s]).argmax() for s in candidates]
                      for c in range(mechanism.m)])  # bins[cohort, candidate]
     estimator = estimator_for(name)
@@ -72,9 +59,4 @@ def test_open_alphabet_decoding_is_unbiased_and_calibrated(name: str, epsilon: f
                                     Query(candidates=tuple(candidates)))
         estimates.append([r.frequency for r in result.rows])
         variances.append([r.frequency_std_error**2 for r in result.rows])
-    estimates_array, reported_var = np.array(estimates), np.array(variances).mean(axis=0)
-    z = (estimates_array.mean(axis=0) - pi) / np.sqrt(reported_var / reps)
-    assert np.max(np.abs(z)) < z_threshold(ALPHA, len(pi)), np.round(z, 2)
-    low, high = chi2_band(reps - 1, ALPHA / len(pi))
-    ratio = estimates_array.var(axis=0, ddof=1) / reported_var
-    assert np.all((ratio > low) & (ratio < high)), np.round(ratio, 3)
+    assert_calibrated(np.array(estimates), np.array(variances), pi)

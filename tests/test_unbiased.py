@@ -26,10 +26,14 @@ from chorus_shared import Campaign
 from chorus_shared.hashing import bloom_mask
 from chorus_shared.mechanisms import KRR, BasicRappor, BooleanRappor, Duchi, PureOracle, Rappor
 from examples import example_campaigns
-from statcheck import assert_unbiased_with_exact_variance, frequency_values, run_repetitions
-from support import chi2_band, z_threshold
+from statcheck import (
+    assert_calibrated,
+    assert_unbiased_with_exact_variance,
+    frequency_values,
+    identifiable_candidates,
+    run_repetitions,
+)
 
-ALPHA = 1e-6
 CAMPAIGNS = example_campaigns()
 
 
@@ -99,7 +103,7 @@ def test_rappor_decoding_is_unbiased_with_the_exact_variance(campaign: Campaign)
     mechanism = campaign.mechanism
     assert isinstance(mechanism, Rappor)
     m = mechanism.m
-    candidates = _identifiable_candidates(mechanism, 3)
+    candidates = identifiable_candidates(mechanism, 3, "site")
     shares = [0.5, 0.3, 0.2]
     per_cohort = [int(60 * s) for s in shares]  # identical composition in every cohort
     inputs, assignments = [], []
@@ -114,18 +118,6 @@ def test_rappor_decoding_is_unbiased_with_the_exact_variance(campaign: Campaign)
                         Query(candidates=tuple(candidates)), frequency_values)
     assert n == 60 * m
     assert_unbiased_with_exact_variance(estimates, truth, exact)
-
-
-def _identifiable_candidates(mechanism: Rappor, count: int) -> list[str]:
-    chosen: list[str] = []
-    for i in range(500):
-        trial = [*chosen, f"site-{i}"]
-        x = design_matrix(mechanism, list(range(mechanism.m)), trial)
-        if np.linalg.matrix_rank(x) == len(trial):
-            chosen = trial
-            if len(chosen) == count:
-                return chosen
-    raise AssertionError("no identifiable candidate set")
 
 
 def _rappor_exact_variance(mechanism: Rappor, candidates: list[str],
@@ -161,7 +153,7 @@ def test_rappor_standard_errors_are_calibrated_under_iid_sampling(epsilon: float
                                    "params": {"k": 32, "h": 2, "m": 16}})
     mechanism = campaign.mechanism
     assert isinstance(mechanism, Rappor)
-    candidates = _identifiable_candidates(mechanism, 8)
+    candidates = identifiable_candidates(mechanism, 8, "site")
     pi = np.array([0.35, 0.2, 0.15, 0.1, 0.08, 0.06, 0.04, 0.02])
     bloom = np.zeros((mechanism.m, len(candidates), mechanism.k), dtype=bool)
     for c in range(mechanism.m):
@@ -184,25 +176,7 @@ def test_rappor_standard_errors_are_calibrated_under_iid_sampling(epsilon: float
                                     Query(candidates=tuple(candidates)))
         betas.append([r.frequency for r in result.rows])
         variances.append([r.frequency_std_error**2 for r in result.rows])
-    estimates, reported = np.array(betas), np.array(variances).mean(axis=0)
-    z = (estimates.mean(axis=0) - pi) / np.sqrt(reported / reps)
-    assert np.max(np.abs(z)) < z_threshold(ALPHA, len(pi)), np.round(z, 2)
-    low, high = chi2_band(reps - 1, ALPHA / len(pi))
-    ratio = estimates.var(axis=0, ddof=1) / reported
-    assert np.all((ratio > low) & (ratio < high)), np.round(ratio, 3)
-
-
-def _assert_calibrated(estimates: np.ndarray, reported_var: np.ndarray,
-                       truth: np.ndarray) -> None:
-    """Model (S): the reported SE must match the spread of the estimates (χ² band) and the
-    estimates must be unbiased for the population truth."""
-    reps, d = estimates.shape
-    mean_reported = reported_var.mean(axis=0)
-    z = (estimates.mean(axis=0) - truth) / np.sqrt(mean_reported / reps)
-    assert np.max(np.abs(z)) < z_threshold(ALPHA, d), np.round(z, 2)
-    low, high = chi2_band(reps - 1, ALPHA / d)
-    ratio = estimates.var(axis=0, ddof=1) / mean_reported
-    assert np.all((ratio > low) & (ratio < high)), np.round(ratio, 3)
+    assert_calibrated(np.array(betas), np.array(variances), pi)
 
 
 @pytest.mark.parametrize("campaign", _by_kind("krr", "rr"), ids=lambda c: c.name)
@@ -226,7 +200,7 @@ def test_krr_standard_errors_are_calibrated_under_iid_sampling(campaign: Campaig
         freq, se = frequency_values(result)
         estimates.append(freq)
         variances.append(se**2)
-    _assert_calibrated(np.array(estimates), np.array(variances), pi)
+    assert_calibrated(np.array(estimates), np.array(variances), pi)
 
 
 @pytest.mark.parametrize("campaign", _by_kind("duchi"), ids=lambda c: c.name)
@@ -246,7 +220,7 @@ def test_duchi_standard_error_is_calibrated_under_iid_sampling(campaign: Campaig
         estimates.append([result.mean])
         variances.append([result.std_error**2])
     truth = lo + (hi - lo) * (2 * 2 / 7 - 1 + 1) / 2  # Beta(2, 5) has mean 2/7
-    _assert_calibrated(np.array(estimates), np.array(variances), np.array([truth]))
+    assert_calibrated(np.array(estimates), np.array(variances), np.array([truth]))
 
 
 MEAN_CAMPAIGNS = [c for c in CAMPAIGNS if c.mechanism.estimate_kind == "mean"]

@@ -53,7 +53,33 @@ def _corner_inputs(d: int) -> list[tuple[float, ...]]:
 
 
 @dataclass(frozen=True)
-class DuchiMultidim(Mechanism):
+class _VectorMechanism(Mechanism):
+    """What every mechanism over a vector domain shares: D attributes, each clipped and mapped
+    to [−1, 1] on the device, the declared ε, and corner inputs for the exhaustive tests."""
+
+    domain_kinds: ClassVar[tuple[str, ...]] = ("vector",)
+    estimate_kind: ClassVar[str] = "means"
+
+    domain: NumericVector
+    eps: float
+
+    @property
+    def d(self) -> int:
+        return self.domain.size
+
+    @property
+    def epsilon(self) -> float:
+        return self.eps
+
+    def encode(self, value: object) -> tuple[float, ...]:
+        return self.domain.to_unit(value)
+
+    def inputs(self) -> Iterable[tuple[float, ...]]:
+        return _corner_inputs(self.d)
+
+
+@dataclass(frozen=True)
+class DuchiMultidim(_VectorMechanism):
     """Payload: the sign vector s as a bit mask (bit j set when s_j = +1).
 
     The device draws v ∈ {±1}^D with P(v_j = 1) = (1 + t_j)/2, then s uniform on {±1}^D,
@@ -72,11 +98,6 @@ class DuchiMultidim(Mechanism):
     """
 
     name: ClassVar[str] = "duchi_md"
-    domain_kinds: ClassVar[tuple[str, ...]] = ("vector",)
-    estimate_kind: ClassVar[str] = "means"
-
-    domain: NumericVector
-    eps: float
 
     #: The sign mask travels as a JSON integer, and the collector accepts integers of at most
     #: 19 digits (below 2⁶³): so at most 63 attributes.
@@ -92,14 +113,6 @@ class DuchiMultidim(Mechanism):
         return cls(domain=vector, eps=required_epsilon(cls.name, epsilon))
 
     @property
-    def d(self) -> int:
-        return self.domain.size
-
-    @property
-    def epsilon(self) -> float:
-        return self.eps
-
-    @property
     def keep(self) -> float:
         e = math.exp(self.eps)
         return e / (e + 1)
@@ -112,9 +125,6 @@ class DuchiMultidim(Mechanism):
 
     def params(self) -> dict[str, Any]:
         return {}
-
-    def encode(self, value: object) -> tuple[float, ...]:
-        return self.domain.to_unit(value)
 
     def _dot(self, s: int, v: int) -> int:
         """s·v for two sign vectors given as masks: D − 2·(number of disagreements)."""
@@ -159,9 +169,6 @@ class DuchiMultidim(Mechanism):
             raise TypeError("too many duchi_md outputs to enumerate")
         return range(1 << self.d)
 
-    def inputs(self) -> Iterable[tuple[float, ...]]:
-        return _corner_inputs(self.d)
-
     def per_coordinate_variance(self, x: tuple[float, ...]) -> tuple[float, ...]:
         """Var[t*_j | t] = B² − t_j², since |t*_j| = B."""
         return tuple(self.b**2 - t * t for t in x)
@@ -176,7 +183,7 @@ class DuchiMultidim(Mechanism):
 
 
 @dataclass(frozen=True)
-class SampledAttributes(Mechanism):
+class SampledAttributes(_VectorMechanism):
     """k of D attributes drawn uniformly, each perturbed by a one-dimensional mechanism at ε/k;
     a report stands for (D/k)·t*_inner at the sampled coordinates and 0 elsewhere.
 
@@ -184,13 +191,9 @@ class SampledAttributes(Mechanism):
     attributes does not depend on the value, and the k inner reports compose to ε.
     """
 
-    domain_kinds: ClassVar[tuple[str, ...]] = ("vector",)
-    estimate_kind: ClassVar[str] = "means"
     inner_class: ClassVar[type[Mechanism]]
     inner_params: ClassVar[tuple[str, ...]] = ()
 
-    domain: NumericVector
-    eps: float
     k: int
     inner: Any  # the one-dimensional mechanism on [−1, 1] at ε/k
 
@@ -213,23 +216,12 @@ class SampledAttributes(Mechanism):
         return cls(domain=vector, eps=eps, k=k, inner=inner)
 
     @property
-    def d(self) -> int:
-        return self.domain.size
-
-    @property
-    def epsilon(self) -> float:
-        return self.eps
-
-    @property
     def scale(self) -> float:
         return self.d / self.k
 
     def params(self) -> dict[str, Any]:
         inner = self.inner.params()
         return {"k": self.k, **{p: inner[p] for p in self.inner_params}}
-
-    def encode(self, value: object) -> tuple[float, ...]:
-        return self.domain.to_unit(value)
 
     def randomize(self, x: tuple[float, ...], rng: RandomSource,
                   assignment: Mapping[str, int] = EMPTY) -> dict[str, list[Any]]:
@@ -274,9 +266,6 @@ class SampledAttributes(Mechanism):
         return ({"j": list(chosen), "y": list(ys)}
                 for chosen in combinations(range(self.d), self.k)
                 for ys in product(inner, repeat=self.k))
-
-    def inputs(self) -> Iterable[tuple[float, ...]]:
-        return _corner_inputs(self.d)
 
     def variance_bound(self, t: float) -> float:
         """Var[t*_j | t_j = t] = (D/k)·(Var_inner(t) + t²) − t² (bounded as the inner one)."""
