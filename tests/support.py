@@ -103,7 +103,7 @@ def campaign_spec(name: str, **overrides: Any) -> dict[str, Any]:
     specs: dict[str, dict[str, Any]] = {
         "krr": {"mechanism": "krr", "epsilon": 1.5, "domain": ["a", "b", "c", "d"]},
         "rr": {"mechanism": "rr", "epsilon": 1.0, "domain": ["no", "yes"]},
-        "rappor": {"mechanism": "rappor", "epsilon": 3.0, "domain": {"kind": "strings"},
+        "rappor": {"mechanism": "rappor", "epsilon": 2.0, "domain": {"kind": "strings"},
                    "params": {"k": 32, "h": 2, "m": 8}},
         "duchi": {"mechanism": "duchi", "epsilon": 1.0,
                   "domain": {"kind": "numeric", "lo": 0, "hi": 100}},
@@ -111,7 +111,7 @@ def campaign_spec(name: str, **overrides: Any) -> dict[str, Any]:
     mechanism = overrides.pop("mechanism", "krr")
     # Tests send many reports per client: a generous per-install policy unless overridden.
     spec = {"name": name, **specs[mechanism], "min_batch_size": 1,
-            "privacy": {"budget": 1000.0, "max_reports": 1_000_000}}
+            "privacy": {"budget": 1e6, "max_reports": 1_000_000}}
     spec.update(overrides)
     return spec
 

@@ -48,7 +48,7 @@ def spec(mechanism: str = "krr", **overrides: Any) -> dict[str, Any]:
     ({"privacy": {"unit": "week"}}, "privacy.unit"),
     ({"privacy": {"budget": 1.0}}, "privacy.budget"),
     ({"privacy": {"budget": float("inf")}}, "privacy.budget"),
-    ({"privacy": {"memoize": "yes"}}, "privacy.memoize"),
+    ({"privacy": {"memoize": True}}, "privacy.memoize is not supported"),
     ({"privacy": {"max_reports": 0}}, "privacy.max_reports"),
     ({"privacy": {"extra": 0}}, "unknown privacy fields"),
     ({"privacy": []}, "privacy must be an object"),
@@ -106,12 +106,15 @@ def test_large_epsilon_warns_but_is_allowed() -> None:
         campaign_from_spec(spec(epsilon=60))
 
 
-def test_epsilon_ten_is_not_warned() -> None:
+def test_epsilon_ten_is_warned_and_just_below_is_not() -> None:
+    """The threshold is inclusive: ε = 10 keeps binary RR's truth with probability 0.99995."""
     import warnings
 
+    with pytest.warns(PrivacyWarning, match="10 or more"):
+        assert campaign_from_spec(spec(epsilon=10)).public_config()["warnings"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert campaign_from_spec(spec(epsilon=10)).public_config()["warnings"] == []
+        assert campaign_from_spec(spec(epsilon=9.99)).public_config()["warnings"] == []
 
 
 @pytest.mark.parametrize("change", [
@@ -122,7 +125,7 @@ def test_epsilon_ten_is_not_warned() -> None:
     {"min_batch_size": 2},
     {"report_expiry": 86400},
     {"privacy": {"unit": "day"}},
-    {"privacy": {"memoize": False}},
+    {"privacy": {"max_reports": 999}},
     {"privacy": {"budget": 3.0}},
     {"privacy": {"max_reports": 5}},
     {"description": "x"},
@@ -157,6 +160,10 @@ def test_a_config_claiming_less_privacy_loss_than_its_parameters_is_refused() ->
     altered["epsilon"] = campaign_from_spec(
         {k: altered[k] for k in ("name", "mechanism", "domain", "params")}).epsilon
     altered["privacy"]["budget"] = altered["epsilon"]
+    with pytest.raises(CampaignError, match=r"derived .* does not match"):
+        campaign_from_config(altered)  # the derived facts still describe the old parameters
+    for field in ("derived", "worst_case", "warnings"):
+        del altered[field]
     with pytest.raises(CampaignError, match="digest"):
         campaign_from_config(altered)
 

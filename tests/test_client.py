@@ -8,6 +8,7 @@ import math
 import random
 import secrets
 import threading
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -47,10 +48,17 @@ def krr_config() -> dict[str, Any]:
     return campaign_from_spec(campaign_spec("browser")).public_config()
 
 
+def unpinned(**kwargs: Any) -> Client:
+    """A client that takes the configs its (scripted) collector serves: these tests are about
+    transport and verification, not pinning (tests/test_threat_model.py covers that)."""
+    kwargs.setdefault("lifetime_budget", math.inf)
+    return Client(BASE, ephemeral=True, allow_unpinned=True, send_delay=0.0, **kwargs)
+
+
 def make_client(transport: Any, sleeps: list[float] | None = None, **kwargs: Any) -> Client:
     sleeps = [] if sleeps is None else sleeps
-    return Client(BASE, transport=transport, rng=random.Random(1), sleep=sleeps.append,
-                  campaign_configs={"browser": krr_config()},
+    return unpinned(transport=transport, rng=random.Random(1), allow_insecure_rng=True,
+                  sleep=sleeps.append, campaigns={"browser": krr_config()},
                   retry=RetryPolicy(max_attempts=4, base_delay=0.5, max_delay=8.0,
                                     jitter=random.Random(0)), **kwargs)
 
@@ -155,17 +163,21 @@ def test_batches_respect_batch_size() -> None:
     assert client.totals.accepted == 7
 
 
-def test_values_outside_the_domain_raise_and_queue_nothing() -> None:
+def test_values_outside_the_domain_are_sent_as_substitutes() -> None:
+    """Sending must not depend on the value: a substitute goes out, and strict mode still
+    tells the developer (after queuing it)."""
     client = make_client(ScriptedTransport([]))
+    assert client.report("browser", "zzz") == "substituted"
+    assert client.report("browser", 3) == "substituted"
+    assert (client.pending(), client.substituted) == (2, 2)
+    strict = make_client(ScriptedTransport([]), strict=True)
     with pytest.raises(ValueDomainError, match="not one of"):
-        client.report("browser", "zzz")
-    with pytest.raises(ValueDomainError):
-        client.report("browser", 3)
-    assert client.pending() == 0
+        strict.report("browser", "zzz")
+    assert strict.pending() == 1
 
 
 def test_default_randomness_is_the_os_csprng() -> None:
-    client = Client(BASE, transport=ScriptedTransport([]))
+    client = unpinned(transport=ScriptedTransport([]))
     assert isinstance(client._rng, secrets.SystemRandom)
     assert client.timeout > 0
 
@@ -175,8 +187,8 @@ def test_a_config_that_understates_epsilon_is_refused() -> None:
     config["epsilon"] = 0.1  # the parameters give ε = 3
     transport = ScriptedTransport([Response(200, json.dumps(config).encode())] * 2)
     with pytest.raises(CampaignUnavailable, match="invalid campaign config"):
-        Client(BASE, transport=transport, strict=True).report("urls", "x")
-    quiet = Client(BASE, transport=transport)
+        unpinned(transport=transport, strict=True).report("urls", "x")
+    quiet = unpinned(transport=transport)
     assert quiet.report("urls", "x") == "unavailable"  # the host app sees no exception
     assert quiet.suppressed["unavailable"] == 1
     assert quiet.pending() == 0
@@ -185,7 +197,7 @@ def test_a_config_that_understates_epsilon_is_refused() -> None:
 def test_max_epsilon_refuses_looser_campaigns() -> None:
     config = krr_config()
     transport = ScriptedTransport([Response(200, json.dumps(config).encode())])
-    client = Client(BASE, transport=transport, max_epsilon=1.0)
+    client = unpinned(transport=transport, max_epsilon=1.0)
     with pytest.raises(CampaignUnavailable, match="above this client's limit"):
         client.campaign("browser")
 
@@ -195,20 +207,22 @@ def test_unknown_campaign_is_a_clear_error() -> None:
                "status": 404, "detail": "no campaign is named 'x'"}
     transport = ScriptedTransport([Response(404, json.dumps(problem).encode())] * 2)
     with pytest.raises(CampaignUnavailable, match="unknown-campaign"):
-        Client(BASE, transport=transport, strict=True).report("x", "a")
-    assert Client(BASE, transport=transport).report("x", "a") == "unavailable"
+        unpinned(transport=transport, strict=True).report("x", "a")
+    assert unpinned(transport=transport).report("x", "a") == "unavailable"
 
 
-def test_rappor_cohort_is_assigned_once_per_client() -> None:
+def test_rappor_cohort_is_drawn_for_every_report() -> None:
+    """A stable cohort would be a per-install ID in every report (up to 2^20 values)."""
     config = campaign_from_spec(campaign_spec("urls", mechanism="rappor")).public_config()
     transport = ScriptedTransport([], fallback=accepted)
-    client = Client(BASE, transport=transport, campaign_configs={"urls": config},
-                    rng=random.Random(5))
-    for value in ("x", "y", "z") * 5:
-        client.report("urls", value)
+    client = unpinned(transport=transport, campaigns={"urls": config},
+                      rng=random.Random(5), allow_insecure_rng=True)
+    for _ in range(200):
+        client.report("urls", "x")
     client.flush()
-    cohorts = {r["payload"]["cohort"] for r in json.loads(transport.sent[0].body or b"")["reports"]}
-    assert len(cohorts) == 1
+    cohorts = Counter(r["payload"]["cohort"] for s in transport.sent
+                      for r in json.loads(s.body or b"")["reports"])
+    assert sum(cohorts.values()) == 200 and len(cohorts) == 8  # m = 8: all of them appear
 
 
 def test_concurrent_reports_from_many_threads_are_each_sent_once() -> None:
@@ -250,7 +264,7 @@ def test_the_raw_value_never_leaves_the_process(make_app: Callable[..., Flask],
     for spec in specs:
         assert http.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS).status_code == 201
     transport = WSGITransport(app, BASE)
-    client = Client(BASE, transport=transport, clock=clock, budget_cap=math.inf)
+    client = unpinned(transport=transport, clock=clock)
     for _ in range(50):
         client.report("urls", secret_url)
         client.report("browser", secret_category)
@@ -275,7 +289,7 @@ def test_transport_errors_are_typed() -> None:
 
 def test_campaign_names_are_escaped_in_urls() -> None:
     transport = ScriptedTransport([Response(404, b"{}")])
-    client = Client(BASE, transport=transport)
+    client = unpinned(transport=transport)
     assert client.report("a/b?c=d", 1) == "unavailable"
     assert transport.sent[0].url == f"{BASE}/v1/campaigns/a%2Fb%3Fc%3Dd"
 
@@ -284,7 +298,7 @@ def test_report_does_not_retry_a_config_fetch() -> None:
     """report() must not hold the host app in a retry loop when the collector is down."""
     transport = ScriptedTransport([timeout_error()] * 5)
     sleeps: list[float] = []
-    client = Client(BASE, transport=transport, sleep=sleeps.append)
+    client = unpinned(transport=transport, sleep=sleeps.append)
     assert client.report("browser", "a") == "unavailable"
     assert len(transport.sent) == 1
     assert sleeps == []
@@ -292,7 +306,7 @@ def test_report_does_not_retry_a_config_fetch() -> None:
 
 def test_huge_numbers_are_a_value_domain_error() -> None:
     config = campaign_from_spec(campaign_spec("lat", mechanism="duchi")).public_config()
-    client = Client(BASE, transport=ScriptedTransport([]), campaign_configs={"lat": config})
+    client = unpinned(transport=ScriptedTransport([]), campaigns={"lat": config}, strict=True)
     with pytest.raises(ValueDomainError, match="non-finite"):
         client.report("lat", 10**400)
 
@@ -305,7 +319,7 @@ def test_the_library_wsgi_bridge_talks_to_the_collector(make_app: Callable[..., 
     http = app.test_client()
     http.post("/v1/campaigns", json=campaign_spec("browser"), headers=ADMIN_HEADERS)
     bridge = Bridge(app)
-    client = Client("http://collector.test", transport=bridge, clock=clock)
+    client = unpinned(transport=bridge, clock=clock)
     assert client.report("browser", "a") == "queued"
     assert client.flush().accepted == 1
     assert [m for m, _, _ in bridge.sent] == ["GET", "POST"]
@@ -316,7 +330,7 @@ def test_the_library_wsgi_bridge_talks_to_the_collector(make_app: Callable[..., 
 def test_a_failed_config_fetch_is_not_repeated_on_every_report() -> None:
     transport = ScriptedTransport([timeout_error()] * 3)
     clock = FakeClock()
-    client = Client(BASE, transport=transport, clock=clock)
+    client = unpinned(transport=transport, clock=clock)
     assert [client.report("x", "a") for _ in range(5)] == ["unavailable"] * 5
     assert len(transport.sent) == 1  # the host app is not held up again for a minute
     clock.now += 61

@@ -60,3 +60,34 @@ def test_unknown_settings_fail_with_a_hint() -> None:
     with pytest.raises(SettingsError, match="unknown setting"):
         resolve_settings({"NOPE": 1}, environ={})
     assert resolve_settings({"WORKERS": 3}, environ={"CHORUS_WORKERS": "5"})["WORKERS"] == 3
+
+
+THREAT_MODEL = (Path(__file__).resolve().parents[1] / "docs" / "threat-model.md").read_text()
+WORST_CASE_ROWS = [
+    ("k-RR, ε = 1, default policy", {"epsilon": 1.0}),
+    ("k-RR, ε = 1, lifetime budget 4", {"epsilon": 1.0, "privacy": {"budget": 4.0}}),
+    ("k-RR, ε = 0.5, one report a day", {"epsilon": 0.5, "privacy": {"unit": "day"}}),
+    ("k-RR, ε = 2, one report a day", {"epsilon": 2.0, "privacy": {"unit": "day"}}),
+    ("k-RR, ε = 2, daily budget 10⁶",
+     {"epsilon": 2.0, "privacy": {"unit": "day", "budget": 1e6, "max_reports": 10**6}}),
+]
+
+
+@pytest.mark.parametrize(("label", "extra"), WORST_CASE_ROWS, ids=[r[0] for r in WORST_CASE_ROWS])
+def test_the_threat_model_worst_case_table_is_computed(label: str,
+                                                       extra: dict[str, object]) -> None:
+    """Each row, recomputed from the campaign and the client's own caps."""
+    from chorus_client import Client
+    from chorus_shared import campaign_from_spec
+
+    campaign = campaign_from_spec({"name": "x", "mechanism": "krr", "domain": ["a", "b", "c"],
+                                   **extra}, warn=False)
+    bound = Client("http://unused.test", ephemeral=True,
+                   campaigns={"x": campaign}).worst_case("x")
+    case = campaign.worst_case
+    reports = round(bound.lifetime / bound.per_report)
+    row = (f"| {label} | {campaign.policy.unit} | {case.per_report:g} | "
+           f"{case.reports_per_period} | {case.per_period:g} | {case.per_year:,.6g} | "
+           f"{bound.per_year:g} | {bound.lifetime:g} ({reports} report"
+           f"{'s' if reports != 1 else ''}) |")
+    assert row in THREAT_MODEL

@@ -63,7 +63,9 @@ def test_real_client_over_http_estimates_within_four_standard_errors(
     transport = RequestsTransport()
 
     def one_user(row: tuple[str, str, float]) -> int:
-        client = Client(server.url, transport=transport, campaign_configs=campaigns)
+        # One simulated install per user, configs pinned; no send delay in a test.
+        client = Client(server.url, ephemeral=True, transport=transport, campaigns=campaigns,
+                        send_delay=0.0)
         client.report("e2e-krr", row[0])
         client.report("e2e-rappor", row[1])
         client.report("e2e-mean", row[2])
@@ -101,21 +103,25 @@ def test_real_client_over_http_estimates_within_four_standard_errors(
 
 def test_cli_creates_lists_and_queries(server: CollectorProcess, tmp_path: Path) -> None:
     spec = {"name": "cli-krr", "mechanism": "krr", "epsilon": 1.0, "domain": ["x", "y"],
-            "min_batch_size": 1, "privacy": {"budget": 2.0}}
+            "min_batch_size": 1, "privacy": {"budget": 40.0}}
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps(spec))
     runner = CliRunner()
     env = {"CHORUS_URL": server.url, "CHORUS_TOKEN": ADMIN}
     created = runner.invoke(cli, ["campaign", "create", str(spec_file)], env=env)
     assert created.exit_code == 0, created.output
-    assert json.loads(created.output)["name"] == "cli-krr"
+    assert json.loads(created.stdout)["name"] == "cli-krr"
+    assert "ε = 40 in any 365 days" in created.stderr  # lifetime unit: 40 reports of ε = 1
+    shown = runner.invoke(cli, ["campaign", "show", "cli-krr"], env=env)
+    assert shown.exit_code == 0 and "worst case for one install" in shown.stdout
     listed = runner.invoke(cli, ["campaign", "list"], env=env)
     assert "cli-krr" in listed.output
     denied = runner.invoke(cli, ["campaign", "list"], env={**env, "CHORUS_TOKEN": "bad"})
     assert denied.exit_code != 0
     assert "403" in denied.output
 
-    client = Client(server.url)
+    client = Client(server.url, state_dir=tmp_path / "app", allow_unpinned=True,
+                    send_delay=0.0, lifetime_budget=math.inf)
     for value in ["x"] * 30 + ["y"] * 10:
         client.report("cli-krr", value)
     client.flush()
@@ -259,15 +265,15 @@ def test_chunked_bodies_over_the_limit_are_refused_not_truncated(
     assert under.status_code == 201, under.text
 
 
-def test_rappor_end_to_end_with_memoized_prr_cli_and_google_import(
+def test_rappor_end_to_end_with_repeated_reports_cli_and_google_import(
         server: CollectorProcess, tmp_path: Path) -> None:
-    """A RAPPOR campaign with a PRR (f > 0): users report repeatedly through the client, the
-    CLI decodes against a candidates file; and google/rappor client reports are imported."""
+    """A RAPPOR campaign with a PRR (f > 0): users report twice through the client, the CLI
+    decodes against a candidates file; and google/rappor client reports are imported."""
     admin = CollectorAPI(server.url, ADMIN)
     config = admin.create_campaign({"name": "rappor-cli", "mechanism": "rappor",
                                     "epsilon": 2.0, "domain": {"kind": "strings"},
                                     "params": {"k": 32, "h": 2, "m": 8, "f": 0.5},
-                                    "min_batch_size": 1})
+                                    "min_batch_size": 1, "privacy": {"budget": 4.0}})
     assert config["derived"]["epsilon_longitudinal"] > config["epsilon"]
     campaign = campaign_from_config(config)
     transport = RequestsTransport()
@@ -276,9 +282,9 @@ def test_rappor_end_to_end_with_memoized_prr_cli_and_google_import(
     for _user in range(1500):
         value = population.choices(STRINGS[:4], [4, 3, 2, 1])[0]
         truth[value] += 1
-        client = Client(server.url, transport=transport, campaign_configs={"rappor-cli":
-                                                                           campaign})
-        for _ in range(2):  # the second report reuses the PRR: charged min(2ε₁, ε∞)
+        client = Client(server.url, ephemeral=True, transport=transport,
+                        campaigns={"rappor-cli": campaign}, send_delay=0.0)
+        for _ in range(2):  # each report randomized afresh and charged ε₁
             assert client.report("rappor-cli", value) == "queued"
         client.flush()
     candidates = tmp_path / "candidates.txt"

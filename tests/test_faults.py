@@ -3,6 +3,7 @@ response lost after the commit. The client retries the same bytes; every report 
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +32,8 @@ def test_a_lost_request_or_response_never_double_counts(make_app: Callable[..., 
     faults = FaultInjector(app.wsgi_app)
     app.wsgi_app = faults  # type: ignore[method-assign]
     transport = WSGITransport(app)
-    client = Client("http://collector.test", transport=transport, clock=clock,
+    client = Client("http://collector.test", ephemeral=True, allow_unpinned=True,
+                    send_delay=0.0, lifetime_budget=math.inf, transport=transport, clock=clock,
                     retry=RetryPolicy(max_attempts=3, base_delay=0), sleep=lambda s: None)
     for value in "abcdabcd":
         client.report("b", value)

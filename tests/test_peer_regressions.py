@@ -90,7 +90,7 @@ def test_rappor_allows_more_than_32_bits_and_16_hashes() -> None:
 def test_client_randomness_is_unpredictable_by_default() -> None:
     """pure-LDP and multi-freq-ldpy use Mersenne Twister; predictable coins undo LDP."""
     assert isinstance(resolve_rng(None), secrets.SystemRandom)
-    client = Client("http://x.test", transport=ScriptedTransport([]))
+    client = Client("http://x.test", ephemeral=True, transport=ScriptedTransport([]))
     assert isinstance(client._rng, secrets.SystemRandom)
 
 

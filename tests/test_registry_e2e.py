@@ -20,7 +20,7 @@ from chorus_client import Client, CollectorAPI
 from chorus_client.transport import WSGITransport
 from chorus_collector.cli import format_estimates
 from chorus_collector.estimators import estimator_for
-from chorus_shared import REGISTRY, campaign_from_config
+from chorus_shared import REGISTRY
 from examples import EXAMPLES
 from support import ADMIN, ANALYST, FakeClock
 
@@ -49,23 +49,18 @@ def test_mechanism_works_end_to_end(mechanism: str, make_app: Any, clock: FakeCl
     transport = WSGITransport(app)
     spec = {"name": f"e2e-{mechanism}", "mechanism": mechanism, **EXAMPLES[mechanism][0],
             "min_batch_size": 1,
-            "privacy": {"memoize": False, "budget": 1e6, "max_reports": 1_000_000}}
+            "privacy": {"budget": 1e6, "max_reports": 1_000_000}}
     config = CollectorAPI(BASE, ADMIN, transport=transport).create_campaign(spec)
     rng = random.Random(zlib.crc32(mechanism.encode()))
     values = _values(spec, rng)
     noise = random.Random(5)
 
-    def new_client() -> Client:
-        return Client(BASE, transport=transport, campaign_configs={spec["name"]: config},
-                      rng=noise, budget_cap=math.inf, max_epsilon=math.inf, batch_size=200,
-                      clock=clock)
-
-    # Mechanisms with a per-install cohort need one install per user; the others let one
-    # client stand for many users (fresh noise per report, generous budget).
-    cohorts = "cohort" in REGISTRY[mechanism].resolve(
-        epsilon=spec["epsilon"], domain=campaign_from_config(config).domain,
-        params=spec.get("params", {})).assign(random.Random(0))
-    clients = [new_client() for _ in values] if cohorts else [new_client()] * USERS
+    # One client stands for many users: every report, cohort and hash seed is drawn afresh,
+    # and the caps are lifted for the test.
+    one = Client(BASE, ephemeral=True, transport=transport, campaigns={spec["name"]: config},
+                 rng=noise, allow_insecure_rng=True, lifetime_budget=math.inf,
+                 max_epsilon=math.inf, batch_size=200, clock=clock, send_delay=0.0)
+    clients = [one] * USERS
     assert {c.report(spec["name"], v) for c, v in zip(clients, values, strict=True)} \
         == {"queued"}
     for client in set(clients):

@@ -90,7 +90,7 @@ def test_ingest_key_when_configured(make_app: Callable[..., Flask], rng: random.
     assert http.post("/v1/reports", json=report,
                      headers={"Authorization": "Bearer app-key"}).status_code == 201
     client = Client("http://collector.test", transport=WSGITransport(app), ingest_key="app-key",
-                    clock=clock)
+                    clock=clock, ephemeral=True, allow_unpinned=True, send_delay=0.0)
     client.report("b", "c")
     assert client.flush().accepted == 1
     assert http.get("/v1/campaigns/b").status_code == 200  # reading configs stays open

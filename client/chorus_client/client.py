@@ -1,14 +1,28 @@
 """The Chorus client: perturb on the device, upload only the noisy report, never get in the way.
 
-Create one :class:`Client` per app with the collector's URL and a directory for its state::
+The app owns the privacy policy. It pins each campaign it reports to (the config shipped with
+the app, or its digest), keeps the client's state in its private storage, and sets the caps::
 
-    client = Client("https://collector.example", state_dir=app_data / "chorus")
+    client = Client("https://collector.example", state_dir=app_data / "chorus",
+                    campaigns={"browser": BROWSER_CONFIG})       # or {"browser": "<digest>"}
     client.report("browser", "firefox")   # perturbed here, charged, written to the outbox
-    client.flush()                         # batched upload with retries (or background=True)
+    client.flush()                         # sends what is due (or background=True)
 
-The true value never leaves :meth:`Client.report`: it is encoded and randomized with the OS
-CSPRNG (or, for a memoized campaign, with a stream keyed by the install's secret) before
-anything is stored or queued; only the randomized payload is ever written or sent.
+The client is the user's only guardian against the collector, so:
+
+* a served config that differs from the pinned one is refused; accepting whatever the
+  collector serves is an explicit opt-in (``allow_unpinned=True``), still within the caps;
+* every report is randomized afresh with the OS CSPRNG and charged its ε, whatever the value,
+  against the campaign's per-period budget, the app's per-campaign cap and a lifetime budget
+  over all campaigns (on by default), all keyed by campaign name, so a new config version
+  continues the same ledger;
+* whether and when a report is sent never depends on the value: a value outside the domain is
+  sent as a substitute drawn uniformly from the domain (or as the campaign's ``other``
+  category), budgets are counted in reports, and reports leave after a random delay, one
+  campaign per request, without cookies and with generic headers.
+
+See docs/threat-model.md for what the collector, a database reader and a network observer
+can learn.
 """
 
 from __future__ import annotations
@@ -16,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import threading
 import time
 from collections import Counter
@@ -33,24 +48,42 @@ from chorus_client.errors import (
     TransportError,
 )
 from chorus_client.retry import RetryPolicy, retry_after, send_with_retries
-from chorus_client.state import ClientState
+from chorus_client.state import ClientState, Limits
 from chorus_client.transport import RequestsTransport, Response, Transport
-from chorus_shared.campaign import Campaign, campaign_from_config, canonical_json
-from chorus_shared.errors import CampaignError
-from chorus_shared.privacy import report_cost
-from chorus_shared.rng import DeterministicRandom, RandomSource, derive_key, resolve_rng
+from chorus_shared.campaign import Campaign, campaign_from_config
+from chorus_shared.errors import CampaignError, ValueDomainError
+from chorus_shared.rng import RandomSource, is_secure, resolve_rng
 from chorus_shared.wire import new_report_id
 
-__all__ = ["Client", "FlushResult", "Outcome"]
+__all__ = ["DEFAULT_LIFETIME_BUDGET", "DEFAULT_MAX_EPSILON", "Client", "FlushResult", "Outcome",
+           "Pin", "PrivacyBound"]
 
 log = logging.getLogger("chorus.client")
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
-Outcome = Literal["queued", "suppressed", "unavailable"]
+Outcome = Literal["queued", "substituted", "suppressed", "unavailable"]
+#: How an app pins a campaign: its config as shipped with the app (a mapping or a verified
+#: :class:`Campaign`), or the SHA-256 digest the fetched config must have.
+Pin = str | Mapping[str, Any] | Campaign
 _ONE_ATTEMPT = RetryPolicy(max_attempts=1)
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 # A campaign whose config could not be had is not asked for again before this many seconds.
 UNAVAILABLE_HOLD_OFF = 60.0
 # Request-level refusals that resending cannot cure: the batch is dropped (with a log line).
 DROP_STATUSES = frozenset({400, 409, 415, 422})
+
+#: Per-report ε ceiling: ε ≈ 1 is strong protection, 2 keeps the truth in binary randomized
+#: response with probability 0.88; above that a report protects less and less.
+DEFAULT_MAX_EPSILON = 2.0
+#: ε one install may spend over its whole life, on all campaigns together (docs/threat-model.md
+#: justifies it: it bounds what anything observed can shift any belief about the person by a
+#: factor of e^8 ≈ 3,000, the order of one google/rappor value's ε∞ and of Apple's
+#: per-use-case daily budgets, but never renewed).
+DEFAULT_LIFETIME_BUDGET = 8.0
+#: The finest report-time precision accepted (seconds): finer buckets time-stamp a person.
+DEFAULT_MIN_TIME_PRECISION = 3600
+#: Reports leave after a uniformly random delay of up to this many seconds, so that arrival
+#: times say no more than the (hourly or coarser) time bucket does.
+DEFAULT_SEND_DELAY = 3600.0
 
 
 @dataclass
@@ -60,7 +93,21 @@ class FlushResult:
     accepted: int = 0
     duplicate: int = 0
     rejected: int = 0
-    pending: int = 0  # still in the outbox afterwards (the collector could not be reached)
+    pending: int = 0  # still in the outbox afterwards (not due, or the collector unreachable)
+
+
+@dataclass(frozen=True)
+class PrivacyBound:
+    """The most ε this install can lose to one campaign, whatever its values, after the
+    campaign's policy and this client's caps."""
+
+    campaign: str
+    unit: str  # the campaign's privacy period: "lifetime" or "day"
+    per_report: float
+    per_period: float
+    per_year: float  # in any window of 365 days
+    lifetime: float  # ever (math.inf only if the app removed the lifetime budget)
+    holds_across_restarts: bool  # False for an ephemeral client: each process starts afresh
 
 
 def _json_object(response: Response) -> dict[str, Any] | None:
@@ -75,57 +122,88 @@ class Client:
     """Reports values to one collector. Thread-safe; never raises into the host app for
     network trouble or an exhausted budget (unless ``strict``).
 
-    :param url: the collector's base URL.
-    :param state_dir: where the install's secret, privacy ledger and outbox live (an SQLite
-        file). ``None`` keeps them in memory: budgets and memoization then last only as long
-        as the process, and unsent reports are lost at exit.
-    :param transport: how requests are sent (default: :class:`RequestsTransport`).
+    :param url: the collector's base URL (or a shuffler's, see docs/shuffler.md).
+    :param state_dir: where the privacy ledger and the outbox live (an SQLite file in the app's
+        private storage). Required, unless ``ephemeral``.
+    :param ephemeral: keep the state in memory. Every process start is then a new install with
+        a fresh budget, and unsent reports are lost at exit: only for short-lived programs
+        that accept it explicitly.
+    :param campaigns: the campaigns this app reports to, pinned by name: the public config
+        shipped with the app (a mapping or a :class:`Campaign`, verified at construction and
+        never fetched), or the digest the fetched config must have.
+    :param allow_unpinned: also accept campaigns that are not pinned, in whatever version the
+        collector serves (within the caps below). Off by default: the collector would choose
+        the domain, ε and period.
+    :param max_epsilon: refuse campaigns whose one-report ε exceeds this.
+    :param lifetime_budget: the ε this install may spend over its life, on all campaigns.
+    :param campaign_budget: the ε any one campaign may spend over the install's life (all
+        periods and config versions); by default only the lifetime budget limits it.
+    :param min_time_precision: refuse campaigns whose report times are finer than this many
+        seconds.
+    :param send_delay: each report becomes due after a uniformly random delay of up to this
+        many seconds; :meth:`flush` and the background sender send only due reports.
+    :param transport: how requests are sent (default: :class:`RequestsTransport`, which keeps
+        no cookies, reuses no connection and sends generic headers).
     :param rng: randomness for the randomizers; ``None`` (the default) is the OS CSPRNG.
-        Pass a seeded ``random.Random`` only in tests and simulations.
+    :param allow_insecure_rng: accept an ``rng`` that is not the OS CSPRNG (a seeded
+        ``random.Random``): for tests and simulations only, never in an app.
     :param timeout: seconds for each HTTP request; always on.
-    :param batch_size: reports per upload.
-    :param max_batch_age: with ``background``, send when the oldest queued report is this old
-        (seconds) even if the batch is not full.
-    :param background: run a daemon thread that sends by size and age.
-    :param strict: raise :class:`BudgetExceeded` and :class:`CampaignUnavailable` from
-        :meth:`report` instead of logging and counting them.
-    :param total_budget: cap on the ε this install spends over all campaigns, ever.
-    :param budget_cap: the most ε this client lets any campaign spend per privacy unit,
-        whatever budget the campaign's config states (the collector is not trusted with it).
-    :param max_epsilon: refuse campaigns whose one-report ε exceeds this (default 10, above
-        which randomization protects little).
-    :param campaign_configs: public campaign configs (or verified :class:`Campaign` objects)
-        the app ships with, by name; verified like fetched ones, they save a request each.
+    :param batch_size: most reports per upload (all of one campaign).
+    :param background: run a daemon thread that sends reports as they become due.
+    :param strict: raise :class:`BudgetExceeded`, :class:`CampaignUnavailable` and
+        ``ValueDomainError`` (after queuing the substitute) from :meth:`report` instead of
+        logging and counting them.
     :param ingest_key: sent as a bearer token with reports, for collectors that require one.
     """
 
     def __init__(self, url: str, *, state_dir: str | Path | None = None,
+                 ephemeral: bool = False, campaigns: Mapping[str, Pin] | None = None,
+                 allow_unpinned: bool = False, max_epsilon: float = DEFAULT_MAX_EPSILON,
+                 lifetime_budget: float = DEFAULT_LIFETIME_BUDGET,
+                 campaign_budget: float = math.inf,
+                 min_time_precision: int = DEFAULT_MIN_TIME_PRECISION,
+                 send_delay: float = DEFAULT_SEND_DELAY,
                  transport: Transport | None = None, rng: RandomSource | None = None,
-                 timeout: float = 10.0, batch_size: int = 100, max_batch_age: float = 60.0,
+                 allow_insecure_rng: bool = False,
+                 timeout: float = 10.0, batch_size: int = 100,
                  background: bool = False, strict: bool = False,
-                 total_budget: float = math.inf, budget_cap: float = 20.0,
-                 retry: RetryPolicy | None = None, max_epsilon: float = 10.0,
+                 retry: RetryPolicy | None = None,
                  clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
-                 campaign_configs: Mapping[str, Mapping[str, Any] | Campaign] | None = None,
                  ingest_key: str | None = None) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        if max_batch_age <= 0:
-            raise ValueError("max_batch_age must be positive")
+        if not send_delay >= 0:
+            raise ValueError("send_delay must be a number of seconds >= 0")
+        for name, budget in (("lifetime_budget", lifetime_budget),
+                             ("campaign_budget", campaign_budget),
+                             ("max_epsilon", max_epsilon)):
+            if not budget > 0:
+                raise ValueError(f"{name} must be positive")
+        if (state_dir is None) == (not ephemeral):
+            raise ValueError(
+                "pass state_dir (a directory in the app's private storage, so that budgets "
+                "hold across restarts) or ephemeral=True (every process start is a new "
+                "install with a fresh budget), not both or neither")
+        if rng is not None and not is_secure(rng) and not allow_insecure_rng:
+            raise ValueError("rng is not the OS CSPRNG: predictable coins undo the "
+                             "randomization. Pass allow_insecure_rng=True in tests only.")
         self.url = url.rstrip("/")
         self.transport: Transport = transport if transport is not None else RequestsTransport()
         self._rng = resolve_rng(rng)
         self.timeout = timeout
         self.batch_size = batch_size
-        self.max_batch_age = max_batch_age
         self.strict = strict
-        self.total_budget = total_budget
-        self.budget_cap = budget_cap
-        self.retry = retry or RetryPolicy()
+        self.ephemeral = ephemeral
+        self.allow_unpinned = allow_unpinned
         self.max_epsilon = max_epsilon
+        self.lifetime_budget = lifetime_budget
+        self.campaign_budget = campaign_budget
+        self.min_time_precision = min_time_precision
+        self.send_delay = send_delay
+        self.retry = retry or RetryPolicy()
         self._clock = clock
         self._sleep = sleep
         self._post_headers = dict(JSON_HEADERS)
@@ -135,12 +213,19 @@ class Client:
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()
         self._campaigns: dict[str, Campaign] = {}
-        self._assignments: dict[str, dict[str, int]] = {}
-        self.suppressed: Counter[str] = Counter()  # reports not sent, by reason
+        self._pinned_digests: dict[str, str] = {}
+        self.suppressed: Counter[str] = Counter()  # reports not made, by reason
+        self.substituted = 0  # values outside their domain, sent as substitutes
         self.dropped = 0  # reports the collector refused for good (logged, never retried)
         self.totals = FlushResult()  # everything acknowledged over this client's life
-        for name, config in (campaign_configs or {}).items():
-            self._adopt(name, config)
+        for name, pin in (campaigns or {}).items():
+            if isinstance(pin, str):
+                if not _DIGEST.match(pin):
+                    raise ValueError(f"campaign {name!r} is pinned by {pin!r:.80}, which is "
+                                     "not a SHA-256 digest (64 lowercase hex digits)")
+                self._pinned_digests[name] = pin
+            else:
+                self._adopt(name, pin)  # a shipped config that fails the checks fails here
         self._hold_until = 0.0  # no sending before this (clock) time: Retry-After, backoff
         self._failures = 0
         self._closed = False
@@ -156,11 +241,16 @@ class Client:
     # -- campaigns --------------------------------------------------------------------------
 
     def campaign(self, name: str, *, retry: RetryPolicy | None = None) -> Campaign:
-        """Fetch, verify and cache a campaign's public config."""
+        """The verified config of a campaign: pinned, or fetched and checked against its pin."""
         with self._lock:
             cached = self._campaigns.get(name)
         if cached is not None:
             return cached
+        digest = self._pinned_digests.get(name)
+        if digest is None and not self.allow_unpinned:
+            raise CampaignUnavailable(0, {"detail": f"campaign {name!r} is not pinned by "
+                                          "this app (Client(campaigns=...)); unpinned "
+                                          "campaigns need allow_unpinned=True"})
         response = send_with_retries(
             self.transport, "GET", f"{self.url}/v1/campaigns/{quote(name, safe='')}", None,
             {"Accept": "application/json"}, timeout=self.timeout, policy=retry or self.retry,
@@ -173,45 +263,64 @@ class Client:
             config = json.loads(response.body)
         except ValueError:
             raise CampaignUnavailable(200, {"detail": "campaign config is not JSON"}) from None
-        return self._adopt(name, config)
+        return self._adopt(name, config, digest)
 
-    def _adopt(self, name: str, config: object) -> Campaign:
-        """Verify a public config (or take a verified :class:`Campaign`); cache it."""
+    def _adopt(self, name: str, config: object, digest: str | None = None) -> Campaign:
+        """Verify a config (against its pinned digest, if any) and the app's caps; cache it."""
         try:
             if isinstance(config, Campaign):
                 campaign = config  # only ever built through validation
             elif isinstance(config, Mapping):
-                # Re-derives ε from the parameters and checks the digest: a config that claims
-                # less privacy loss than its parameters give is refused.
+                # Re-derives ε and the derived facts from the parameters and checks the
+                # digest: a config that claims less privacy loss than it gives is refused.
                 campaign = campaign_from_config(config)
             else:
                 raise CampaignError("a campaign config is a JSON object")
         except CampaignError as error:
             raise CampaignUnavailable(200, {"detail": f"invalid campaign config: {error}"}) \
                 from None
-        if campaign.name != name:
-            raise CampaignUnavailable(200, {"detail": f"config is for {campaign.name!r}, "
-                                        f"not {name!r}"})
-        if campaign.epsilon > self.max_epsilon:
-            raise CampaignUnavailable(200, {"detail": f"campaign {name!r} has ε = "
-                                        f"{campaign.epsilon:g}, above this client's limit of "
-                                        f"{self.max_epsilon:g}"})
-        # The per-install assignment (cohort, α) is derived from the install's secret, so it
-        # is the same after every restart and independent of any value.
-        assigner = DeterministicRandom(derive_key(self._state.secret, "assign", campaign.digest))
+        refusal = self._refusal(name, campaign, digest)
+        if refusal:
+            raise CampaignUnavailable(200, {"detail": refusal})
         with self._lock:
-            campaign = self._campaigns.setdefault(name, campaign)
-            self._assignments.setdefault(name, campaign.mechanism.assign(assigner))
-        return campaign
+            return self._campaigns.setdefault(name, campaign)
+
+    def _refusal(self, name: str, campaign: Campaign, digest: str | None) -> str | None:
+        if campaign.name != name:
+            return f"config is for {campaign.name!r}, not {name!r}"
+        if digest is not None and campaign.digest != digest:
+            return (f"the collector served campaign {name!r} with digest {campaign.digest}, "
+                    f"not the pinned {digest}")
+        if campaign.epsilon > self.max_epsilon * (1 + 1e-9):  # ε = 2 resolves to 2.0000…01
+            return (f"campaign {name!r} has ε = {campaign.epsilon:g} per report, above this "
+                    f"client's limit of {self.max_epsilon:g}")
+        if campaign.time_precision < self.min_time_precision:
+            return (f"campaign {name!r} time-stamps reports to {campaign.time_precision} s, "
+                    f"finer than this client's limit of {self.min_time_precision} s")
+        return None
+
+    def worst_case(self, campaign_name: str) -> PrivacyBound:
+        """The most ε this install can lose to a campaign, whatever it reports."""
+        campaign = self.campaign(campaign_name)
+        bound = campaign.worst_case
+        cap = min(self.campaign_budget, self.lifetime_budget)
+        once = campaign.policy.unit == "lifetime"
+        return PrivacyBound(
+            campaign=campaign_name, unit=campaign.policy.unit, per_report=bound.per_report,
+            per_period=min(bound.per_period, cap), per_year=min(bound.per_year, cap),
+            lifetime=min(bound.per_period, cap) if once else cap,
+            holds_across_restarts=not self.ephemeral)
 
     # -- reporting --------------------------------------------------------------------------
 
     def report(self, campaign_name: str, value: object) -> Outcome:
         """Perturb ``value`` on the device, charge the privacy ledger and queue the report.
 
-        Returns ``"queued"``, ``"suppressed"`` (over the campaign's budget or report cap, or
-        the client's total budget) or ``"unavailable"`` (the campaign's config could not be
-        had). Raises ``ValueDomainError`` if the value does not fit the campaign's domain.
+        Returns ``"queued"``; ``"substituted"`` (the value is outside the campaign's domain: a
+        report of a uniformly drawn domain value was queued instead, so that sending never
+        depends on the value); ``"suppressed"`` (a budget or report cap is used up: the
+        same count of reports is refused whatever the values); or ``"unavailable"`` (the
+        campaign is not pinned, or its config could not be had or failed the checks).
         """
         if self._closed:
             if self.strict:
@@ -233,47 +342,54 @@ class Client:
                         error)
             return "unavailable"
         mechanism, policy = campaign.mechanism, campaign.policy
-        x = mechanism.encode(value)
-        assignment = self._assignments[campaign_name]
-        fingerprint: bytes | None = None
-        if policy.memoize:
-            memo_value = canonical_json(mechanism.memo_input(x, assignment))
-            fingerprint = derive_key(self._state.secret, "memo", campaign.digest, memo_value)
-            permanent_rng = DeterministicRandom(
-                derive_key(self._state.secret, "permanent", campaign.digest, memo_value))
-            permanent = mechanism.permanent(mechanism.memo_input(x, assignment), permanent_rng,
-                                            assignment)
+        outside: ValueDomainError | None = None
+        try:
+            x = mechanism.encode(value)
+        except ValueDomainError as error:
+            outside = error
             with self._lock:
-                payload = mechanism.instantaneous(permanent, self._rng)
-        else:
-            with self._lock:
-                payload = mechanism.randomize(x, self._rng, assignment)
+                x = mechanism.encode(campaign.domain.random_value(self._rng))
+        with self._lock:
+            # No assignment: cohorts and hash seeds are drawn afresh for every report.
+            payload = mechanism.randomize(x, self._rng)
+            delay = self._rng.random() * self.send_delay
         now = self._clock()
         report = json.dumps({"report_id": new_report_id(), "digest": campaign.digest,
                              "time": campaign.time_bucket(now), "payload": payload},
                             separators=(",", ":"))
+        limits = Limits(period_budget=policy.budget, max_reports=policy.max_reports,
+                        campaign_budget=self.campaign_budget,
+                        lifetime_budget=self.lifetime_budget)
         decision = self._state.charge_and_queue(
-            campaign=campaign.digest, period=policy.period(now), fingerprint=fingerprint,
-            cost_of=lambda earlier: report_cost(mechanism, policy.memoize, earlier),
-            budget=min(policy.budget, self.budget_cap), max_reports=policy.max_reports,
-            total_budget=self.total_budget, report=report, now=now)
+            campaign=campaign_name, period=policy.period(now), cost=mechanism.epsilon,
+            limits=limits, report=report, now=now, due=now + delay)
         if not decision.allowed:
             with self._lock:
                 self.suppressed[decision.reason] += 1
             if self.strict:
                 raise BudgetExceeded(campaign_name, decision.reason)
-            log.info("chorus: report for %r not sent: %s exhausted", campaign_name,
+            log.info("chorus: report for %r not made: %s exhausted", campaign_name,
                      decision.reason)
             return "suppressed"
-        if self._sender is not None and self._state.outbox_size() >= self.batch_size:
+        if self._sender is not None:
             self._wake.set()
+        if outside is not None:
+            with self._lock:
+                self.substituted += 1
+            log.warning("chorus: a value for %r is outside the campaign's domain; a substitute "
+                        "report was sent (%s)", campaign_name, outside)
+            if self.strict:
+                raise outside
+            return "substituted"
         return "queued"
 
     def spent(self, campaign_name: str | None = None) -> float:
-        """ε this install has spent, on one campaign (all periods) or in total."""
-        if campaign_name is None:
-            return self._state.spent()
-        return self._state.spent(self.campaign(campaign_name).digest)
+        """ε this install has spent, on one campaign (all periods and versions) or in total."""
+        return self._state.spent(campaign_name)
+
+    def remaining(self) -> float:
+        """ε left of the lifetime budget."""
+        return max(0.0, self.lifetime_budget - self._state.spent())
 
     def pending(self) -> int:
         """Reports perturbed and queued, not yet answered by the collector."""
@@ -282,8 +398,9 @@ class Client:
     # -- sending ----------------------------------------------------------------------------
 
     def flush(self, timeout: float | None = None) -> FlushResult:
-        """Send the outbox in batches until it is empty, the collector cannot take more, or
-        ``timeout`` seconds have passed. Unsent reports stay queued.
+        """Send the due reports, in batches of one campaign each, until none is left, the
+        collector cannot take more, or ``timeout`` seconds have passed. Reports not yet due
+        (see ``send_delay``) and unsent ones stay queued.
 
         After the collector asked to wait (``Retry-After``) or could not be reached, flushing
         holds off until that time has passed, so a busy host app cannot hammer it.
@@ -291,7 +408,8 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         return self._flush(deadline, self._sleep)
 
-    def _flush(self, deadline: float | None, sleep: Callable[[float], Any]) -> FlushResult:
+    def _flush(self, deadline: float | None, sleep: Callable[[float], Any], *,
+               everything: bool = False) -> FlushResult:
         result = FlushResult()
         wait = None if deadline is None else max(0.0, deadline - time.monotonic())
         if not self._flush_lock.acquire(timeout=-1 if wait is None else wait):
@@ -302,7 +420,7 @@ class Client:
             while self._clock() >= self._hold_until and not self._state.closed:
                 if deadline is not None and time.monotonic() >= deadline:
                     break
-                rows = self._state.outbox(size)
+                rows = self._state.outbox(size, math.inf if everything else self._clock())
                 if not rows:
                     break
                 sent = self._send_batch(rows, result, deadline, sleep)
@@ -376,7 +494,7 @@ class Client:
         return "kept"
 
     def _send_in_background(self) -> None:
-        """Send when a batch is full or the oldest report is ``max_batch_age`` old."""
+        """Send reports as they become due."""
         while not self._stopping.is_set():
             try:
                 self._background_round()
@@ -386,31 +504,31 @@ class Client:
                 self._stopping.wait(1.0)
 
     def _background_round(self) -> None:
-        oldest = self._state.oldest_queued()
+        due = self._state.next_due()
         now = self._clock()
-        wait = self.max_batch_age if oldest is None else oldest + self.max_batch_age - now
+        wait = 3600.0 if due is None else due - now
         wait = max(wait, self._hold_until - now, 0.0)
         self._wake.wait(timeout=min(wait, 3600.0))
         self._wake.clear()
         if self._stopping.is_set() or self._clock() < self._hold_until:
             return
-        oldest = self._state.oldest_queued()
-        due = oldest is not None and self._clock() - oldest >= self.max_batch_age
-        if due or self._state.outbox_size() >= self.batch_size:
+        due = self._state.next_due()
+        if due is not None and self._clock() >= due:
             # Interruptible: close() stops a retry wait at once.
             deadline = time.monotonic() + self.timeout * self.retry.max_attempts
             self._flush(deadline, self._stopping.wait)
 
     def close(self, timeout: float | None = 10.0) -> FlushResult:
-        """Stop the background sender, flush for at most ``timeout`` seconds in all, release
-        the transport. Reports still unsent stay in the outbox for the next run."""
+        """Stop the background sender, flush the due reports for at most ``timeout`` seconds
+        in all, release the transport. Reports still unsent stay in the outbox for the next
+        run; an ephemeral client, which has no next run, sends all of them now."""
         deadline = None if timeout is None else time.monotonic() + timeout
         self._stopping.set()
         self._wake.set()
         if self._sender is not None:
             self._sender.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         self._hold_until = 0.0  # a last attempt, whatever the collector said before
-        result = self._flush(deadline, self._sleep)
+        result = self._flush(deadline, self._sleep, everything=self.ephemeral)
         with self._lock:
             self._closed = True
         closer = getattr(self.transport, "close", None)

@@ -1,49 +1,59 @@
-"""Per-install state in one SQLite file (stdlib ``sqlite3``): secret, ledger, memo, outbox.
+"""Per-install state in one SQLite file (stdlib ``sqlite3``): the privacy ledger and the outbox.
 
-* ``install``: a 32-byte secret from the OS CSPRNG, created once. Memoized responses and the
-  per-install assignment (RAPPOR's cohort, Duchi's α) are derived from it, so they survive
-  restarts without storing any value.
-* ``ledger``: ε spent and reports sent, per campaign digest and privacy period.
-* ``memo``: how often each memoized value was reported, under an HMAC fingerprint (never the
-  value itself).
+* ``ledger``: ε spent and reports made, per campaign *name* (the app's identity for it, so a
+  new config version continues the same ledger) and privacy period.
+* ``outbox``: reports perturbed once and written before any send, each with the campaign it
+  belongs to and the time it becomes due (a random delay after it was made). A report leaves
+  the outbox only when the collector has answered for it, and is resent byte for byte after a
+  restart.
 
-What the file reveals: it holds no true value, but it holds the secret, so whoever can read it
-can test guesses (compute a candidate's fingerprint or memoized response and compare), exactly
-as with RAPPOR's per-client secret. It is as sensitive as the app's own data: it is created
-readable by its owner only, and belongs in the app's private storage. Local differential
-privacy protects users against the collector and the network, not against their own device.
-* ``outbox``: reports perturbed once and written before any send; a report leaves the outbox
-  only when the collector has answered for it, and is resent byte for byte after a restart.
+What the file reveals: no true value and no key from which one could be tested. It holds the
+ε spent per campaign and day, and the randomized reports not yet sent, which are exactly what
+the collector will receive. It is still created readable by its owner only.
 
 Charging the ledger and writing the outbox happen in one transaction, so a crash can neither
 lose a report whose budget was spent nor send one that was never charged.
+
+Files written by earlier versions (schema 0: a secret, a memo table of value fingerprints and a
+ledger keyed by config digest) are upgraded in place: the secret and the memo table are
+deleted, and the old ledger rows stay, so what was spent still counts against the lifetime
+budget.
 """
 
 from __future__ import annotations
 
-import secrets
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ClientState", "Decision"]
+from chorus_shared.privacy import fits
 
+__all__ = ["ClientState", "Decision", "Limits"]
+
+SCHEMA_VERSION = 2
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS install (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS ledger (
     campaign TEXT NOT NULL, period TEXT NOT NULL,
     epsilon REAL NOT NULL, reports INTEGER NOT NULL,
     PRIMARY KEY (campaign, period));
-CREATE TABLE IF NOT EXISTS memo (
-    campaign TEXT NOT NULL, fingerprint BLOB NOT NULL, reports INTEGER NOT NULL,
-    PRIMARY KEY (campaign, fingerprint));
 CREATE TABLE IF NOT EXISTS outbox (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, report TEXT NOT NULL, created REAL NOT NULL);
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, report TEXT NOT NULL, created REAL NOT NULL,
+    campaign TEXT NOT NULL DEFAULT '', due REAL NOT NULL DEFAULT 0);
 """
 FILE_NAME = "chorus-client.sqlite3"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one report may spend, checked in this order; every figure is value-free."""
+
+    period_budget: float  # the campaign's budget per period
+    max_reports: int  # the campaign's reports per period
+    campaign_budget: float  # the client's cap on one campaign, all periods and versions
+    lifetime_budget: float  # the client's cap on everything this install reports
 
 
 @dataclass(frozen=True)
@@ -51,8 +61,7 @@ class Decision:
     """The ledger's answer for one report."""
 
     allowed: bool
-    cost: float
-    reason: str = ""  # why it was refused: "budget", "max-reports" or "total-budget"
+    reason: str = ""  # why not: "max-reports", "budget", "campaign-budget", "lifetime-budget"
 
 
 class ClientState:
@@ -65,8 +74,6 @@ class ClientState:
             path = Path(directory)
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
             target = str(path / FILE_NAME)
-            # The file holds the install secret: readable by this user only (see the module
-            # docstring for what someone who can read it learns).
             (path / FILE_NAME).touch(mode=0o600, exist_ok=True)
             (path / FILE_NAME).chmod(0o600)
         self.persistent = directory is not None
@@ -78,8 +85,36 @@ class ClientState:
             if self.persistent:
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.executescript(SCHEMA)
-            self.secret = self._load_secret()
+            self._migrate()
+
+    def _migrate(self) -> None:
+        upgraded = False
+        with self._transaction() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise RuntimeError(f"the client state file has schema {version}, newer than "
+                                   f"this client's {SCHEMA_VERSION}: upgrade the library")
+            tables = {row[0] for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            # One statement at a time: executescript() would commit the open transaction.
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            if version < SCHEMA_VERSION:
+                # Schema 0 kept a secret and value fingerprints; neither is needed any more,
+                # and the fingerprints let whoever copied the file test guesses of values.
+                conn.execute("DROP TABLE IF EXISTS memo")
+                conn.execute("DROP TABLE IF EXISTS install")
+                columns = {row[1] for row in conn.execute("PRAGMA table_info(outbox)")}
+                if "outbox" in tables and "campaign" not in columns:
+                    conn.execute("ALTER TABLE outbox ADD COLUMN campaign TEXT NOT NULL "
+                                 "DEFAULT ''")
+                    conn.execute("ALTER TABLE outbox ADD COLUMN due REAL NOT NULL DEFAULT 0")
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                upgraded = "memo" in tables or "install" in tables
+        if upgraded and self.persistent:
+            with self._lock:
+                self._conn.execute("VACUUM")  # no deleted fingerprint may linger in free pages
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -92,54 +127,33 @@ class ClientState:
                 raise
             self._conn.execute("COMMIT")
 
-    def _load_secret(self) -> bytes:
-        with self._transaction() as conn:
-            row = conn.execute("SELECT value FROM install WHERE key = 'secret'").fetchone()
-            if row is not None:
-                return bytes(row[0])
-            secret = secrets.token_bytes(32)
-            conn.execute("INSERT INTO install (key, value) VALUES ('secret', ?)", (secret,))
-            return secret
-
     # -- ledger and outbox ----------------------------------------------------------------
 
-    def charge_and_queue(self, *, campaign: str, period: str, fingerprint: bytes | None,
-                         cost_of: Callable[[int], float], budget: float, max_reports: int,
-                         total_budget: float, report: str, now: float) -> Decision:
-        """Charge one report and queue it, atomically; or refuse it and change nothing.
-
-        ``cost_of(earlier)`` is the ε of this report given how often the same memoized value
-        was reported before (``fingerprint`` None: not memoized, earlier = 0).
-        """
+    def charge_and_queue(self, *, campaign: str, period: str, cost: float, limits: Limits,
+                         report: str, now: float, due: float) -> Decision:
+        """Charge one report and queue it, atomically; or refuse it and change nothing."""
         with self._transaction() as conn:
             row = conn.execute("SELECT epsilon, reports FROM ledger WHERE campaign = ? AND "
                                "period = ?", (campaign, period)).fetchone()
             spent, sent = (row[0], row[1]) if row else (0.0, 0)
-            earlier = 0
-            if fingerprint is not None:
-                memo = conn.execute("SELECT reports FROM memo WHERE campaign = ? AND "
-                                    "fingerprint = ?", (campaign, fingerprint)).fetchone()
-                earlier = memo[0] if memo else 0
-            cost = cost_of(earlier)
+            on_campaign = conn.execute("SELECT coalesce(sum(epsilon), 0) FROM ledger WHERE "
+                                       "campaign = ?", (campaign,)).fetchone()[0]
             total = conn.execute("SELECT coalesce(sum(epsilon), 0) FROM ledger").fetchone()[0]
-            # A relative slack absorbs float rounding in sums of equal costs.
-            if sent + 1 > max_reports:
-                return Decision(False, cost, "max-reports")
-            if spent + cost > budget * (1 + 1e-12):
-                return Decision(False, cost, "budget")
-            if total + cost > total_budget * (1 + 1e-12):
-                return Decision(False, cost, "total-budget")
+            if sent + 1 > limits.max_reports:
+                return Decision(False, "max-reports")
+            if not fits(spent, cost, limits.period_budget):
+                return Decision(False, "budget")
+            if not fits(on_campaign, cost, limits.campaign_budget):
+                return Decision(False, "campaign-budget")
+            if not fits(total, cost, limits.lifetime_budget):
+                return Decision(False, "lifetime-budget")
             conn.execute(
                 "INSERT INTO ledger (campaign, period, epsilon, reports) VALUES (?, ?, ?, 1) "
                 "ON CONFLICT (campaign, period) DO UPDATE SET epsilon = epsilon + excluded."
                 "epsilon, reports = reports + 1", (campaign, period, cost))
-            if fingerprint is not None:
-                conn.execute(
-                    "INSERT INTO memo (campaign, fingerprint, reports) VALUES (?, ?, 1) "
-                    "ON CONFLICT (campaign, fingerprint) DO UPDATE SET reports = reports + 1",
-                    (campaign, fingerprint))
-            conn.execute("INSERT INTO outbox (report, created) VALUES (?, ?)", (report, now))
-            return Decision(True, cost)
+            conn.execute("INSERT INTO outbox (report, created, campaign, due) "
+                         "VALUES (?, ?, ?, ?)", (report, now, campaign, due))
+            return Decision(True)
 
     def spent(self, campaign: str | None = None, period: str | None = None) -> float:
         """ε spent, in total or for one campaign (and period)."""
@@ -153,20 +167,30 @@ class ClientState:
         with self._lock:
             return float(self._conn.execute(sql, args).fetchone()[0])
 
-    def outbox(self, limit: int) -> list[tuple[int, str]]:
-        """The oldest queued reports: (sequence number, report JSON)."""
+    def outbox(self, limit: int, due_by: float = float("inf")) -> list[tuple[int, str]]:
+        """The oldest due reports of one campaign: (sequence number, report JSON).
+
+        One campaign per batch, so that one request never links an install's reports to
+        different campaigns.
+        """
         with self._lock:
-            rows = self._conn.execute("SELECT seq, report FROM outbox ORDER BY seq LIMIT ?",
-                                      (limit,)).fetchall()
+            first = self._conn.execute("SELECT campaign FROM outbox WHERE due <= ? ORDER BY "
+                                       "seq LIMIT 1", (due_by,)).fetchone()
+            if first is None:
+                return []
+            rows = self._conn.execute(
+                "SELECT seq, report FROM outbox WHERE campaign = ? AND due <= ? ORDER BY seq "
+                "LIMIT ?", (first[0], due_by, limit)).fetchall()
         return [(int(seq), str(report)) for seq, report in rows]
 
     def outbox_size(self) -> int:
         with self._lock:
             return int(self._conn.execute("SELECT count(*) FROM outbox").fetchone()[0])
 
-    def oldest_queued(self) -> float | None:
+    def next_due(self) -> float | None:
+        """When the earliest queued report becomes due (None: the outbox is empty)."""
         with self._lock:
-            row = self._conn.execute("SELECT min(created) FROM outbox").fetchone()
+            row = self._conn.execute("SELECT min(due) FROM outbox").fetchone()
         return None if row[0] is None else float(row[0])
 
     def remove(self, seqs: list[int]) -> None:

@@ -10,6 +10,7 @@ import io
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from http.cookiejar import DefaultCookiePolicy
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -17,7 +18,7 @@ import requests
 
 from chorus_client.errors import TransportError
 
-__all__ = ["RequestsTransport", "Response", "Transport", "WSGITransport"]
+__all__ = ["GENERIC_HEADERS", "RequestsTransport", "Response", "Transport", "WSGITransport"]
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,27 @@ class Transport(Protocol):
         ...
 
 
-class RequestsTransport:
-    """HTTP(S) through a pooled :class:`requests.Session`."""
+#: The only headers besides a request's own: the same for every install and every version.
+GENERIC_HEADERS = {"User-Agent": "chorus-client", "Accept-Encoding": "identity",
+                   "Connection": "close"}
 
-    def __init__(self, session: requests.Session | None = None) -> None:
+
+class RequestsTransport:
+    """HTTP(S) through a :class:`requests.Session` that cannot link requests.
+
+    No cookie is ever stored or sent (a collector-set cookie would tie every later request to
+    the install), no connection is reused (one TLS connection would link the requests sent
+    over it), and the headers are generic: no library or platform version.
+    """
+
+    def __init__(self, session: requests.Session | None = None, *,
+                 reuse_connections: bool = False) -> None:
         self.session = session or requests.Session()
+        self.session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
+        self.session.headers.clear()
+        self.session.headers.update(GENERIC_HEADERS)
+        if reuse_connections:  # simulations of many devices in one process only
+            del self.session.headers["Connection"]
 
     def request(self, method: str, url: str, *, body: bytes | None,
                 headers: Mapping[str, str], timeout: float) -> Response:

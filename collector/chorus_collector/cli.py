@@ -128,6 +128,7 @@ def campaign_create(spec_file: Path, url: str, token: str | None) -> None:
     created = _call(lambda: _api(url, token).create_campaign(spec))
     for warning in created.get("warnings", []):
         click.secho(f"warning: {warning}", fg="yellow", err=True)
+    click.secho(worst_case_line(created), err=True)
     click.echo(json.dumps(created, indent=2))
 
 
@@ -139,7 +140,28 @@ def campaign_list(url: str, token: str | None) -> None:
     campaigns = _call(lambda: _api(url, token).list_campaigns())
     for c in campaigns:
         click.echo(f"{c['name']:<24} {c['mechanism']:<8} ε={c['epsilon']:<8.4g} "
+                   f"≤{c['worst_case']['per_365_days']:<8.4g}/365d "
                    f"{c['domain']['kind']:<10} {c['digest'][:12]}")
+
+
+@campaign.command("show")
+@click.argument("name")
+@url_option
+def campaign_show(name: str, url: str) -> None:
+    """Show a campaign's public config and the most ε it can take from one install."""
+    config = _call(lambda: _api(url, None).get_campaign(name))
+    click.echo(json.dumps(config, indent=2, ensure_ascii=False))
+    click.echo(worst_case_line(config))
+
+
+def worst_case_line(config: dict[str, Any]) -> str:
+    """The campaign's own worst case, before any cap the app sets on its client."""
+    bound, unit = config["worst_case"], config["privacy"]["unit"]
+    period = "in its lifetime" if unit == "lifetime" else "per UTC day"
+    return (f"worst case for one install: ε = {bound['per_report']:.4g} per report, "
+            f"{bound['reports_per_period']} reports and ε = {bound['per_period']:.4g} {period}, "
+            f"ε = {bound['per_365_days']:.4g} in any 365 days (the client's lifetime budget, "
+            "8 by default, caps it further)")
 
 
 @main.command()

@@ -33,9 +33,10 @@ BROWSER_SHARES = [0.42, 0.20, 0.11, 0.08, 0.06, 0.045, 0.035, 0.025, 0.015, 0.01
 HOMEPAGES = [f"https://site-{i:03d}.example/" for i in range(100)]
 
 DEMO_CAMPAIGNS: list[dict[str, Any]] = [
-    {"name": "browser", "mechanism": "krr", "epsilon": 2.0, "domain": BROWSERS,
+    {"name": "browser", "mechanism": "krr", "epsilon": 2.0,
+     "domain": {"kind": "categories", "values": BROWSERS, "other": "other"},
      "min_batch_size": 100, "description": "Which browser do you use? (k-RR, 10 categories)"},
-    {"name": "homepage", "mechanism": "rappor", "epsilon": 4.0,
+    {"name": "homepage", "mechanism": "rappor", "epsilon": 2.0,
      "domain": {"kind": "strings"}, "params": {"k": 128, "h": 2, "m": 32},
      "min_batch_size": 100, "description": "Homepage URL (Bloom-filter RAPPOR)"},
     {"name": "load_time", "mechanism": "duchi", "epsilon": 1.0,
@@ -71,11 +72,16 @@ def _simulate(url: str, campaigns: dict[str, Campaign], population: Population,
               workers: int = 8) -> int:
     session = requests.Session()
     session.mount("http://", HTTPAdapter(pool_connections=workers, pool_maxsize=workers))
-    transport = RequestsTransport(session)
+    # Thousands of simulated devices in one process share a connection pool; a real install
+    # reuses no connection (the default).
+    transport = RequestsTransport(session, reuse_connections=True)
 
     def one_user(i: int) -> int:
-        # Each user is one app install: its own client, its own cohort, CSPRNG noise.
-        client = Client(url, transport=transport, campaign_configs=campaigns)
+        # Each user is one app install with the configs pinned, CSPRNG noise and the default
+        # caps; ephemeral and without a send delay only because the whole simulation lasts a
+        # minute (a real app keeps its state on disk and lets reports leave at random times).
+        client = Client(url, ephemeral=True, transport=transport, campaigns=campaigns,
+                        send_delay=0.0)
         client.report("browser", population.browsers[i])
         client.report("homepage", population.homepages[i])
         client.report("load_time", population.load_times[i])

@@ -21,7 +21,7 @@ from chorus_shared.domain import Categories, Domain, domain_from_json
 from chorus_shared.errors import CampaignError, PrivacyWarning
 from chorus_shared.mechanisms import Mechanism, mechanism_class
 from chorus_shared.mechanisms.base import check_epsilon
-from chorus_shared.privacy import PrivacyPolicy, policy_from_json
+from chorus_shared.privacy import PrivacyPolicy, WorstCase, policy_from_json
 from chorus_shared.selection import choose_mechanism
 
 __all__ = [
@@ -39,6 +39,7 @@ NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 DEFAULT_TIME_PRECISION = 3600
 DEFAULT_MIN_BATCH_SIZE = 100
 DEFAULT_REPORT_EXPIRY = 90 * 86400
+DERIVED_FIELDS = ("derived", "worst_case", "warnings")
 _SPEC_FIELDS = {"name", "mechanism", "epsilon", "domain", "params", "time_precision",
                 "min_batch_size", "report_expiry", "privacy", "description", "selection"}
 
@@ -66,7 +67,7 @@ class Campaign:
 
     def __post_init__(self) -> None:
         if self.policy is None:
-            object.__setattr__(self, "policy", policy_from_json(None, self.mechanism))
+            object.__setattr__(self, "policy", policy_from_json(None, self.mechanism.epsilon))
         config = {
             "format": CONFIG_FORMAT,
             "name": self.name,
@@ -93,12 +94,24 @@ class Campaign:
     def domain(self) -> Domain:
         return self.mechanism.domain
 
+    @property
+    def worst_case(self) -> WorstCase:
+        """The most ε one install can spend on this campaign, per period and per year."""
+        return self.policy.worst_case(self.epsilon)
+
     def public_config(self) -> dict[str, Any]:
         """What clients fetch: the config, its digest and derived facts for humans."""
         return {
             **self.config,
             "digest": self.digest,
+            **self.derived_fields(),
+        }
+
+    def derived_fields(self) -> dict[str, Any]:
+        """Facts computed from the config; a client recomputes them and refuses other values."""
+        return {
             "derived": self.mechanism.describe(),
+            "worst_case": self.worst_case.to_json(),
             "warnings": privacy_warnings(self.epsilon),
         }
 
@@ -108,9 +121,9 @@ class Campaign:
 
 
 def privacy_warnings(epsilon: float) -> list[str]:
-    if epsilon > EPSILON_WARNING_THRESHOLD:
+    if epsilon >= EPSILON_WARNING_THRESHOLD:
         return [
-            f"epsilon = {epsilon:g} is above {EPSILON_WARNING_THRESHOLD:g}: each report's "
+            f"epsilon = {epsilon:g} is {EPSILON_WARNING_THRESHOLD:g} or more: each report's "
             "randomization protects little; an observer can usually tell the true value."
         ]
     return []
@@ -123,13 +136,13 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
     ``domain``, optional ``params``, ``time_precision`` (seconds; report times are truncated to
     it), ``min_batch_size`` (fewest accepted reports an estimate may use), ``report_expiry``
     (seconds after which a report is too old to accept), ``privacy`` (the per-install policy:
-    ``unit``, ``budget``, ``max_reports``, ``memoize``; see :mod:`chorus_shared.privacy`) and
+    ``unit``, ``budget``, ``max_reports``; see :mod:`chorus_shared.privacy`) and
     ``description``.
-    Issues :class:`PrivacyWarning` when ε > 10.
+    Issues :class:`PrivacyWarning` when ε ≥ 10.
     """
     if not isinstance(spec, Mapping):
         raise CampaignError("a campaign definition must be a JSON object")
-    unknown = set(spec) - _SPEC_FIELDS - {"format", "digest", "derived", "warnings"}
+    unknown = set(spec) - _SPEC_FIELDS - {"format", "digest", *DERIVED_FIELDS}
     if unknown:
         raise CampaignError(f"unknown campaign fields: {sorted(unknown)}")
     name = spec.get("name")
@@ -182,10 +195,15 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
     if warn:
         for message in privacy_warnings(mechanism.epsilon):
             warnings.warn(message, PrivacyWarning, stacklevel=2)
-    policy = policy_from_json(spec.get("privacy"), mechanism)
+    policy = policy_from_json(spec.get("privacy"), mechanism.epsilon)
     return Campaign(name=name, mechanism=mechanism, time_precision=precision,
                     min_batch_size=min_batch, report_expiry=expiry, description=description,
                     policy=policy, selection=selection)
+
+
+def _normalised(value: Any) -> Any:
+    # A JSON round trip makes 1 and 1.0 equal and tuples lists, as a fetched config has them.
+    return json.loads(canonical_json(value))
 
 
 def _integer_field(spec: Mapping[str, Any], name: str, default: int, lo: int, hi: int) -> int:
@@ -207,6 +225,13 @@ def campaign_from_config(config: Mapping[str, Any], *, expected_digest: str | No
     campaign = campaign_from_spec(config, warn=warn)
     if campaign.config != {k: config[k] for k in campaign.config if k in config}:
         raise CampaignError("campaign config does not round-trip: fields were altered")
+    derived = campaign.derived_fields()
+    for key in DERIVED_FIELDS:
+        # Not covered by the digest, so checked here: a served config may not understate what
+        # its parameters give (a human reads these numbers).
+        if key in config and _normalised(config[key]) != _normalised(derived[key]):
+            raise CampaignError(f"campaign {campaign.name!r}: {key} {config[key]!r:.200} does "
+                                f"not match its parameters, which give {derived[key]!r:.200}")
     digest = expected_digest if expected_digest is not None else config.get("digest")
     if digest is not None and digest != campaign.digest:
         raise CampaignError(

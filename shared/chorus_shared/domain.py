@@ -1,6 +1,9 @@
 """Value domains a campaign can collect over.
 
-* :class:`Categories`: a closed, ordered list of distinct category names.
+Error messages never quote the reported value: apps log them and crash reporters upload them.
+
+* :class:`Categories`: a closed, ordered list of distinct category names, optionally with a
+  catch-all ``other`` category that every value outside the list is reported as.
 * :class:`NumericRange`: a bounded interval [lo, hi] of real numbers.
 * :class:`NumericVector`: several named bounded numbers reported together (one mean each).
 * :class:`OpenStrings`: any string (hashed on the device; decoded against candidates).
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from chorus_shared.errors import CampaignError, ValueDomainError
+from chorus_shared.rng import RandomSource
 
 __all__ = ["MAX_ATTRIBUTES", "MAX_CATEGORIES", "MAX_STRING_BYTES", "Categories", "Domain",
            "NumericRange", "NumericVector", "OpenStrings", "domain_from_json", "finite_float"]
@@ -36,10 +40,15 @@ def finite_float(value: object) -> float | None:
 
 @dataclass(frozen=True)
 class Categories:
-    """A closed list of categories; a category's index is its position in the list."""
+    """A closed list of categories; a category's index is its position in the list.
+
+    ``other`` names the category that any other value is reported as (it must be one of the
+    values), so that every value is reportable and the catch-all share is estimated too.
+    """
 
     kind: ClassVar[str] = "categories"
     values: tuple[str, ...]
+    other: str | None = None
 
     def __post_init__(self) -> None:
         if not self.values:
@@ -58,6 +67,9 @@ class Categories:
             seen: set[str] = set()
             dupes = sorted({v for v in self.values if v in seen or seen.add(v)})  # type: ignore[func-returns-value]
             raise CampaignError(f"domain.values has duplicates: {dupes[:5]}")
+        if self.other is not None and self.other not in self.values:
+            raise CampaignError("domain.other must name one of domain.values (the catch-all "
+                                f"category), got {self.other!r:.80}")
 
     @property
     def size(self) -> int:
@@ -74,9 +86,15 @@ class Categories:
         try:
             return self.index(value)
         except KeyError:
+            if self.other is not None:
+                return self._lookup()[self.other]
             raise ValueDomainError(
-                f"{value!r:.80} is not one of this campaign's {self.size} categories"
+                f"the value (a {type(value).__name__}) is not one of this campaign's "
+                f"{self.size} categories, and the campaign has no 'other' category"
             ) from None
+
+    def random_value(self, rng: RandomSource) -> str:
+        return self.values[rng.randrange(self.size)]
 
     def _lookup(self) -> dict[str, int]:
         # Built lazily and cached on the frozen instance: O(1) lookups on the client's hot path.
@@ -87,7 +105,9 @@ class Categories:
         return cached
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "values": list(self.values)}
+        if self.other is None:  # absent, not null: configs without it keep their digests
+            return {"kind": self.kind, "values": list(self.values)}
+        return {"kind": self.kind, "values": list(self.values), "other": self.other}
 
 
 @dataclass(frozen=True)
@@ -118,11 +138,15 @@ class NumericRange:
     def to_unit(self, value: object) -> float:
         """Clip a reported number to [lo, hi] and map it to t ∈ [−1, 1] (on the device)."""
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueDomainError(f"a numeric campaign takes a number, got {value!r:.40}")
+            raise ValueDomainError("a numeric campaign takes a number, got a "
+                                   f"{type(value).__name__}")
         number = finite_float(value)
         if number is None:
-            raise ValueDomainError(f"cannot report a non-finite number: {value!r:.40}")
+            raise ValueDomainError("cannot report a non-finite number")
         return 2.0 * (self.clip(number) - self.lo) / (self.hi - self.lo) - 1.0
+
+    def random_value(self, rng: RandomSource) -> float:
+        return self.lo + rng.random() * (self.hi - self.lo)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "lo": self.lo, "hi": self.hi}
@@ -170,8 +194,12 @@ class NumericVector:
             numbers = list(value)
         else:
             raise ValueDomainError(f"a vector campaign takes a mapping of {list(self.names)} "
-                                   f"to numbers, got {value!r:.40}")
+                                   f"to numbers, got a {type(value).__name__}")
         return tuple(r.to_unit(x) for r, x in zip(self.ranges, numbers, strict=True))
+
+    def random_value(self, rng: RandomSource) -> dict[str, float]:
+        return {name: r.random_value(rng) for name, r in zip(self.names, self.ranges,
+                                                             strict=True)}
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "attributes": [
@@ -200,6 +228,10 @@ class OpenStrings:
             raise ValueDomainError(f"value is longer than {self.max_bytes} UTF-8 bytes")
         return value
 
+    def random_value(self, rng: RandomSource) -> str:
+        """A random string nobody holds: it lands on random Bloom bits or hash bins."""
+        return format(rng.getrandbits(64), "016x")[:self.max_bytes]
+
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "max_bytes": self.max_bytes}
 
@@ -215,7 +247,7 @@ def domain_from_json(obj: object) -> Domain:
         raise CampaignError("domain must be an object with a 'kind', or a list of categories")
     kind = obj.get("kind")
     allowed: dict[str, set[str]] = {
-        "categories": {"kind", "values"},
+        "categories": {"kind", "values", "other"},
         "numeric": {"kind", "lo", "hi"},
         "strings": {"kind", "max_bytes"},
         "vector": {"kind", "attributes"},
@@ -229,7 +261,10 @@ def domain_from_json(obj: object) -> Domain:
         values = obj.get("values")
         if not isinstance(values, list):
             raise CampaignError("domain.values must be a list of strings")
-        return Categories(tuple(values))
+        other = obj.get("other")
+        if other is not None and not isinstance(other, str):
+            raise CampaignError("domain.other must be a category name")
+        return Categories(tuple(values), other)
     if kind == "numeric":
         if "lo" not in obj or "hi" not in obj:
             raise CampaignError("a numeric domain needs both 'lo' and 'hi'")

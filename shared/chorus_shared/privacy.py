@@ -1,15 +1,18 @@
-"""The privacy policy of a campaign: what one install may spend, and how repeats are charged.
+"""The privacy policy of a campaign, and the worst-case loss it allows.
 
-The privacy unit is one person, approximated by one install: everything it reports to a
-campaign within a unit period (its lifetime, or one UTC day as Apple does) must fit in the
-campaign's ``budget``, and at most ``max_reports`` reports are sent per period.
+The privacy unit is one person, approximated by one install. Every report is randomized afresh
+and charged the ε of one report, whatever the value: the charge, and so whether a report fits
+the budget, depends only on how many reports were made, never on the value (a value-dependent
+charge would make the presence of a report reveal the value). Per period (the install's
+lifetime, or one UTC day as Apple does) a campaign allows at most ``budget`` ε and
+``max_reports`` reports; the client adds its own caps across periods and across campaigns.
 
-With ``memoize`` on, the randomized response to a value is a deterministic function of (the
-install's secret, the campaign, the value): RAPPOR's permanent randomized response, made
-general. Reporting the same value again then reveals nothing new, so it is charged by the
-mechanism's longitudinal bound (:meth:`Mechanism.memo_cumulative`): once ε for a fully
-memoized response; min(r·ε₁, ε∞) over r reports for RAPPOR, whose instantaneous response is
-drawn afresh each time.
+Why no memoization: RAPPOR-style memoization (a permanent response per value, fresh noise on
+top) makes an install's reports correlated exactly when its value repeats. The equality
+pattern of the value sequence then leaks beyond what the ledger charges: for RAPPOR with
+k = 8, h = 1, f = 0.5, two reports of the same value against two different values differ by a
+log-likelihood ratio of 2.97, above the 2·ε₁ = 2.04 charged and above ε∞ = 2.20
+(``tests/test_threat_model.py`` enumerates it). Fresh randomization composes exactly.
 """
 
 from __future__ import annotations
@@ -20,12 +23,29 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from chorus_shared.errors import CampaignError
-from chorus_shared.mechanisms import Mechanism
 
-__all__ = ["PrivacyPolicy", "policy_from_json", "report_cost"]
+__all__ = ["DAYS_PER_YEAR_WINDOW", "PrivacyPolicy", "WorstCase", "fits", "policy_from_json"]
 
 Unit = Literal["lifetime", "day"]
 DEFAULT_MAX_REPORTS = 1000
+# Any window of 365 days touches at most 366 UTC days.
+DAYS_PER_YEAR_WINDOW = 366
+# Float slack so that n reports of ε fit a budget of exactly n·ε.
+_SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class WorstCase:
+    """The most ε one install can spend on one campaign, whatever its values."""
+
+    per_report: float
+    reports_per_period: int
+    per_period: float
+    per_year: float  # in any window of 365 days
+
+    def to_json(self) -> dict[str, Any]:
+        return {"per_report": self.per_report, "reports_per_period": self.reports_per_period,
+                "per_period": self.per_period, "per_365_days": self.per_year}
 
 
 @dataclass(frozen=True)
@@ -33,11 +53,9 @@ class PrivacyPolicy:
     unit: Unit
     budget: float
     max_reports: int
-    memoize: bool
 
     def to_json(self) -> dict[str, Any]:
-        return {"unit": self.unit, "budget": self.budget, "max_reports": self.max_reports,
-                "memoize": self.memoize}
+        return {"unit": self.unit, "budget": self.budget, "max_reports": self.max_reports}
 
     def period(self, unix_seconds: float) -> str:
         """The key of the period a report at this time is charged to."""
@@ -45,48 +63,48 @@ class PrivacyPolicy:
             return "lifetime"
         return f"day-{int(unix_seconds // 86400)}"
 
+    def reports_per_period(self, epsilon: float) -> int:
+        """How many reports of ε fit one period: a count fixed in advance, value-free."""
+        return min(self.max_reports, int(self.budget / epsilon * (1 + _SLACK)))
 
-def default_budget(mechanism: Mechanism, memoize: bool) -> float:
-    """One value reported any number of times, where that is finite; else one report."""
-    if memoize:
-        forever = mechanism.memo_cumulative(math.inf)
-        if math.isfinite(forever):
-            return max(forever, mechanism.epsilon)
-    return mechanism.epsilon
+    def worst_case(self, epsilon: float) -> WorstCase:
+        reports = self.reports_per_period(epsilon)
+        per_period = reports * epsilon
+        periods = 1 if self.unit == "lifetime" else DAYS_PER_YEAR_WINDOW
+        return WorstCase(per_report=epsilon, reports_per_period=reports,
+                         per_period=per_period, per_year=per_period * periods)
 
 
-def policy_from_json(obj: object, mechanism: Mechanism) -> PrivacyPolicy:
+def fits(spent: float, cost: float, budget: float) -> bool:
+    """``spent + cost <= budget``, with a relative slack for sums of equal float costs."""
+    return spent + cost <= budget * (1 + _SLACK) + _SLACK * cost
+
+
+def policy_from_json(obj: object, epsilon: float) -> PrivacyPolicy:
     if obj is None:
         obj = {}
     if not isinstance(obj, Mapping):
         raise CampaignError("privacy must be an object")
-    unknown = set(obj) - {"unit", "budget", "max_reports", "memoize"}
+    if "memoize" in obj:
+        raise CampaignError(
+            "privacy.memoize is not supported: every report is randomized afresh and charged "
+            "its ε, because memoized responses leak the pattern of value changes (see "
+            "docs/threat-model.md)")
+    unknown = set(obj) - {"unit", "budget", "max_reports"}
     if unknown:
         raise CampaignError(f"unknown privacy fields: {sorted(unknown)}")
     unit = obj.get("unit", "lifetime")
     if unit not in ("lifetime", "day"):
         raise CampaignError("privacy.unit must be 'lifetime' or 'day'")
-    memoize = obj.get("memoize", True)
-    if not isinstance(memoize, bool):
-        raise CampaignError("privacy.memoize must be true or false")
-    budget = obj.get("budget", default_budget(mechanism, memoize))
+    budget = obj.get("budget", epsilon)
     if isinstance(budget, bool) or not isinstance(budget, int | float) \
-            or not math.isfinite(budget) or budget < mechanism.epsilon:
+            or not math.isfinite(budget) or not fits(0.0, epsilon, budget):
         raise CampaignError(
             f"privacy.budget must be a finite number of at least one report's ε "
-            f"({mechanism.epsilon:.6g}), got {budget!r}"
+            f"({epsilon:.6g}), got {budget!r}"
         )
     max_reports = obj.get("max_reports", DEFAULT_MAX_REPORTS)
     if isinstance(max_reports, bool) or not isinstance(max_reports, int) \
             or not 1 <= max_reports <= 10**6:
         raise CampaignError("privacy.max_reports must be an integer in [1, 1000000]")
-    return PrivacyPolicy(unit=unit, budget=float(budget), max_reports=max_reports,
-                         memoize=memoize)
-
-
-def report_cost(mechanism: Mechanism, memoize: bool, earlier_reports_of_value: int) -> float:
-    """ε charged for one more report of a value already reported ``earlier`` times."""
-    if not memoize:
-        return mechanism.epsilon
-    r = earlier_reports_of_value
-    return mechanism.memo_cumulative(r + 1) - mechanism.memo_cumulative(r)
+    return PrivacyPolicy(unit=unit, budget=float(budget), max_reports=max_reports)

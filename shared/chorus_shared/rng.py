@@ -8,15 +8,13 @@ A seeded :class:`random.Random` is for tests and simulation only.
 from __future__ import annotations
 
 import functools
-import hashlib
-import hmac
 import random
 import secrets
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
-__all__ = ["DeterministicRandom", "RandomSource", "bernoulli", "bernoulli_bits", "derive_key",
-           "is_secure", "resolve_rng", "uniforms"]
+__all__ = ["RandomSource", "bernoulli", "bernoulli_bits", "is_secure", "resolve_rng",
+           "uniforms"]
 
 
 class RandomSource(Protocol):
@@ -85,55 +83,6 @@ def bernoulli_bits(rng: RandomSource, count: int, probability: float) -> int:
     summed = uniform + ((1 << 63) - threshold) * lanes
     guards = summed.to_bytes(8 * count, "little")[7::8]  # the byte holding each guard bit
     return int(guards.translate(_NO_CARRY)[::-1], 2)
-
-
-class DeterministicRandom(random.Random):
-    """A random.Random whose stream is SHAKE-256(key ‖ counter): reproducible from the key.
-
-    Memoized responses draw from it, keyed by (install secret, campaign, value), so the
-    permanent response is recomputed identically after a restart without being stored. The
-    key is secret and high-entropy, so the stream is unpredictable to anyone without it.
-    """
-
-    def __init__(self, key: bytes) -> None:
-        self._key = key
-        self._counter = 0
-        self._buffer = b""
-        super().__init__()
-
-    def seed(self, *args: Any, **kwargs: Any) -> None:  # random.Random calls it on init
-        return None
-
-    def _bytes(self, count: int) -> bytes:
-        while len(self._buffer) < count:
-            # SHAKE-256 over (secret key ‖ block counter) is a PRF; one call yields a whole
-            # block, far cheaper in Python than one HMAC per 32 bytes.
-            block = hashlib.shake_256(self._key + self._counter.to_bytes(8, "big"))
-            self._buffer += block.digest(max(1024, count))
-            self._counter += 1
-        out, self._buffer = self._buffer[:count], self._buffer[count:]
-        return out
-
-    def getrandbits(self, k: int, /) -> int:
-        if k < 0:
-            raise ValueError("number of bits must be non-negative")
-        value = int.from_bytes(self._bytes((k + 7) // 8), "big")
-        return value >> ((k + 7) // 8 * 8 - k)
-
-    def random(self) -> float:
-        return (int.from_bytes(self._bytes(7), "big") >> 3) * 2.0**-53
-
-    def getstate(self) -> Any:
-        raise TypeError("a DeterministicRandom is rebuilt from its key, not saved")
-
-
-def derive_key(secret: bytes, *parts: bytes | str) -> bytes:
-    """HMAC-SHA256 of length-prefixed parts: a key bound to each part unambiguously."""
-    mac = hmac.new(secret, digestmod=hashlib.sha256)
-    for part in parts:
-        data = part.encode("utf-8") if isinstance(part, str) else part
-        mac.update(len(data).to_bytes(4, "big") + data)
-    return mac.digest()
 
 
 def is_secure(rng: RandomSource) -> bool:

@@ -97,10 +97,11 @@ class Mechanism(ABC):
         """Map an app value to the randomizer's input. Raises ``ValueDomainError``."""
 
     def assign(self, rng: RandomSource) -> dict[str, int]:
-        """Per-install public assignment drawn once, independently of any value.
+        """A public assignment drawn independently of any value (RAPPOR's cohort).
 
-        RAPPOR uses it for the cohort; most mechanisms need none. The client keeps it and
-        passes it back to :meth:`randomize`.
+        The client never keeps one: :meth:`randomize` without an assignment draws a fresh one
+        for every report, so nothing in a report is stable per install. Tests and simulations
+        pass one to enumerate or to control the cohorts.
         """
         return {}
 
@@ -113,28 +114,6 @@ class Mechanism(ABC):
     @abstractmethod
     def check_payload(self, payload: object) -> Payload:
         """Validate a received payload and return it in canonical form. Raises ``WireError``."""
-
-    # -- longitudinal use (memoization) ---------------------------------------------------
-
-    def permanent(self, x: Any, rng: RandomSource,
-                  assignment: Mapping[str, int] = EMPTY) -> Payload:
-        """The part of the randomizer that is memoized per value (all of it by default)."""
-        return self.randomize(x, rng, assignment)
-
-    def instantaneous(self, permanent: Payload, rng: RandomSource) -> Payload:
-        """Fresh noise on top of a memoized response for each report (none by default)."""
-        return permanent
-
-    def memo_input(self, x: Any, assignment: Mapping[str, int]) -> Any:
-        """Map an input to the value whose response is memoized (identity by default)."""
-        return x
-
-    def memo_cumulative(self, reports: float) -> float:
-        """Total ε revealed by ``reports`` reports of one memoized value.
-
-        A fully memoized response reveals ε once, however often it is sent.
-        """
-        return self.epsilon if reports >= 1 else 0.0
 
     @property
     @abstractmethod

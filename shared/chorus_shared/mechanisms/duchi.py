@@ -2,8 +2,7 @@
 
 Sources: Duchi, Jordan, Wainwright, FOCS 2013 and JASA 2018. MECHANISMS.md §9.2.
 
-The device clips x to [lo, hi], maps it to t ∈ [−1, 1] (and, when the campaign memoizes,
-rounds t to a grid by α-point rounding) and sends one bit b with
+The device clips x to [lo, hi], maps it to t ∈ [−1, 1] and sends one bit b with
 P(b = 1) = 1/2 + t·(e^ε − 1) / (2(e^ε + 1)). The collector reads b as t* = ±C_ε with
 C_ε = (e^ε + 1)/(e^ε − 1), which is unbiased for t; Var[t* | t] = C_ε² − t².
 P(b = 1) ranges over [1/(e^ε + 1), e^ε/(e^ε + 1)], so every likelihood ratio is at most e^ε,
@@ -24,9 +23,6 @@ from chorus_shared.rng import RandomSource, bernoulli
 
 __all__ = ["Duchi", "OneBitMean"]
 
-DEFAULT_BUCKETS = 32  # grid cells for α-point rounding when memoizing
-
-
 @dataclass(frozen=True)
 class Duchi(Mechanism):
     name: ClassVar[str] = "duchi"
@@ -36,18 +32,13 @@ class Duchi(Mechanism):
     domain: NumericRange
     eps: float
 
-    buckets: int = DEFAULT_BUCKETS
-
     @classmethod
     def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
-        check_params(params, ("buckets",), cls.name)
+        check_params(params, (), cls.name)
         eps = required_epsilon(cls.name, epsilon)
         if not isinstance(domain, NumericRange):
             raise CampaignError(f"mechanism {cls.name!r} needs a numeric domain [lo, hi]")
-        buckets = params.get("buckets", DEFAULT_BUCKETS)
-        if isinstance(buckets, bool) or not isinstance(buckets, int) or not 1 <= buckets <= 4096:
-            raise CampaignError("duchi parameter buckets must be an integer in [1, 4096]")
-        return cls(domain=domain, eps=eps, buckets=buckets)
+        return cls(domain=domain, eps=eps)
 
     @property
     def c(self) -> float:
@@ -60,27 +51,7 @@ class Duchi(Mechanism):
         return self.eps
 
     def params(self) -> dict[str, Any]:
-        return {"buckets": self.buckets}
-
-    def assign(self, rng: RandomSource) -> dict[str, int]:
-        """α for α-point rounding, drawn once per install (53 bits of [0, 1))."""
-        return {"alpha": rng.getrandbits(53)}
-
-    def memo_input(self, x: float, assignment: Mapping[str, int]) -> float:
-        """α-point rounding to a grid of ``buckets`` cells over [−1, 1] (Ding et al. 2017).
-
-        With α uniform on [0, Δ) and fixed per install, x in [L, L + Δ) is rounded up to
-        L + Δ when x − L > α, down to L otherwise: unbiased over installs, and a value that
-        stays in one cell is memoized as one grid point.
-        """
-        width = 2.0 / self.buckets
-        cell = min(int((x + 1.0) / width), self.buckets - 1)
-        low = -1.0 + cell * width
-        alpha = assignment.get("alpha", 0) * 2.0**-53 * width
-        up = 1 if x - low > alpha else 0
-        # Grid point j is always computed as −1 + j·width, so rounding up from one cell and
-        # down from the next give the very same float (one memoized response, not two).
-        return min(1.0, -1.0 + (cell + up) * width)
+        return {}
 
     def prob_one(self, t: float) -> float:
         """P(b = 1 | t)."""
@@ -144,8 +115,9 @@ class OneBitMean(Duchi):
     For x ∈ [0, m] the device sends 1 with probability 1/(e^ε + 1) + (x/m)·(e^ε − 1)/(e^ε + 1)
     and the collector estimates (m/n)·Σ (b(e^ε + 1) − 1)/(e^ε − 1). With t = 2x/m − 1 this is
     exactly Duchi et al.'s bit (the tests check the two formulas agree), so it shares Duchi's
-    estimator; DKY's α-point rounding for repeated collection is the ``buckets`` grid used
-    when the campaign memoizes. Offered under its own name for deployments that follow DKY.
+    estimator. DKY's memoization with α-point rounding is not offered: Chorus randomizes every
+    report afresh (see :mod:`chorus_shared.privacy`). Offered under its own name for
+    deployments that follow DKY.
     """
 
     name: ClassVar[str] = "one_bit_mean"

@@ -12,12 +12,14 @@ One report's per-bit rates, with the PRR marginalised (neutral names, see MECHAN
 * r0 = P(report bit = 1 | Bloom bit = 0) = f(p + q)/2 + (1 − f)·p
 
 ε of one report is h·ln(r1(1 − r0) / (r0(1 − r1))): two values' Bloom filters differ in at most
-2h bits. The longitudinal bound with a memoized PRR is ε∞ = 2h·ln((1 − f/2)/(f/2)).
+2h bits. google/rappor's clients memoize the PRR per value, for which the paper states the
+longitudinal bound ε∞ = 2h·ln((1 − f/2)/(f/2)) (shown in the config for reports imported from
+them). Chorus clients do not memoize: the equality pattern of a memoized value sequence leaks
+beyond ε∞ (see :mod:`chorus_shared.privacy`).
 
-Without memoization (``randomize``) the two stages are sampled in one Bernoulli draw per bit
-with rates r1 / r0, the same distribution. With memoization the client computes the PRR
-(``permanent``) from a deterministic stream keyed by its secret, the campaign and the value,
-and draws the IRR (``instantaneous``) afresh for every report.
+``randomize`` samples the two stages in one Bernoulli draw per bit with rates r1 / r0, and a
+fresh cohort for every report; ``permanent`` then ``instantaneous`` with fresh coins give the
+same distribution (a test checks it).
 """
 
 from __future__ import annotations
@@ -246,12 +248,6 @@ class Rappor(Mechanism):
         ones = bernoulli_bits(rng, self.k, self.q) & prr
         zeros = bernoulli_bits(rng, self.k, self.p) & ~prr & ((1 << self.k) - 1)
         return {"cohort": permanent["cohort"], "bits": self.bits_to_hex(ones | zeros)}
-
-    def memo_cumulative(self, reports: float) -> float:
-        """min(r·ε₁, ε∞): each report reveals at most ε₁, all of them at most ε∞."""
-        if reports <= 0:
-            return 0.0
-        return min(reports * self.epsilon, self.epsilon_longitudinal)
 
     def bits_to_hex(self, bits: int) -> str:
         return format(bits, f"0{(self.k + 3) // 4}x")
