@@ -18,6 +18,8 @@ from flask import Flask
 from chorus_client import (
     CampaignUnavailable,
     Client,
+    ClientError,
+    FlushResult,
     Response,
     RetryPolicy,
     TransportError,
@@ -99,7 +101,8 @@ def test_a_413_splits_the_batch_and_a_401_keeps_it() -> None:
 def test_a_4xx_is_not_retried_and_the_batch_is_dropped(caplog: pytest.LogCaptureFixture) -> None:
     problem = {"type": "https://chorus.dev/problems/digest-mismatch", "title": "x",
                "status": 400, "detail": "stale"}
-    transport = ScriptedTransport([Response(400, json.dumps(problem).encode())])
+    transport = ScriptedTransport([Response(400, json.dumps(problem).encode(),
+                                            {"Content-Type": "application/problem+json"})])
     client = make_client(transport)
     client.report("browser", "a")
     with caplog.at_level(logging.WARNING, logger="chorus.client"):
@@ -342,3 +345,67 @@ def test_report_after_close_never_raises_into_the_app() -> None:
     client = make_client(ScriptedTransport([], fallback=accepted))
     client.close()
     assert client.report("browser", "a") == "unavailable"
+
+
+PROBLEM = {"Content-Type": "application/problem+json"}
+
+
+@pytest.mark.parametrize(("response", "dropped"), [
+    (Response(400, b"<html><body>400 Bad Request</body></html>",
+              {"Content-Type": "text/html"}), False),  # a proxy's page
+    (Response(400, json.dumps({"type": "https://chorus.dev/problems/malformed-json"}).encode(),
+              {"Content-Type": "application/json"}), False),  # not a problem document
+    (Response(400, json.dumps({"type": "https://example.com/problems/invalid-request"})
+              .encode(), PROBLEM), False),  # someone else's problem
+    (Response(422, json.dumps({"type": "https://chorus.dev/problems/no-such-kind"}).encode(),
+              PROBLEM), False),
+    (Response(400, json.dumps({"type": "https://chorus.dev/problems/invalid-request"})
+              .encode(), PROBLEM), True),
+    (Response(415, json.dumps({"type": "https://chorus.dev/problems/unsupported-media-type"})
+              .encode(), {"Content-Type": "application/problem+json; charset=utf-8"}), True),
+])
+def test_only_a_chorus_refusal_of_the_reports_drops_them(response: Response,
+                                                         dropped: bool) -> None:
+    """Issue 13 #4: a 400 with an HTML body from a proxy lost 5 reports with their ε spent."""
+    clock = FakeClock()
+    client = make_client(ScriptedTransport([response], fallback=accepted), clock=clock)
+    for value in "abcde":
+        client.report("browser", value)
+    first = client.flush()
+    assert (first.rejected, client.dropped) == ((5, 5) if dropped else (0, 0))
+    assert first.pending == (0 if dropped else 5)
+    clock.now += 3600  # past the backoff: kept reports go out and are accepted
+    assert client.flush().accepted == (0 if dropped else 5)
+
+
+def test_close_twice_is_harmless_and_later_calls_say_the_client_is_closed(
+        tmp_path: Any) -> None:
+    """Issue 13 #7: a second close() (atexit after a with block) raised sqlite3 errors."""
+    for state in ({"ephemeral": True}, {"state_dir": tmp_path}):
+        client = Client(BASE, transport=ScriptedTransport([], fallback=accepted),
+                        campaigns={"browser": krr_config()}, send_delay=0.0, **state)
+        client.report("browser", "a")
+        assert client.close().accepted == 1
+        assert client.close() == FlushResult()
+        for call in (client.spent, client.pending, client.remaining, client.flush):
+            with pytest.raises(ClientError, match="the client is closed"):
+                call()
+        assert client.report("browser", "a") == "unavailable"
+
+
+def test_a_refusal_is_warned_once_per_campaign_and_reason_naming_the_setting(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 13 #14: budgets and unavailability were silent (INFO) or repeated every call."""
+    client = make_client(ScriptedTransport([]), lifetime_budget=3.0)
+    with caplog.at_level(logging.DEBUG, logger="chorus.client"):
+        for _ in range(5):
+            client.report("browser", "a")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "lifetime_budget=" in warnings[0]
+    loose = campaign_from_spec(campaign_spec("loose", epsilon=3.0)).public_config()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="chorus.client"):
+        for _ in range(3):
+            unpinned(transport=ScriptedTransport(
+                [Response(200, json.dumps(loose).encode())])).report("loose", "a")
+    assert "max_epsilon=" in caplog.text

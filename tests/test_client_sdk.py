@@ -126,8 +126,10 @@ def test_outbox_resends_identical_bytes_after_a_crash(tmp_path: Path) -> None:
 
 
 def test_a_permanent_refusal_is_dropped_not_retried_forever(tmp_path: Path) -> None:
-    problem = json.dumps({"type": "x/digest-mismatch", "title": "t", "status": 400}).encode()
-    refusing = ScriptedTransport([Response(400, problem)])
+    problem = json.dumps({"type": "https://chorus.dev/problems/digest-mismatch", "title": "t",
+                          "status": 400}).encode()
+    refusing = ScriptedTransport([Response(400, problem,
+                                           {"Content-Type": "application/problem+json"})])
     sdk = client(config(budget=10.0), tmp_path, transport=refusing)
     sdk.report("c", "a")
     assert sdk.flush().rejected == 1

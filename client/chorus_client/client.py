@@ -53,7 +53,7 @@ from chorus_client.transport import RequestsTransport, Response, Transport
 from chorus_shared.campaign import Campaign, campaign_from_config
 from chorus_shared.errors import CampaignError, ValueDomainError
 from chorus_shared.rng import RandomSource, is_secure, resolve_rng
-from chorus_shared.wire import new_report_id
+from chorus_shared.wire import PROBLEM_BASE, REFUSED_REPORT_KINDS, new_report_id
 
 __all__ = ["DEFAULT_LIFETIME_BUDGET", "DEFAULT_MAX_EPSILON", "Client", "FlushResult", "Outcome",
            "Pin", "PrivacyBound"]
@@ -68,8 +68,14 @@ _ONE_ATTEMPT = RetryPolicy(max_attempts=1)
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 # A campaign whose config could not be had is not asked for again before this many seconds.
 UNAVAILABLE_HOLD_OFF = 60.0
-# Request-level refusals that resending cannot cure: the batch is dropped (with a log line).
-DROP_STATUSES = frozenset({400, 409, 415, 422})
+
+# Which setting ran out, in words an app developer can act on.
+_EXHAUSTED = {
+    "max-reports": "the campaign's privacy.max_reports for this period is reached",
+    "budget": "the campaign's privacy.budget for this period is spent",
+    "campaign-budget": "this client's campaign_budget= for the campaign is spent",
+    "lifetime-budget": "this install's lifetime_budget= (all campaigns) is spent",
+}
 
 #: Per-report ε ceiling: ε ≈ 1 is strong protection, 2 keeps the truth in binary randomized
 #: response with probability 0.88; above that a report protects less and less.
@@ -108,6 +114,18 @@ class PrivacyBound:
     per_year: float  # in any window of 365 days
     lifetime: float  # ever (math.inf only if the app removed the lifetime budget)
     holds_across_restarts: bool  # False for an ephemeral client: each process starts afresh
+
+
+def _refuses_the_reports(response: Response) -> bool:
+    """Whether the answer is a Chorus problem document saying the reports themselves are bad.
+
+    Only then is a batch dropped (its ε stays spent): a 400 from a proxy, a captive portal or
+    a load balancer, with an HTML body, says nothing about the reports.
+    """
+    media_type = (response.header("Content-Type") or "").split(";")[0].strip().lower()
+    problem = _json_object(response) if media_type == "application/problem+json" else None
+    kind = str((problem or {}).get("type", ""))
+    return kind.startswith(PROBLEM_BASE) and kind[len(PROBLEM_BASE):] in REFUSED_REPORT_KINDS
 
 
 def _json_object(response: Response) -> dict[str, Any] | None:
@@ -216,6 +234,7 @@ class Client:
         self._pinned_digests: dict[str, str] = {}
         self.suppressed: Counter[str] = Counter()  # reports not made, by reason
         self.substituted = 0  # values outside their domain, sent as substitutes
+        self._warned: set[tuple[str, str]] = set()
         self.dropped = 0  # reports the collector refused for good (logged, never retried)
         self.totals = FlushResult()  # everything acknowledged over this client's life
         for name, pin in (campaigns or {}).items():
@@ -293,10 +312,11 @@ class Client:
                     f"not the pinned {digest}")
         if campaign.epsilon > self.max_epsilon * (1 + 1e-9):  # ε = 2 resolves to 2.0000…01
             return (f"campaign {name!r} has ε = {campaign.epsilon:g} per report, above this "
-                    f"client's limit of {self.max_epsilon:g}")
+                    f"client's limit of {self.max_epsilon:g} (Client(max_epsilon=...))")
         if campaign.time_precision < self.min_time_precision:
             return (f"campaign {name!r} time-stamps reports to {campaign.time_precision} s, "
-                    f"finer than this client's limit of {self.min_time_precision} s")
+                    f"finer than this client's limit of {self.min_time_precision} s "
+                    "(Client(min_time_precision=...))")
         return None
 
     def worst_case(self, campaign_name: str) -> PrivacyBound:
@@ -338,8 +358,9 @@ class Client:
                 raise
             with self._lock:
                 self.suppressed["unavailable"] += 1
-            log.warning("chorus: campaign %r unavailable, report not made: %s", campaign_name,
-                        error)
+            self._warn_once(campaign_name, f"unavailable: {getattr(error, 'kind', 'network')}",
+                            f"chorus: campaign {campaign_name!r} unavailable, no report made: "
+                            f"{error}")
             return "unavailable"
         mechanism, policy = campaign.mechanism, campaign.policy
         outside: ValueDomainError | None = None
@@ -360,40 +381,59 @@ class Client:
         limits = Limits(period_budget=policy.budget, max_reports=policy.max_reports,
                         campaign_budget=self.campaign_budget,
                         lifetime_budget=self.lifetime_budget)
-        decision = self._state.charge_and_queue(
-            campaign=campaign_name, period=policy.period(now), cost=mechanism.epsilon,
-            limits=limits, report=report, now=now, due=now + delay)
+        try:
+            decision = self._state.charge_and_queue(
+                campaign=campaign_name, period=policy.period(now), cost=mechanism.epsilon,
+                limits=limits, report=report, now=now, due=now + delay)
+        except ClientError:  # closed by another thread meanwhile: nothing was charged
+            if self.strict:
+                raise
+            return "unavailable"
         if not decision.allowed:
             with self._lock:
                 self.suppressed[decision.reason] += 1
             if self.strict:
                 raise BudgetExceeded(campaign_name, decision.reason)
-            log.info("chorus: report for %r not made: %s exhausted", campaign_name,
-                     decision.reason)
+            self._warn_once(campaign_name, decision.reason,
+                            f"chorus: no more reports for {campaign_name!r}: "
+                            f"{_EXHAUSTED[decision.reason]}")
             return "suppressed"
         if self._sender is not None:
             self._wake.set()
         if outside is not None:
             with self._lock:
                 self.substituted += 1
-            log.warning("chorus: a value for %r is outside the campaign's domain; a substitute "
-                        "report was sent (%s)", campaign_name, outside)
+            self._warn_once(campaign_name, "substituted",
+                            f"chorus: a value for {campaign_name!r} is outside the campaign's "
+                            f"domain; a substitute report was sent instead ({outside})")
             if self.strict:
                 raise outside
             return "substituted"
         return "queued"
 
+    def _warn_once(self, campaign_name: str, reason: str, message: str) -> None:
+        """A warning the first time per campaign and reason; later ones at debug level, so
+        that a host app reporting in a loop does not flood its log."""
+        with self._lock:
+            first = (campaign_name, reason) not in self._warned
+            self._warned.add((campaign_name, reason))
+        log.log(logging.WARNING if first else logging.DEBUG, message)
+
     def spent(self, campaign_name: str | None = None) -> float:
         """ε this install has spent, on one campaign (all periods and versions) or in total."""
-        return self._state.spent(campaign_name)
+        return self._open_state().spent(campaign_name)
 
     def remaining(self) -> float:
         """ε left of the lifetime budget."""
-        return max(0.0, self.lifetime_budget - self._state.spent())
+        return max(0.0, self.lifetime_budget - self._open_state().spent())
+
+    def _open_state(self) -> ClientState:
+        self._state.check_open()
+        return self._state
 
     def pending(self) -> int:
         """Reports perturbed and queued, not yet answered by the collector."""
-        return self._state.outbox_size()
+        return self._open_state().outbox_size()
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -477,7 +517,7 @@ class Client:
             return "done" if len(done) == len(seqs) else "kept"
         if response.status == 413 and len(rows) > 1:
             return "split"  # over the collector's request limits: send smaller batches
-        if response.status in DROP_STATUSES or response.status == 413:
+        if 400 <= response.status < 500 and _refuses_the_reports(response):
             # The reports themselves are unacceptable: resending cannot help.
             refusal = APIError(response.status, _json_object(response))
             log.warning("chorus: dropping %d reports: %s", len(rows), refusal)
@@ -486,7 +526,8 @@ class Client:
                 self.dropped += len(rows)
             self._state.remove(seqs)
             return "done"
-        # 401/403 (a missing ingest key), 404, 429, 5xx…: not the reports' fault; keep them.
+        # 401/403 (a missing ingest key), 404, 429, 5xx, any answer that is not a Chorus
+        # refusal of the reports (a proxy's error page): not the reports' fault; keep them.
         delay = max(self.retry.delay(min(self._failures, 10)), retry_after(response) or 0.0)
         log.warning("chorus: collector answered %d, %d reports kept for %.0f s",
                     response.status, len(rows), delay)
@@ -521,7 +562,12 @@ class Client:
     def close(self, timeout: float | None = 10.0) -> FlushResult:
         """Stop the background sender, flush the due reports for at most ``timeout`` seconds
         in all, release the transport. Reports still unsent stay in the outbox for the next
-        run; an ephemeral client, which has no next run, sends all of them now."""
+        run; an ephemeral client, which has no next run, sends all of them now. Closing again
+        does nothing."""
+        with self._lock:
+            if self._closed:
+                return FlushResult()
+            self._closed = True  # from now on report() makes nothing
         deadline = None if timeout is None else time.monotonic() + timeout
         self._stopping.set()
         self._wake.set()
@@ -529,8 +575,6 @@ class Client:
             self._sender.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         self._hold_until = 0.0  # a last attempt, whatever the collector said before
         result = self._flush(deadline, self._sleep, everything=self.ephemeral)
-        with self._lock:
-            self._closed = True
         closer = getattr(self.transport, "close", None)
         if callable(closer):
             closer()

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from chorus_client.errors import ClientError
 from chorus_shared.privacy import fits
 
 __all__ = ["ClientState", "Decision", "Limits"]
@@ -116,9 +117,14 @@ class ClientState:
             with self._lock:
                 self._conn.execute("VACUUM")  # no deleted fingerprint may linger in free pages
 
+    def check_open(self) -> None:
+        if self.closed:
+            raise ClientError("the client is closed")
+
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
+            self.check_open()
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
@@ -165,6 +171,7 @@ class ClientState:
             sql += " AND period = ?"
             args.append(period)
         with self._lock:
+            self.check_open()
             return float(self._conn.execute(sql, args).fetchone()[0])
 
     def outbox(self, limit: int, due_by: float = float("inf")) -> list[tuple[int, str]]:
@@ -174,6 +181,7 @@ class ClientState:
         different campaigns.
         """
         with self._lock:
+            self.check_open()
             first = self._conn.execute("SELECT campaign FROM outbox WHERE due <= ? ORDER BY "
                                        "seq LIMIT 1", (due_by,)).fetchone()
             if first is None:
@@ -185,11 +193,13 @@ class ClientState:
 
     def outbox_size(self) -> int:
         with self._lock:
+            self.check_open()
             return int(self._conn.execute("SELECT count(*) FROM outbox").fetchone()[0])
 
     def next_due(self) -> float | None:
         """When the earliest queued report becomes due (None: the outbox is empty)."""
         with self._lock:
+            self.check_open()
             row = self._conn.execute("SELECT min(due) FROM outbox").fetchone()
         return None if row[0] is None else float(row[0])
 
@@ -201,5 +211,6 @@ class ClientState:
 
     def close(self) -> None:
         with self._lock:
-            self.closed = True
-            self._conn.close()
+            if not self.closed:
+                self.closed = True
+                self._conn.close()

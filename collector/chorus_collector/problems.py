@@ -11,9 +11,10 @@ from typing import Any
 
 from flask import Response
 
+from chorus_shared.wire import PROBLEM_BASE
+
 __all__ = ["PROBLEM_BASE", "Problem", "problem_response"]
 
-PROBLEM_BASE = "https://chorus.dev/problems/"
 MEDIA_TYPE = "application/problem+json"
 
 

@@ -88,9 +88,12 @@ class Categories:
         except KeyError:
             if self.other is not None:
                 return self._lookup()[self.other]
+            shown = ", ".join(repr(v) for v in self.values[:5])
+            more = ", …" if self.size > 5 else ""
             raise ValueDomainError(
                 f"the value (a {type(value).__name__}) is not one of this campaign's "
-                f"{self.size} categories, and the campaign has no 'other' category"
+                f"{self.size} categories ({shown}{more}), and the campaign has no 'other' "
+                "category"
             ) from None
 
     def random_value(self, rng: RandomSource) -> str:

@@ -22,8 +22,18 @@ from typing import Any
 from chorus_shared.campaign import Campaign, canonical_json
 from chorus_shared.errors import DigestMismatch, WireError
 
-__all__ = ["REPORT_FIELDS", "Report", "new_report_id", "parse_report"]
+__all__ = ["PROBLEM_BASE", "REFUSED_REPORT_KINDS", "REPORT_FIELDS", "Report", "new_report_id",
+           "parse_report"]
 
+#: Every error answer is RFC 9457 problem+json whose ``type`` is this prefix plus a kind.
+PROBLEM_BASE = "https://chorus.dev/problems/"
+#: The kinds with which a collector refuses a whole batch of reports for what they are: sending
+#: the same bytes again cannot succeed. Any other refusal (a proxy's page, a missing key, a
+#: busy server) is not the reports' fault.
+REFUSED_REPORT_KINDS = frozenset({
+    "malformed-json", "invalid-request", "unsupported-media-type", "invalid-report",
+    "digest-mismatch", "report-conflict", "report-too-large", "body-too-large",
+    "too-many-reports"})
 REPORT_FIELDS = frozenset({"report_id", "digest", "time", "payload"})
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
