@@ -190,7 +190,7 @@ def test_mle_lowers_the_error_on_sparse_data(mechanism: str) -> None:
         counts = rng.binomial(n, q + (p - q) * pi).astype(float)
         frequency = (counts / n - q) / (p - q)
         for method in errors:
-            from chorus_collector.estimators.krr import frequency_estimate
+            from chorus_collector.estimators.common import frequency_estimate
 
             result = frequency_estimate(campaign, n, frequency, np.zeros(64),
                                         Query(postprocessing=method), {})

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
-from chorus_collector.estimators.pure import walsh_hadamard
+from chorus_collector.estimators.common import walsh_hadamard
 from chorus_shared import campaign_from_spec
 from chorus_shared.mechanisms import OUE, HadamardResponse, SubsetSelection
 from chorus_shared.mechanisms.hadamard import in_block
@@ -176,7 +176,7 @@ def test_vectorized_support_counts_match_a_direct_count(prime: int, g: int,
                                                         workers: int) -> None:
     """The Mersenne-reduction and power-of-two fast paths, threads included, must count
     exactly what the client's pure-Python hash computes, extreme seeds included."""
-    from chorus_collector.estimators.pure import support_counts
+    from chorus_collector.estimators.local_hashing import support_counts
     from chorus_shared.mechanisms.local_hashing import local_hash
 
     rng = np.random.default_rng(9)
@@ -227,7 +227,7 @@ def test_piecewise_mechanism_through_the_api(http: FlaskClient) -> None:
 
 def test_grouped_sums_equal_a_direct_count() -> None:
     """The per-cohort bit counting of RAPPOR, O-RAPPOR and CMS (sorted contiguous sums)."""
-    from chorus_collector.estimators.rappor import grouped_sums
+    from chorus_collector.estimators.common import grouped_sums
 
     rng = np.random.default_rng(2)
     groups = rng.integers(0, 7, size=3000)

@@ -85,3 +85,18 @@ def test_chorus_command_explains_a_missing_collector_extra() -> None:
     assert run.returncode == 1
     assert "pip install 'chorus-ldp[collector]'" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_each_estimator_sits_in_the_module_named_like_its_mechanism() -> None:
+    """Adding a mechanism is one module in chorus_shared.mechanisms and one same-named module
+    in chorus_collector.estimators: the registries hold the same names, paired by module."""
+    from chorus_collector.estimators import ESTIMATORS
+    from chorus_shared.mechanisms import REGISTRY
+
+    assert set(ESTIMATORS) == set(REGISTRY)
+    for name, mechanism in REGISTRY.items():
+        estimator = type(ESTIMATORS[name])
+        assert mechanism.__module__.startswith("chorus_shared.mechanisms.")
+        assert estimator.__module__.startswith("chorus_collector.estimators.")
+        assert mechanism.__module__.rsplit(".", 1)[1] == estimator.__module__.rsplit(".", 1)[1], \
+            (name, mechanism.__module__, estimator.__module__)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from chorus_collector.estimators import Query, estimator_for
-from chorus_collector.estimators.krr import fixed_population_variance
+from chorus_collector.estimators.common import fixed_population_variance
 from chorus_collector.estimators.rappor import design_matrix
 from chorus_shared import Campaign
 from chorus_shared.hashing import bloom_mask

@@ -32,6 +32,7 @@ from chorus_collector.ratelimit import RateLimiter
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.campaign import campaign_from_spec
 from chorus_shared.errors import CampaignError, PrivacyWarning
+from chorus_shared.mechanisms import STRING_MECHANISMS
 from chorus_shared.wire import MAX_TIME
 
 __all__ = ["api"]
@@ -236,8 +237,8 @@ def _estimate_query(stored: StoredCampaign) -> tuple[Query, str]:
         candidates = request.args.getlist("candidate")
     if candidates and stored.campaign.domain.kind != "strings":
         raise Problem(400, "invalid-query", "Invalid query",
-                      "candidates apply to campaigns over open strings (rappor, o_rr, "
-                      "o_rappor, cms, hcms) only")
+                      "candidates apply to campaigns over open strings ("
+                      f"{', '.join(STRING_MECHANISMS)}) only")
     limit = current_app.config["CHORUS"]["MAX_CANDIDATES"]
     if len(candidates) > limit:
         raise Problem(413, "too-many-candidates", "Too many candidates",

@@ -26,7 +26,7 @@ from chorus_shared.mechanisms import (
     Mechanism,
     Rappor,
 )
-from chorus_shared.mechanisms.local_hashing import _LocalHashing
+from chorus_shared.mechanisms.local_hashing import LocalHashing
 
 __all__ = ["SIMULATORS", "simulate"]
 
@@ -60,7 +60,7 @@ def _unary(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) -
 
 def _local_hashing(mechanism: Mechanism, inputs: np.ndarray,
                    rng: np.random.Generator) -> list[Any]:
-    assert isinstance(mechanism, _LocalHashing)
+    assert isinstance(mechanism, LocalHashing)
     n, g, prime = len(inputs), mechanism.g, mechanism.prime
     a = rng.integers(1, prime, size=n)
     b = rng.integers(0, prime, size=n)

@@ -1,42 +1,36 @@
-"""Estimators, one per mechanism and under the same name as in ``chorus_shared.mechanisms``."""
+"""Estimators, one per mechanism, under the mechanism's name and in the module named like the
+mechanism's module in ``chorus_shared.mechanisms`` (a test keeps the two registries paired).
+Helpers that several share are in ``common``; post-processing in ``consistency``."""
 
 from __future__ import annotations
 
 from chorus_collector.estimators.base import Estimator, Query, QueryError
-from chorus_collector.estimators.basic_rappor import BasicRapporEstimator, BooleanRapporEstimator
-from chorus_collector.estimators.duchi import (
-    DuchiEstimator,
-    HybridEstimator,
-    OneBitMeanEstimator,
-    PiecewiseEstimator,
-)
+from chorus_collector.estimators.dbitflip import DBitFlipEstimator
+from chorus_collector.estimators.duchi import DuchiEstimator, OneBitMeanEstimator
+from chorus_collector.estimators.hadamard import HadamardEstimator
 from chorus_collector.estimators.krr import BinaryRREstimator, KRREstimator
 from chorus_collector.estimators.laplace import LaplaceEstimator
+from chorus_collector.estimators.local_hashing import BLHEstimator, LocalHashingEstimator
 from chorus_collector.estimators.multidim import (
     DuchiMultidimEstimator,
     HarmonyEstimator,
     HybridMultidimEstimator,
     PiecewiseMultidimEstimator,
 )
-from chorus_collector.estimators.pure import (
-    BLHEstimator,
-    DBitFlipEstimator,
-    HadamardEstimator,
-    LocalHashingEstimator,
-    OUEEstimator,
-    SubsetEstimator,
-    SuccinctHistogramEstimator,
-    UnaryEstimator,
-)
+from chorus_collector.estimators.open_alphabet import OpenRapporEstimator, OpenRRDecoder
+from chorus_collector.estimators.piecewise import HybridEstimator, PiecewiseEstimator
 from chorus_collector.estimators.rappor import (
-    OpenRapporEstimator,
-    OpenRRDecoder,
+    BasicRapporEstimator,
+    BooleanRapporEstimator,
     RapporEstimator,
 )
 from chorus_collector.estimators.sketch import (
     CountMeanSketchEstimator,
     HadamardCountMeanSketchEstimator,
 )
+from chorus_collector.estimators.subset import SubsetEstimator
+from chorus_collector.estimators.succinct import SuccinctHistogramEstimator
+from chorus_collector.estimators.unary import OUEEstimator, UnaryEstimator
 
 __all__ = ["ESTIMATORS", "Estimator", "Query", "QueryError", "estimator_for"]
 

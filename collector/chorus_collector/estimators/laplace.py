@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chorus_collector.estimators.base import Estimator, Query
-from chorus_collector.estimators.duchi import mean_estimate, sample_std_error
+from chorus_collector.estimators.common import mean_estimate, sample_std_error
 from chorus_collector.results import MeanEstimate
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import LaplaceMechanism, Mechanism

@@ -19,13 +19,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chorus_collector.estimators.base import Estimator, Query
-from chorus_collector.estimators.duchi import (
-    VARIANCE_MODEL,
-    DuchiEstimator,
-    HybridEstimator,
-    PiecewiseEstimator,
-    sample_std_error,
-)
+from chorus_collector.estimators.common import MEAN_VARIANCE_MODEL, sample_std_error
+from chorus_collector.estimators.duchi import DuchiEstimator
+from chorus_collector.estimators.piecewise import HybridEstimator, PiecewiseEstimator
 from chorus_collector.results import MeanRow, VectorMeanEstimate
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import DuchiMultidim, Mechanism, SampledAttributes
@@ -48,7 +44,7 @@ def vector_estimate(campaign: Campaign, n: int, totals: Sequence[float],
                                       scale * sample_std_error(total, square, n)))
     return VectorMeanEstimate(
         campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
-        rows=rows, variance_model=VARIANCE_MODEL, window=query.window,
+        rows=rows, variance_model=MEAN_VARIANCE_MODEL, window=query.window,
         extra={"clipping": "each attribute was clipped to its [lo, hi] on the device"})
 
 

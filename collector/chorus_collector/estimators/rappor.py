@@ -23,6 +23,15 @@ covariance diag(λ) − λλᵀ (λ_j = q + (p − q)·Σ_s π_s·1[h_c(s) = j])
 
 ``postprocessing=nnls`` asks for google/rappor's fit instead: LASSO selection when there are
 many candidates, then non-negative least squares with Σβ ≤ 1 (see ``rappor_fit``).
+
+
+Basic and boolean RAPPOR: each category's share read off its own bit.
+
+The statistic is RAPPOR's (reports, then per-bit counts; one cohort). Category v's bit is 1
+with probability r1 if the user holds v and r0 otherwise, a pure protocol (MECHANISMS.md §0.1)
+with p* = r1 and q* = r0, so f̂_v = (c_v/N − r0)/(r1 − r0) with the i.i.d.-sampling SE. Boolean
+RAPPOR has one bit, for the second category; the first gets 1 − f̂ with the same SE.
+
 """
 
 from __future__ import annotations
@@ -35,17 +44,21 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chorus_collector.estimators.base import Estimator, Query, QueryError
+from chorus_collector.estimators.common import (
+    frequency_estimate,
+    grouped_sums,
+    pure_frequencies,
+    unpack_bits,
+)
 from chorus_collector.estimators.rappor_fit import constrained_fit, lasso_select
 from chorus_collector.results import FrequencyEstimate, FrequencyRow
 from chorus_shared.campaign import Campaign
 from chorus_shared.errors import ValueDomainError
 from chorus_shared.hashing import bloom_bits, google_bloom_bits
-from chorus_shared.mechanisms import Mechanism, OpenRR, Rappor
+from chorus_shared.mechanisms import BasicRappor, BooleanRappor, Mechanism, OpenRR, Rappor
 
 Decodable = Rappor | OpenRR
 
-__all__ = ["OpenRRDecoder", "OpenRapporEstimator", "RapporEstimator", "design_matrix",
-           "grouped_sums"]
 
 ALPHA = 0.05
 MAX_DESIGN_CELLS = 25_000_000  # cohort·bit rows × candidates: 200 MB of float64
@@ -67,33 +80,6 @@ def _refuse_aliases(x: np.ndarray, candidates: Sequence[str]) -> None:
         seen[key] = candidate
 VARIANCE_MODEL = ("iid-sampling: plug-in binomial variance per cohort bit, propagated through "
                   "weighted least squares; unbiased when the candidates cover every reported value")
-
-
-def unpack_bits(hex_strings: Sequence[str], k: int) -> np.ndarray:
-    """Hex report bits → (n, k) uint8 matrix, column i = bit i (1 << i)."""
-    width = (k + 7) // 8
-    raw = b"".join(bytes.fromhex(h.rjust(2 * width, "0")) for h in hex_strings)
-    big_endian = np.frombuffer(raw, dtype=np.uint8).reshape(len(hex_strings), width)
-    return np.unpackbits(big_endian[:, ::-1], axis=1, bitorder="little")[:, :k]
-
-
-def grouped_sums(groups: np.ndarray, rows: np.ndarray, size: int) -> np.ndarray:
-    """Σ of the rows of each group (groups[i] ∈ [0, size)), as a (size, columns) int64 table.
-
-    One stable sort, then a contiguous column sum per group present: several times faster
-    than ``np.add.at`` over the rows.
-    """
-    table = np.zeros((size, rows.shape[1]), dtype=np.int64)
-    if not len(groups):
-        return table
-    order = np.argsort(groups, kind="stable")
-    ordered = rows[order]
-    counts = np.bincount(groups, minlength=size)
-    ends = np.cumsum(counts)
-    for group in np.flatnonzero(counts):
-        table[group] = ordered[ends[group] - counts[group]:ends[group]].sum(axis=0,
-                                                                            dtype=np.int64)
-    return table
 
 
 def design_matrix(mechanism: Decodable, cohorts: Sequence[int],
@@ -285,25 +271,36 @@ class RapporEstimator(Estimator):
         return list(candidates)
 
 
-class OpenRapporEstimator(RapporEstimator):
-    name: ClassVar[str] = "o_rappor"
-
-
-class OpenRRDecoder(RapporEstimator):
-    """O-RR: statistic per cohort [reports, count of each reported bin]."""
-
-    name: ClassVar[str] = "o_rr"
+class BasicRapporEstimator(Estimator):
+    name: ClassVar[str] = "basic_rappor"
+    postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection", "mle")
 
     def state_size(self, mechanism: Mechanism) -> int:
-        assert isinstance(mechanism, OpenRR)
-        return mechanism.m * (mechanism.k + 1)
+        assert isinstance(mechanism, BasicRappor)
+        return mechanism.k + 1
 
     def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
-        assert isinstance(mechanism, OpenRR)
-        count = len(payloads)
-        cohorts = np.fromiter((p["cohort"] for p in payloads), dtype=np.int64, count=count)
-        bins = np.fromiter((p["y"] for p in payloads), dtype=np.int64, count=count)
-        width = mechanism.k + 1
-        table = np.bincount(cohorts * width, minlength=mechanism.m * width)
-        table += np.bincount(cohorts * width + 1 + bins, minlength=mechanism.m * width)
-        return table.astype(np.int64)
+        return RapporEstimator().map(mechanism, payloads)
+
+    def _frequencies(self, mechanism: BasicRappor, n: int,
+                     state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return pure_frequencies(state[1:].astype(np.float64), n, mechanism.r1, mechanism.r0)
+
+    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
+                 query: Query) -> FrequencyEstimate:
+        mechanism = campaign.mechanism
+        assert isinstance(mechanism, BasicRappor)
+        frequency, std_error = self._frequencies(mechanism, n, state)
+        return frequency_estimate(campaign, n, frequency, std_error, query, {})
+
+
+class BooleanRapporEstimator(BasicRapporEstimator):
+    name: ClassVar[str] = "boolean_rappor"
+    postprocessing: ClassVar[tuple[str, ...]] = ("none",)  # two shares that sum to one
+
+    def _frequencies(self, mechanism: BasicRappor, n: int,
+                     state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        assert isinstance(mechanism, BooleanRappor)
+        second, se = pure_frequencies(state[1:2].astype(np.float64), n, mechanism.r1,
+                                      mechanism.r0)
+        return np.array([1.0 - second[0], second[0]]), np.array([se[0], se[0]])

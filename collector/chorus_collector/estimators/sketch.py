@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from chorus_collector.estimators.base import Estimator, Query, QueryError
-from chorus_collector.estimators.pure import walsh_hadamard
-from chorus_collector.estimators.rappor import RapporEstimator, grouped_sums, unpack_bits
+from chorus_collector.estimators.common import grouped_sums, unpack_bits, walsh_hadamard
+from chorus_collector.estimators.rappor import RapporEstimator
 from chorus_collector.results import FrequencyEstimate, FrequencyRow
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import CountMeanSketch, HadamardCountMeanSketch, Mechanism

@@ -37,6 +37,7 @@ __all__ = [
     "OLH",
     "OUE",
     "REGISTRY",
+    "STRING_MECHANISMS",
     "SUE",
     "BasicRappor",
     "BinaryRR",
@@ -74,6 +75,11 @@ REGISTRY: dict[str, type[Mechanism]] = {
         DuchiMultidim, Harmony, PiecewiseMultidim, HybridMultidim,
     )
 }
+
+
+#: The mechanisms over open strings, decoded against candidates at query time.
+STRING_MECHANISMS: tuple[str, ...] = tuple(
+    name for name, cls in REGISTRY.items() if "strings" in cls.domain_kinds)
 
 
 def mechanism_class(name: object) -> type[Mechanism]:

@@ -54,7 +54,7 @@ def _is_prime(n: int) -> bool:
 
 
 @dataclass(frozen=True)
-class _LocalHashing(PureOracle):
+class LocalHashing(PureOracle):
     """Payload ``{"a": int, "b": int, "y": int}``."""
 
     max_categories: ClassVar[int] = 1 << 20
@@ -140,12 +140,12 @@ class _LocalHashing(PureOracle):
 
 
 @dataclass(frozen=True)
-class BLH(_LocalHashing):
+class BLH(LocalHashing):
     name: ClassVar[str] = "blh"
 
 
 @dataclass(frozen=True)
-class OLH(_LocalHashing):
+class OLH(LocalHashing):
     name: ClassVar[str] = "olh"
 
     @classmethod

@@ -1,0 +1,144 @@
+"""Helpers that several estimators share: frequency and mean rows, bit unpacking, the
+Walsh–Hadamard transform. Each mechanism's own estimator lives in the module named like the
+mechanism's module in ``chorus_shared.mechanisms``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from chorus_collector.estimators.base import Query
+from chorus_collector.estimators.consistency import (
+    LABELS,
+    Channel,
+    composite_mle,
+    ibu,
+    norm_sub,
+    simplex_projection,
+)
+from chorus_collector.results import FrequencyEstimate, MeanEstimate, frequency_rows
+from chorus_shared.campaign import Campaign
+from chorus_shared.domain import NumericRange
+
+VARIANCE_MODEL_IID = "iid-sampling: plug-in binomial variance of the reported shares"
+
+
+def pure_frequencies(support_counts: np.ndarray, n: int, p_star: float,
+                     q_star: float) -> tuple[np.ndarray, np.ndarray]:
+    """Unbiased frequencies and their standard errors for any pure protocol (§0.1)."""
+    share = support_counts / n
+    frequency = (share - q_star) / (p_star - q_star)
+    # The true support rate q* + (p* − q*)·f lies in [q*, p*]; clipping the plug-in there keeps
+    # the variance from collapsing to 0 when a category was never (or always) reported.
+    rate = np.clip(share, q_star, p_star)
+    std_error = np.sqrt(rate * (1 - rate) / n) / (p_star - q_star)
+    return frequency, std_error
+
+
+def fixed_population_variance(n: int, frequency: float, p_star: float, q_star: float) -> float:
+    """Exact Var[ĉ_v] (counts) when only the mechanism is random (model F, §0.1)."""
+    gap = p_star - q_star
+    return n * q_star * (1 - q_star) / gap**2 + n * frequency * (1 - p_star - q_star) / gap
+
+
+def frequency_estimate(campaign: Campaign, n: int, frequency: np.ndarray,
+                       std_error: np.ndarray, query: Query, extra: dict[str, Any],
+                       channel: Callable[[], Channel] | None = None,
+                       output_counts: np.ndarray | None = None,
+                       support_counts: np.ndarray | None = None) -> FrequencyEstimate:
+    """Rows for categorical estimates, post-processed as the query asks."""
+    mechanism = campaign.mechanism
+    labels = mechanism.domain.values  # type: ignore[union-attr]
+    rows = frequency_rows(labels, frequency, std_error, n)
+    method = query.postprocessing
+    if method != "none":
+        if method == "ibu":
+            assert channel is not None and output_counts is not None
+            adjusted = ibu(output_counts, channel())
+        elif method == "mle":
+            p_star, q_star = mechanism.support_probabilities()  # type: ignore[attr-defined]
+            counts = support_counts if support_counts is not None else \
+                n * (q_star + (p_star - q_star) * frequency)
+            adjusted = composite_mle(counts, n, p_star, q_star)
+        elif method == "norm-sub":
+            adjusted = norm_sub(frequency)
+        else:
+            adjusted = simplex_projection(frequency)
+        rows = [row.postprocessed(float(x), n) for row, x in zip(rows, adjusted, strict=True)]
+        extra = {**extra, "unbiased_frequencies": [float(f) for f in frequency]}
+    return FrequencyEstimate(
+        campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
+        rows=rows, variance_model=VARIANCE_MODEL_IID, window=query.window,
+        postprocessing=LABELS.get(method, "none (unbiased)"), extra=extra,
+    )
+
+
+MEAN_VARIANCE_MODEL = "iid-sampling: sample variance of the debiased reports"
+
+
+def mean_estimate(campaign: Campaign, n: int, mean_t: float, se_t: float, query: Query,
+                  **extra: Any) -> MeanEstimate:
+    """A mean of debiased reports t* ∈ [−1, 1] scale, mapped back to [lo, hi]."""
+    mechanism = campaign.mechanism
+    domain = mechanism.domain
+    assert isinstance(domain, NumericRange)
+    scale = (domain.hi - domain.lo) / 2
+    return MeanEstimate.from_mean(
+        mean=domain.lo + scale * (mean_t + 1), std_error=scale * se_t, campaign=campaign.name,
+        mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
+        variance_model=MEAN_VARIANCE_MODEL, window=query.window,
+        extra={"clipping": f"values were clipped to [{domain.lo:g}, {domain.hi:g}] on the "
+                           "device", **{k: scale * v for k, v in extra.items()}},
+    )
+
+
+def sample_std_error(total: float, squares: float, n: int) -> float:
+    """SE of the mean of n values from their sum and sum of squares (sample variance)."""
+    if n <= 1:
+        return math.inf
+    return math.sqrt(max(squares - total * total / n, 0.0) / (n - 1) / n)
+
+
+def unpack_bits(hex_strings: Sequence[str], k: int) -> np.ndarray:
+    """Hex report bits → (n, k) uint8 matrix, column i = bit i (1 << i)."""
+    width = (k + 7) // 8
+    raw = b"".join(bytes.fromhex(h.rjust(2 * width, "0")) for h in hex_strings)
+    big_endian = np.frombuffer(raw, dtype=np.uint8).reshape(len(hex_strings), width)
+    return np.unpackbits(big_endian[:, ::-1], axis=1, bitorder="little")[:, :k]
+
+
+def grouped_sums(groups: np.ndarray, rows: np.ndarray, size: int) -> np.ndarray:
+    """Σ of the rows of each group (groups[i] ∈ [0, size)), as a (size, columns) int64 table.
+
+    One stable sort, then a contiguous column sum per group present: several times faster
+    than ``np.add.at`` over the rows.
+    """
+    table = np.zeros((size, rows.shape[1]), dtype=np.int64)
+    if not len(groups):
+        return table
+    order = np.argsort(groups, kind="stable")
+    ordered = rows[order]
+    counts = np.bincount(groups, minlength=size)
+    ends = np.cumsum(counts)
+    for group in np.flatnonzero(counts):
+        table[group] = ordered[ends[group] - counts[group]:ends[group]].sum(axis=0,
+                                                                            dtype=np.int64)
+    return table
+
+
+def walsh_hadamard(values: np.ndarray) -> np.ndarray:
+    """H_K · values for the Sylvester Hadamard matrix, in O(K log K); along the last axis
+    (a 2-D array is transformed row by row, all rows at once)."""
+    out = values.astype(np.float64).copy()
+    rows, size = (1, out.shape[0]) if out.ndim == 1 else out.shape
+    half = 1
+    while half < size:
+        view = out.reshape(rows, -1, 2, half)
+        top, bottom = view[:, :, 0, :].copy(), view[:, :, 1, :].copy()
+        view[:, :, 0, :], view[:, :, 1, :] = top + bottom, top - bottom
+        half *= 2
+    return out
