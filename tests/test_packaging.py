@@ -100,3 +100,4 @@ def test_each_estimator_sits_in_the_module_named_like_its_mechanism() -> None:
         assert estimator.__module__.startswith("chorus_collector.estimators.")
         assert mechanism.__module__.rsplit(".", 1)[1] == estimator.__module__.rsplit(".", 1)[1], \
             (name, mechanism.__module__, estimator.__module__)
+        assert issubclass(mechanism, estimator.mechanism_type), name  # what it checks against

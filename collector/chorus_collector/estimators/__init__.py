@@ -4,6 +4,8 @@ Helpers that several share are in ``common``; post-processing in ``consistency``
 
 from __future__ import annotations
 
+from typing import Any
+
 from chorus_collector.estimators.base import Estimator, Query, QueryError
 from chorus_collector.estimators.dbitflip import DBitFlipEstimator
 from chorus_collector.estimators.duchi import DuchiEstimator, OneBitMeanEstimator
@@ -34,7 +36,8 @@ from chorus_collector.estimators.unary import OUEEstimator, UnaryEstimator
 
 __all__ = ["ESTIMATORS", "Estimator", "Query", "QueryError", "estimator_for"]
 
-ESTIMATORS: dict[str, Estimator] = {
+# Any: each estimator decodes its own mechanism class, which ``Estimator.checked`` verifies.
+ESTIMATORS: dict[str, Estimator[Any]] = {
     e.name: e for e in (
         BinaryRREstimator(), KRREstimator(), UnaryEstimator(), OUEEstimator(),
         SubsetEstimator(), HadamardEstimator(), SuccinctHistogramEstimator(),
@@ -50,5 +53,5 @@ ESTIMATORS: dict[str, Estimator] = {
 }
 
 
-def estimator_for(mechanism_name: str) -> Estimator:
+def estimator_for(mechanism_name: str) -> Estimator[Any]:
     return ESTIMATORS[mechanism_name]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import numpy as np
 
@@ -21,7 +21,12 @@ from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMean
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import Mechanism
 
-__all__ = ["Estimator", "Query", "QueryError"]
+__all__ = ["Estimator", "M", "MechanismTypes", "Query", "QueryError"]
+
+#: The mechanism class an estimator decodes.
+M = TypeVar("M", bound=Mechanism)
+#: What ``isinstance`` checks a campaign's mechanism against.
+MechanismTypes = type[Mechanism] | tuple[type[Mechanism], ...]
 
 
 class QueryError(ValueError):
@@ -44,16 +49,31 @@ class Query:
         return {"start": self.start, "end": self.end}
 
 
-class Estimator(ABC):
+class Estimator(ABC, Generic[M]):
+    """The collector half of the mechanism class ``M``, registered under the same name."""
+
     name: ClassVar[str]
+    #: The class (or classes) of ``M``: a campaign's mechanism is checked against it once, in
+    #: :meth:`mechanism_of`, so the methods below can rely on their parameter types.
+    mechanism_type: ClassVar[MechanismTypes]
     #: Post-processing methods a query may ask for; "none" is the unbiased estimate.
     postprocessing: ClassVar[tuple[str, ...]] = ("none",)
 
-    @abstractmethod
-    def state_size(self, mechanism: Mechanism) -> int: ...
+    def mechanism_of(self, campaign: Campaign) -> M:
+        """The campaign's mechanism, as the type this estimator decodes."""
+        return self.checked(campaign.mechanism)
+
+    def checked(self, mechanism: Mechanism) -> M:
+        if not isinstance(mechanism, self.mechanism_type):
+            raise TypeError(f"the {self.name!r} estimator cannot decode a "
+                            f"{type(mechanism).__name__}")
+        return cast(M, mechanism)
 
     @abstractmethod
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray: ...
+    def state_size(self, mechanism: M) -> int: ...
+
+    @abstractmethod
+    def map(self, mechanism: M, payloads: Sequence[Any]) -> np.ndarray: ...
 
     @abstractmethod
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,

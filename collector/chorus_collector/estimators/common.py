@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from chorus_collector.estimators.base import Query
+from chorus_collector.estimators.base import Query, QueryError
 from chorus_collector.estimators.consistency import (
     LABELS,
     Channel,
@@ -23,6 +23,8 @@ from chorus_collector.estimators.consistency import (
 from chorus_collector.results import FrequencyEstimate, MeanEstimate, frequency_rows
 from chorus_shared.campaign import Campaign
 from chorus_shared.domain import NumericRange
+from chorus_shared.errors import ValueDomainError
+from chorus_shared.mechanisms import Mechanism
 
 VARIANCE_MODEL_IID = "iid-sampling: plug-in binomial variance of the reported shares"
 
@@ -142,3 +144,21 @@ def walsh_hadamard(values: np.ndarray) -> np.ndarray:
         view[:, :, 0, :], view[:, :, 1, :] = top + bottom, top - bottom
         half *= 2
     return out
+
+
+def check_candidates(mechanism: Mechanism, candidates: Sequence[str]) -> list[str]:
+    """The query's candidate strings, each encodable and listed once (open-string estimates)."""
+    if not candidates:
+        raise QueryError("candidates-required",
+                         "estimates over open strings need a candidate list "
+                         "(candidate=... or a JSON body with \"candidates\")")
+    seen: set[str] = set()
+    for candidate in candidates:
+        try:
+            mechanism.encode(candidate)
+        except ValueDomainError as error:
+            raise QueryError("invalid-candidate", f"candidate {candidate!r}: {error}") from None
+        if candidate in seen:
+            raise QueryError("invalid-candidate", f"candidate {candidate!r} is listed twice")
+        seen.add(candidate)
+    return list(candidates)

@@ -9,11 +9,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from chorus_collector.estimators.base import MechanismTypes
 from chorus_collector.estimators.pure import PureEstimator
-from chorus_shared.mechanisms import DBitFlip, Mechanism, PureOracle
+from chorus_shared.mechanisms import DBitFlip
 
 
-class DBitFlipEstimator(PureEstimator):
+class DBitFlipEstimator(PureEstimator[DBitFlip]):
     """DKY's estimator (MECHANISMS.md §10.2), which conditions on the buckets users sampled.
 
     State: [C_v, S_v] per bucket: how often v was sampled with its bit at 1, and how often it
@@ -25,13 +26,12 @@ class DBitFlipEstimator(PureEstimator):
     """
 
     name: ClassVar[str] = "dbitflip"
+    mechanism_type: ClassVar[MechanismTypes] = DBitFlip
 
-    def state_size(self, mechanism: Mechanism) -> int:
-        assert isinstance(mechanism, PureOracle)
+    def state_size(self, mechanism: DBitFlip) -> int:
         return 2 * mechanism.d
 
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
-        assert isinstance(mechanism, PureOracle)
+    def map(self, mechanism: DBitFlip, payloads: Sequence[Any]) -> np.ndarray:
         d = mechanism.d
         ones = np.fromiter((j for p in payloads for j, bit in zip(p["buckets"], p["bits"],
                                                                     strict=True) if bit),
@@ -40,12 +40,11 @@ class DBitFlipEstimator(PureEstimator):
         return np.concatenate([np.bincount(ones, minlength=d),
                                np.bincount(sampled, minlength=d)]).astype(np.int64)
 
-    def support_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray:
+    def support_counts(self, mechanism: DBitFlip, state: np.ndarray) -> np.ndarray:
         return state[:mechanism.d].astype(np.float64)
 
-    def frequencies(self, mechanism: PureOracle, n: int, state: np.ndarray,
+    def frequencies(self, mechanism: DBitFlip, n: int, state: np.ndarray,
                     counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        assert isinstance(mechanism, DBitFlip)
         z = mechanism.odds
         scale = mechanism.d / mechanism.b
         sampled = state[mechanism.d:].astype(np.float64)

@@ -17,34 +17,33 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from chorus_collector.estimators.base import Estimator, Query
+from chorus_collector.estimators.base import Estimator, MechanismTypes, Query
 from chorus_collector.estimators.common import mean_estimate, sample_std_error
 from chorus_collector.results import MeanEstimate
 from chorus_shared.campaign import Campaign
-from chorus_shared.mechanisms import Duchi, Mechanism
+from chorus_shared.mechanisms import Duchi
 
 
-class DuchiEstimator(Estimator):
+class DuchiEstimator(Estimator[Duchi]):
     name: ClassVar[str] = "duchi"
+    mechanism_type: ClassVar[MechanismTypes] = Duchi
 
-    def state_size(self, mechanism: Mechanism) -> int:
+    def state_size(self, mechanism: Duchi) -> int:
         return 2  # [number of 0 bits, number of 1 bits]
 
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+    def map(self, mechanism: Duchi, payloads: Sequence[Any]) -> np.ndarray:
         bits = np.fromiter(payloads, dtype=np.int64, count=len(payloads))
         return np.bincount(bits, minlength=2).astype(np.int64)
 
-    def moments(self, mechanism: Mechanism, state: np.ndarray) -> tuple[float, float]:
+    def moments(self, mechanism: Duchi, state: np.ndarray) -> tuple[float, float]:
         """(Σ t*, Σ t*²) over the reports: t* = ±C_ε."""
-        assert isinstance(mechanism, Duchi)
         c = mechanism.c
         ones, zeros = float(state[1]), float(state[0])
         return c * (ones - zeros), c * c * (ones + zeros)
 
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> MeanEstimate:
-        mechanism = campaign.mechanism
-        assert isinstance(mechanism, Duchi)
+        mechanism = self.mechanism_of(campaign)
         total, squares = self.moments(mechanism, state)
         return mean_estimate(campaign, n, total / n, sample_std_error(total, squares, n),
                              query, worst_case_std_error=mechanism.c / math.sqrt(n))

@@ -12,12 +12,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from chorus_collector.estimators.base import MechanismTypes
 from chorus_collector.estimators.common import walsh_hadamard
-from chorus_collector.estimators.consistency import (
-    Channel,
-)
+from chorus_collector.estimators.consistency import Channel
 from chorus_collector.estimators.pure import PureEstimator
-from chorus_shared.mechanisms import HadamardResponse, Mechanism, PureOracle
+from chorus_shared.mechanisms import HadamardResponse
 
 
 def embed(pi: np.ndarray, size: int) -> np.ndarray:
@@ -60,28 +59,25 @@ class HadamardChannel:
         return out
 
 
-class HadamardEstimator(PureEstimator):
+class HadamardEstimator(PureEstimator[HadamardResponse]):
     name: ClassVar[str] = "hr"
+    mechanism_type: ClassVar[MechanismTypes] = HadamardResponse
     postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection", "ibu")
 
-    def channel(self, mechanism: PureOracle) -> Channel:
-        assert isinstance(mechanism, HadamardResponse)
+    def channel(self, mechanism: HadamardResponse) -> Channel:
         return HadamardChannel(mechanism.d, mechanism.size, math.exp(mechanism.eps))
 
-    def output_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray | None:
+    def output_counts(self, mechanism: HadamardResponse, state: np.ndarray) -> np.ndarray | None:
         return state
 
-    def state_size(self, mechanism: Mechanism) -> int:
-        assert isinstance(mechanism, HadamardResponse)
+    def state_size(self, mechanism: HadamardResponse) -> int:
         return mechanism.size
 
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
-        assert isinstance(mechanism, HadamardResponse)
+    def map(self, mechanism: HadamardResponse, payloads: Sequence[Any]) -> np.ndarray:
         reports = np.fromiter(payloads, dtype=np.int64, count=len(payloads))
         return np.bincount(reports, minlength=mechanism.size).astype(np.int64)
 
-    def support_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray:
-        assert isinstance(mechanism, HadamardResponse)
+    def support_counts(self, mechanism: HadamardResponse, state: np.ndarray) -> np.ndarray:
         n = float(state.sum())
         transformed = walsh_hadamard(state)
         counts: np.ndarray = (n + transformed[1:mechanism.d + 1]) / 2

@@ -19,33 +19,29 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from chorus_collector.estimators.base import Estimator, Query
+from chorus_collector.estimators.base import Estimator, MechanismTypes, Query
 from chorus_collector.estimators.common import frequency_estimate, pure_frequencies
-from chorus_collector.estimators.consistency import (
-    KRRChannel,
-)
+from chorus_collector.estimators.consistency import KRRChannel
 from chorus_collector.results import FrequencyEstimate
 from chorus_shared.campaign import Campaign
-from chorus_shared.mechanisms import KRR, Mechanism
+from chorus_shared.mechanisms import KRR
 
 
-class KRREstimator(Estimator):
+class KRREstimator(Estimator[KRR]):
     name: ClassVar[str] = "krr"
+    mechanism_type: ClassVar[MechanismTypes] = KRR
     postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection", "ibu")
 
-    def state_size(self, mechanism: Mechanism) -> int:
-        assert isinstance(mechanism, KRR)
+    def state_size(self, mechanism: KRR) -> int:
         return mechanism.d
 
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
-        assert isinstance(mechanism, KRR)
+    def map(self, mechanism: KRR, payloads: Sequence[Any]) -> np.ndarray:
         indices = np.fromiter(payloads, dtype=np.int64, count=len(payloads))
         return np.bincount(indices, minlength=mechanism.d).astype(np.int64)
 
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> FrequencyEstimate:
-        mechanism = campaign.mechanism
-        assert isinstance(mechanism, KRR)
+        mechanism = self.mechanism_of(campaign)
         frequency, std_error = pure_frequencies(state.astype(np.float64), n, *mechanism.
                                                 support_probabilities())
         p, q = mechanism.support_probabilities()

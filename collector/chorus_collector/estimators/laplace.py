@@ -12,29 +12,29 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from chorus_collector.estimators.base import Estimator, Query
+from chorus_collector.estimators.base import Estimator, MechanismTypes, Query
 from chorus_collector.estimators.common import mean_estimate, sample_std_error
 from chorus_collector.results import MeanEstimate
 from chorus_shared.campaign import Campaign
-from chorus_shared.mechanisms import LaplaceMechanism, Mechanism
+from chorus_shared.mechanisms import LaplaceMechanism
 
 __all__ = ["LaplaceEstimator"]
 
 
-class LaplaceEstimator(Estimator):
+class LaplaceEstimator(Estimator[LaplaceMechanism]):
     name: ClassVar[str] = "laplace"
+    mechanism_type: ClassVar[MechanismTypes] = LaplaceMechanism
 
-    def state_size(self, mechanism: Mechanism) -> int:
+    def state_size(self, mechanism: LaplaceMechanism) -> int:
         return 2
 
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+    def map(self, mechanism: LaplaceMechanism, payloads: Sequence[Any]) -> np.ndarray:
         y = np.fromiter(payloads, dtype=np.int64, count=len(payloads))
         return np.array([y.sum(), (y * y).sum()], dtype=np.int64)
 
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> MeanEstimate:
-        mechanism = campaign.mechanism
-        assert isinstance(mechanism, LaplaceMechanism)
+        mechanism = self.mechanism_of(campaign)
         unit = 2 / mechanism.resolution  # t* = unit·y − 1
         total, squares = int(state[0]), int(state[1])
         mean_t = unit * total / n - 1 if n else 0.0

@@ -11,12 +11,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from chorus_collector.estimators.base import MechanismTypes
 from chorus_collector.estimators.pure import PureEstimator
-from chorus_shared.mechanisms import Mechanism, PureOracle
 from chorus_shared.mechanisms.local_hashing import LocalHashing
 
 
-class LocalHashingEstimator(PureEstimator):
+class LocalHashingEstimator(PureEstimator[LocalHashing]):
     """OLH / BLH support counts, C_v = #{u : H_u(v) = y_u}, vectorized at ingest.
 
     The B × d matrix ((a·v + b) mod P) mod g is built for blocks of reports sized to stay
@@ -25,14 +25,13 @@ class LocalHashingEstimator(PureEstimator):
     """
 
     name: ClassVar[str] = "olh"
+    mechanism_type: ClassVar[MechanismTypes] = LocalHashing
     BLOCK_CELLS: ClassVar[int] = 1 << 18  # 256 reports × 1024 categories: stays in cache
 
-    def state_size(self, mechanism: Mechanism) -> int:
-        assert isinstance(mechanism, PureOracle)
+    def state_size(self, mechanism: LocalHashing) -> int:
         return mechanism.d
 
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
-        assert isinstance(mechanism, LocalHashing)
+    def map(self, mechanism: LocalHashing, payloads: Sequence[Any]) -> np.ndarray:
         count = len(payloads)
         a = np.fromiter((p["a"] for p in payloads), dtype=np.int64, count=count)
         b = np.fromiter((p["b"] for p in payloads), dtype=np.int64, count=count)

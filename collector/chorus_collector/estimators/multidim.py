@@ -14,17 +14,17 @@ reports (i.i.d.-sampling model; attributes a report did not sample count as t*_j
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from chorus_collector.estimators.base import Estimator, Query
+from chorus_collector.estimators.base import Estimator, MechanismTypes, Query
 from chorus_collector.estimators.common import MEAN_VARIANCE_MODEL, sample_std_error
 from chorus_collector.estimators.duchi import DuchiEstimator
 from chorus_collector.estimators.piecewise import HybridEstimator, PiecewiseEstimator
 from chorus_collector.results import MeanRow, VectorMeanEstimate
 from chorus_shared.campaign import Campaign
-from chorus_shared.mechanisms import DuchiMultidim, Mechanism, SampledAttributes
+from chorus_shared.mechanisms import DuchiMultidim, SampledAttributes
 
 __all__ = ["DuchiMultidimEstimator", "HarmonyEstimator", "HybridMultidimEstimator",
            "PiecewiseMultidimEstimator", "vector_estimate"]
@@ -48,15 +48,14 @@ def vector_estimate(campaign: Campaign, n: int, totals: Sequence[float],
         extra={"clipping": "each attribute was clipped to its [lo, hi] on the device"})
 
 
-class DuchiMultidimEstimator(Estimator):
+class DuchiMultidimEstimator(Estimator[DuchiMultidim]):
     name: ClassVar[str] = "duchi_md"
+    mechanism_type: ClassVar[MechanismTypes] = DuchiMultidim
 
-    def state_size(self, mechanism: Mechanism) -> int:
-        assert isinstance(mechanism, DuchiMultidim)
+    def state_size(self, mechanism: DuchiMultidim) -> int:
         return mechanism.d
 
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
-        assert isinstance(mechanism, DuchiMultidim)
+    def map(self, mechanism: DuchiMultidim, payloads: Sequence[Any]) -> np.ndarray:
         masks = np.fromiter(payloads, dtype=np.uint64, count=len(payloads))
         bits = (masks[:, None] >> np.arange(mechanism.d, dtype=np.uint64)) & np.uint64(1)
         ones: np.ndarray = bits.sum(axis=0, dtype=np.int64)
@@ -64,22 +63,33 @@ class DuchiMultidimEstimator(Estimator):
 
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> VectorMeanEstimate:
-        mechanism = campaign.mechanism
-        assert isinstance(mechanism, DuchiMultidim)
+        mechanism = self.mechanism_of(campaign)
         b = mechanism.b
         totals = [b * (2 * int(ones) - n) for ones in state]
         return vector_estimate(campaign, n, totals, [b * b * n] * mechanism.d, query)
 
 
-class _SampledEstimator(Estimator):
-    inner: ClassVar[DuchiEstimator | PiecewiseEstimator | HybridEstimator]
+class _Moments(Protocol):
+    """What an attribute-sampling estimator needs of its one-number estimator."""
 
-    def state_size(self, mechanism: Mechanism) -> int:
-        assert isinstance(mechanism, SampledAttributes)
+    def state_size(self, mechanism: Any) -> int: ...
+
+    def map(self, mechanism: Any, payloads: Sequence[Any]) -> np.ndarray: ...
+
+    def moments(self, mechanism: Any, state: np.ndarray) -> tuple[float, float]: ...
+
+
+class SampledEstimator(Estimator[SampledAttributes]):
+    """One attribute per report (Harmony, PM/HM with sampling): the one-number estimator's
+    statistic per attribute, scaled by D/k."""
+
+    mechanism_type: ClassVar[MechanismTypes] = SampledAttributes
+    inner: ClassVar[_Moments]
+
+    def state_size(self, mechanism: SampledAttributes) -> int:
         return mechanism.d * self.inner.state_size(mechanism.inner)
 
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
-        assert isinstance(mechanism, SampledAttributes)
+    def map(self, mechanism: SampledAttributes, payloads: Sequence[Any]) -> np.ndarray:
         per_attribute: list[list[Any]] = [[] for _ in range(mechanism.d)]
         for payload in payloads:
             for j, y in zip(payload["j"], payload["y"], strict=True):
@@ -89,8 +99,7 @@ class _SampledEstimator(Estimator):
 
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> VectorMeanEstimate:
-        mechanism = campaign.mechanism
-        assert isinstance(mechanism, SampledAttributes)
+        mechanism = self.mechanism_of(campaign)
         scale = mechanism.scale
         totals, squares = [], []
         for part in state.reshape(mechanism.d, -1):
@@ -100,16 +109,16 @@ class _SampledEstimator(Estimator):
         return vector_estimate(campaign, n, totals, squares, query)
 
 
-class HarmonyEstimator(_SampledEstimator):
+class HarmonyEstimator(SampledEstimator):
     name: ClassVar[str] = "harmony"
     inner = DuchiEstimator()
 
 
-class PiecewiseMultidimEstimator(_SampledEstimator):
+class PiecewiseMultidimEstimator(SampledEstimator):
     name: ClassVar[str] = "pm_md"
     inner = PiecewiseEstimator()
 
 
-class HybridMultidimEstimator(_SampledEstimator):
+class HybridMultidimEstimator(SampledEstimator):
     name: ClassVar[str] = "hm_md"
     inner = HybridEstimator()

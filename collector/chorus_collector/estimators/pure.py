@@ -8,30 +8,32 @@ f̂_v = (C_v/n − q*)/(p* − q*), with the i.i.d.-sampling standard error
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
-from chorus_collector.estimators.base import Estimator, Query
+from chorus_collector.estimators.base import Estimator, MechanismTypes, Query
 from chorus_collector.estimators.common import frequency_estimate, pure_frequencies
-from chorus_collector.estimators.consistency import (
-    Channel,
-)
+from chorus_collector.estimators.consistency import Channel
 from chorus_collector.results import FrequencyEstimate
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import PureOracle
 
+P = TypeVar("P", bound=PureOracle)
 
-class PureEstimator(Estimator):
+
+class PureEstimator(Estimator[P]):
+    """The support-count estimator every pure oracle shares; subclasses give the counts."""
+
+    mechanism_type: ClassVar[MechanismTypes] = PureOracle
     postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection", "mle")
 
-    def support_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray:
+    def support_counts(self, mechanism: P, state: np.ndarray) -> np.ndarray:
         return state.astype(np.float64)
 
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> FrequencyEstimate:
-        mechanism = campaign.mechanism
-        assert isinstance(mechanism, PureOracle)
+        mechanism = self.mechanism_of(campaign)
         counts = self.support_counts(mechanism, state)
         frequency, std_error = self.frequencies(mechanism, n, state, counts)
         return frequency_estimate(campaign, n, frequency, std_error, query,
@@ -40,14 +42,14 @@ class PureEstimator(Estimator):
                                   output_counts=self.output_counts(mechanism, state),
                                   support_counts=counts)
 
-    def frequencies(self, mechanism: PureOracle, n: int, state: np.ndarray,
+    def frequencies(self, mechanism: P, n: int, state: np.ndarray,
                     counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The unbiased estimate and its standard error (the pure-protocol one by default)."""
         return pure_frequencies(counts, n, *mechanism.support_probabilities())
 
-    def channel(self, mechanism: PureOracle) -> Channel:
+    def channel(self, mechanism: P) -> Channel:
         """A[y, v] = P(output y | input v) when the output histogram is sufficient (IBU)."""
         raise TypeError(f"{mechanism.name} has no output-histogram channel")
 
-    def output_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray | None:
+    def output_counts(self, mechanism: P, state: np.ndarray) -> np.ndarray | None:
         return None

@@ -39,12 +39,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from chorus_collector.estimators.base import Estimator, Query, QueryError
+from chorus_collector.estimators.base import Estimator, MechanismTypes, Query, QueryError
 from chorus_collector.estimators.common import (
+    check_candidates,
     frequency_estimate,
     grouped_sums,
     pure_frequencies,
@@ -53,9 +54,8 @@ from chorus_collector.estimators.common import (
 from chorus_collector.estimators.rappor_fit import constrained_fit, lasso_select
 from chorus_collector.results import FrequencyEstimate, FrequencyRow
 from chorus_shared.campaign import Campaign
-from chorus_shared.errors import ValueDomainError
 from chorus_shared.hashing import bloom_bits, google_bloom_bits
-from chorus_shared.mechanisms import BasicRappor, BooleanRappor, Mechanism, OpenRR, Rappor
+from chorus_shared.mechanisms import BasicRappor, BooleanRappor, OpenRR, Rappor
 
 Decodable = Rappor | OpenRR
 
@@ -133,31 +133,18 @@ def _variances(operator: np.ndarray, x: np.ndarray, beta: np.ndarray, var_y: np.
     return np.clip(diagonal, 0.0, None), max(total, 0.0)
 
 
-class RapporEstimator(Estimator):
-    name: ClassVar[str] = "rappor"
+D = TypeVar("D", bound=Decodable)
+
+
+class BloomDecoder(Estimator[D]):
+    """Weighted least squares against candidates, shared by RAPPOR, O-RAPPOR and O-RR."""
+
     postprocessing: ClassVar[tuple[str, ...]] = ("none", "nnls")
-
-    def state_size(self, mechanism: Mechanism) -> int:
-        assert isinstance(mechanism, Rappor)
-        return mechanism.m * (mechanism.k + 1)
-
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
-        assert isinstance(mechanism, Rappor)  # and its basic and boolean special cases
-        table = np.zeros((mechanism.m, mechanism.k + 1), dtype=np.int64)
-        if not payloads:
-            return table.ravel()
-        cohorts = np.fromiter((p["cohort"] for p in payloads), dtype=np.int64,
-                              count=len(payloads))
-        bits = unpack_bits([p["bits"] for p in payloads], mechanism.k)
-        table[:, 0] = np.bincount(cohorts, minlength=mechanism.m)
-        table[:, 1:] = grouped_sums(cohorts, bits, mechanism.m)
-        return table.ravel()
 
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> FrequencyEstimate:
-        mechanism = campaign.mechanism
-        assert isinstance(mechanism, Decodable)
-        candidates = self._check_candidates(mechanism, query.candidates)
+        mechanism = self.mechanism_of(campaign)
+        candidates = check_candidates(mechanism, query.candidates)
         table = state.reshape(mechanism.m, mechanism.k + 1).astype(np.float64)
         used = np.flatnonzero(table[:, 0] > 0)
         reports = table[used, 0]
@@ -253,33 +240,35 @@ class RapporEstimator(Estimator):
             postprocessing=label, extra=extra,
         )
 
-    @staticmethod
-    def _check_candidates(mechanism: Mechanism, candidates: Sequence[str]) -> list[str]:
-        if not candidates:
-            raise QueryError("candidates-required",
-                             "estimates over open strings need a candidate list "
-                             "(candidate=... or a JSON body with \"candidates\")")
-        seen: set[str] = set()
-        for candidate in candidates:
-            try:
-                mechanism.encode(candidate)
-            except ValueDomainError as error:
-                raise QueryError("invalid-candidate", f"candidate {candidate!r}: {error}") from None
-            if candidate in seen:
-                raise QueryError("invalid-candidate", f"candidate {candidate!r} is listed twice")
-            seen.add(candidate)
-        return list(candidates)
+
+class RapporEstimator(BloomDecoder[Rappor]):
+    name: ClassVar[str] = "rappor"
+    mechanism_type: ClassVar[MechanismTypes] = Rappor
+
+    def state_size(self, mechanism: Rappor) -> int:
+        return mechanism.m * (mechanism.k + 1)
+
+    def map(self, mechanism: Rappor, payloads: Sequence[Any]) -> np.ndarray:
+        table = np.zeros((mechanism.m, mechanism.k + 1), dtype=np.int64)
+        if not payloads:
+            return table.ravel()
+        cohorts = np.fromiter((p["cohort"] for p in payloads), dtype=np.int64,
+                              count=len(payloads))
+        bits = unpack_bits([p["bits"] for p in payloads], mechanism.k)
+        table[:, 0] = np.bincount(cohorts, minlength=mechanism.m)
+        table[:, 1:] = grouped_sums(cohorts, bits, mechanism.m)
+        return table.ravel()
 
 
-class BasicRapporEstimator(Estimator):
+class BasicRapporEstimator(Estimator[BasicRappor]):
     name: ClassVar[str] = "basic_rappor"
+    mechanism_type: ClassVar[MechanismTypes] = BasicRappor
     postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection", "mle")
 
-    def state_size(self, mechanism: Mechanism) -> int:
-        assert isinstance(mechanism, BasicRappor)
+    def state_size(self, mechanism: BasicRappor) -> int:
         return mechanism.k + 1
 
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
+    def map(self, mechanism: BasicRappor, payloads: Sequence[Any]) -> np.ndarray:
         return RapporEstimator().map(mechanism, payloads)
 
     def _frequencies(self, mechanism: BasicRappor, n: int,
@@ -288,19 +277,18 @@ class BasicRapporEstimator(Estimator):
 
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> FrequencyEstimate:
-        mechanism = campaign.mechanism
-        assert isinstance(mechanism, BasicRappor)
+        mechanism = self.mechanism_of(campaign)
         frequency, std_error = self._frequencies(mechanism, n, state)
         return frequency_estimate(campaign, n, frequency, std_error, query, {})
 
 
 class BooleanRapporEstimator(BasicRapporEstimator):
     name: ClassVar[str] = "boolean_rappor"
+    mechanism_type: ClassVar[MechanismTypes] = BooleanRappor
     postprocessing: ClassVar[tuple[str, ...]] = ("none",)  # two shares that sum to one
 
     def _frequencies(self, mechanism: BasicRappor, n: int,
                      state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        assert isinstance(mechanism, BooleanRappor)
         second, se = pure_frequencies(state[1:2].astype(np.float64), n, mechanism.r1,
                                       mechanism.r0)
         return np.array([1.0 - second[0], second[0]]), np.array([se[0], se[0]])

@@ -22,12 +22,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from chorus_collector.estimators.base import Estimator, Query, QueryError
-from chorus_collector.estimators.common import grouped_sums, unpack_bits, walsh_hadamard
-from chorus_collector.estimators.rappor import RapporEstimator
+from chorus_collector.estimators.base import Estimator, MechanismTypes, Query, QueryError
+from chorus_collector.estimators.common import (
+    check_candidates,
+    grouped_sums,
+    unpack_bits,
+    walsh_hadamard,
+)
 from chorus_collector.results import FrequencyEstimate, FrequencyRow
 from chorus_shared.campaign import Campaign
-from chorus_shared.mechanisms import CountMeanSketch, HadamardCountMeanSketch, Mechanism
+from chorus_shared.mechanisms import CountMeanSketch, HadamardCountMeanSketch
 
 __all__ = ["CountMeanSketchEstimator", "HadamardCountMeanSketchEstimator"]
 
@@ -38,15 +42,14 @@ VARIANCE_MODEL = ("iid-sampling: per-report variance of the sketch contribution,
                   "campaign's fixed hashes a candidate also counts the values colliding with it")
 
 
-class CountMeanSketchEstimator(Estimator):
+class CountMeanSketchEstimator(Estimator[CountMeanSketch]):
     name: ClassVar[str] = "cms"
+    mechanism_type: ClassVar[MechanismTypes] = CountMeanSketch
 
-    def state_size(self, mechanism: Mechanism) -> int:
-        assert isinstance(mechanism, CountMeanSketch)
+    def state_size(self, mechanism: CountMeanSketch) -> int:
         return mechanism.k * (mechanism.m + 1)
 
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
-        assert isinstance(mechanism, CountMeanSketch)
+    def map(self, mechanism: CountMeanSketch, payloads: Sequence[Any]) -> np.ndarray:
         table = np.zeros((mechanism.k, mechanism.m + 1), dtype=np.int64)
         if not payloads:
             return table.ravel()
@@ -70,9 +73,8 @@ class CountMeanSketchEstimator(Estimator):
 
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> FrequencyEstimate:
-        mechanism = campaign.mechanism
-        assert isinstance(mechanism, CountMeanSketch)
-        candidates = RapporEstimator._check_candidates(mechanism, query.candidates)
+        mechanism = self.mechanism_of(campaign)
+        candidates = check_candidates(mechanism, query.candidates)
         if len(candidates) * mechanism.k > MAX_HASHED_CELLS:
             raise QueryError("query-too-large",
                              f"{len(candidates)} candidates × {mechanism.k} hash functions is too "
@@ -97,9 +99,9 @@ class CountMeanSketchEstimator(Estimator):
 
 class HadamardCountMeanSketchEstimator(CountMeanSketchEstimator):
     name: ClassVar[str] = "hcms"
+    mechanism_type: ClassVar[MechanismTypes] = HadamardCountMeanSketch
 
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
-        assert isinstance(mechanism, HadamardCountMeanSketch)
+    def map(self, mechanism: CountMeanSketch, payloads: Sequence[Any]) -> np.ndarray:
         width = mechanism.m + 1
         table = np.zeros(mechanism.k * width, dtype=np.int64)
         if not payloads:

@@ -7,18 +7,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from chorus_collector.estimators.base import MechanismTypes
 from chorus_collector.estimators.pure import PureEstimator
-from chorus_shared.mechanisms import Mechanism, PureOracle
+from chorus_shared.mechanisms import SubsetSelection
 
 
-class SubsetEstimator(PureEstimator):
+class SubsetEstimator(PureEstimator[SubsetSelection]):
     name: ClassVar[str] = "ss"
+    mechanism_type: ClassVar[MechanismTypes] = SubsetSelection
 
-    def state_size(self, mechanism: Mechanism) -> int:
-        assert isinstance(mechanism, PureOracle)
+    def state_size(self, mechanism: SubsetSelection) -> int:
         return mechanism.d
 
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
-        assert isinstance(mechanism, PureOracle)
+    def map(self, mechanism: SubsetSelection, payloads: Sequence[Any]) -> np.ndarray:
         flat = np.fromiter((i for subset in payloads for i in subset), dtype=np.int64)
         return np.bincount(flat, minlength=mechanism.d).astype(np.int64)

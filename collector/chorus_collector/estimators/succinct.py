@@ -11,13 +11,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from chorus_collector.estimators.base import MechanismTypes
 from chorus_collector.estimators.common import walsh_hadamard
-from chorus_collector.estimators.consistency import (
-    Channel,
-)
+from chorus_collector.estimators.consistency import Channel
 from chorus_collector.estimators.hadamard import embed
 from chorus_collector.estimators.pure import PureEstimator
-from chorus_shared.mechanisms import Mechanism, PureOracle, SuccinctHistogram
+from chorus_shared.mechanisms import SuccinctHistogram
 
 
 @dataclass(frozen=True)
@@ -47,33 +46,30 @@ class SuccinctChannel:
         return out
 
 
-class SuccinctHistogramEstimator(PureEstimator):
+class SuccinctHistogramEstimator(PureEstimator[SuccinctHistogram]):
     """State: N[2j + b], the number of reports (row j, bit b)."""
 
     name: ClassVar[str] = "shist"
+    mechanism_type: ClassVar[MechanismTypes] = SuccinctHistogram
     postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection", "ibu")
 
-    def state_size(self, mechanism: Mechanism) -> int:
-        assert isinstance(mechanism, SuccinctHistogram)
+    def state_size(self, mechanism: SuccinctHistogram) -> int:
         return 2 * mechanism.size
 
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
-        assert isinstance(mechanism, SuccinctHistogram)
+    def map(self, mechanism: SuccinctHistogram, payloads: Sequence[Any]) -> np.ndarray:
         cells = np.fromiter((2 * p["j"] + p["b"] for p in payloads), dtype=np.int64,
                             count=len(payloads))
         return np.bincount(cells, minlength=2 * mechanism.size).astype(np.int64)
 
-    def support_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray:
-        assert isinstance(mechanism, SuccinctHistogram)
+    def support_counts(self, mechanism: SuccinctHistogram, state: np.ndarray) -> np.ndarray:
         pairs = state.reshape(mechanism.size, 2).astype(np.float64)
         n = float(pairs.sum())
         transformed = walsh_hadamard(pairs[:, 1] - pairs[:, 0])
         counts: np.ndarray = (n + transformed[1:mechanism.d + 1]) / 2
         return counts
 
-    def channel(self, mechanism: PureOracle) -> Channel:
-        assert isinstance(mechanism, SuccinctHistogram)
+    def channel(self, mechanism: SuccinctHistogram) -> Channel:
         return SuccinctChannel(mechanism.d, mechanism.size, mechanism.keep)
 
-    def output_counts(self, mechanism: PureOracle, state: np.ndarray) -> np.ndarray | None:
+    def output_counts(self, mechanism: SuccinctHistogram, state: np.ndarray) -> np.ndarray | None:
         return state

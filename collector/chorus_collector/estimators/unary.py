@@ -7,20 +7,20 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from chorus_collector.estimators.base import MechanismTypes
 from chorus_collector.estimators.common import unpack_bits
 from chorus_collector.estimators.pure import PureEstimator
-from chorus_shared.mechanisms import Mechanism, PureOracle
+from chorus_shared.mechanisms.unary import UnaryEncoding
 
 
-class UnaryEstimator(PureEstimator):
+class UnaryEstimator(PureEstimator[UnaryEncoding]):
     name: ClassVar[str] = "sue"
+    mechanism_type: ClassVar[MechanismTypes] = UnaryEncoding
 
-    def state_size(self, mechanism: Mechanism) -> int:
-        assert isinstance(mechanism, PureOracle)
+    def state_size(self, mechanism: UnaryEncoding) -> int:
         return mechanism.d
 
-    def map(self, mechanism: Mechanism, payloads: Sequence[Any]) -> np.ndarray:
-        assert isinstance(mechanism, PureOracle)
+    def map(self, mechanism: UnaryEncoding, payloads: Sequence[Any]) -> np.ndarray:
         if not payloads:
             return np.zeros(mechanism.d, dtype=np.int64)
         bits = unpack_bits([p["bits"] for p in payloads], mechanism.d)

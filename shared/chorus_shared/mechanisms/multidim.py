@@ -53,7 +53,7 @@ def _corner_inputs(d: int) -> list[tuple[float, ...]]:
 
 
 @dataclass(frozen=True)
-class _VectorMechanism(Mechanism):
+class VectorMechanism(Mechanism):
     """What every mechanism over a vector domain shares: D attributes, each clipped and mapped
     to [−1, 1] on the device, the declared ε, and corner inputs for the exhaustive tests."""
 
@@ -79,7 +79,7 @@ class _VectorMechanism(Mechanism):
 
 
 @dataclass(frozen=True)
-class DuchiMultidim(_VectorMechanism):
+class DuchiMultidim(VectorMechanism):
     """Payload: the sign vector s as a bit mask (bit j set when s_j = +1).
 
     The device draws v ∈ {±1}^D with P(v_j = 1) = (1 + t_j)/2, then s uniform on {±1}^D,
@@ -183,7 +183,7 @@ class DuchiMultidim(_VectorMechanism):
 
 
 @dataclass(frozen=True)
-class SampledAttributes(_VectorMechanism):
+class SampledAttributes(VectorMechanism):
     """k of D attributes drawn uniformly, each perturbed by a one-dimensional mechanism at ε/k;
     a report stands for (D/k)·t*_inner at the sampled coordinates and 0 elsewhere.
 

@@ -26,7 +26,7 @@ __all__ = ["OUE", "SUE"]
 
 
 @dataclass(frozen=True)
-class _Unary(PureOracle):
+class UnaryEncoding(PureOracle):
     """Payload ``{"bits": "<hex>"}``: bit i (1 << i) is category i."""
 
     @property
@@ -86,7 +86,7 @@ class _Unary(PureOracle):
 
 
 @dataclass(frozen=True)
-class SUE(_Unary):
+class SUE(UnaryEncoding):
     name: ClassVar[str] = "sue"
 
     @property
@@ -100,7 +100,7 @@ class SUE(_Unary):
 
 
 @dataclass(frozen=True)
-class OUE(_Unary):
+class OUE(UnaryEncoding):
     name: ClassVar[str] = "oue"
 
     @property
