@@ -150,9 +150,11 @@ def _wait_until(condition: Any, seconds: float = 10.0) -> bool:
 
 
 def test_background_sender_sends_reports_as_they_become_due() -> None:
+    """Reports leave after the end of their (hourly) bucket: run a clock 0.2 s before one."""
+    offset = math.ceil(time.time() / 3600) * 3600 - 0.2 - time.time()
     transport = ScriptedTransport([], fallback=accepted)
     sdk = client(config(budget=100.0), transport=transport, background=True,
-                 batch_size=2, send_delay=0.3)
+                 batch_size=2, send_delay=0.3, clock=lambda: time.time() + offset)
     for _ in range(5):
         sdk.report("c", "a")
     assert sdk.pending() == 5

@@ -113,7 +113,8 @@ def test_cli_creates_lists_and_queries(server: CollectorProcess, tmp_path: Path)
     assert json.loads(created.stdout)["name"] == "cli-krr"
     assert "ε = 40 in any 365 days" in created.stderr  # lifetime unit: 40 reports of ε = 1
     shown = runner.invoke(cli, ["campaign", "show", "cli-krr"], env=env)
-    assert shown.exit_code == 0 and "worst case for one install" in shown.stdout
+    assert shown.exit_code == 0 and "worst case for one install" in shown.stderr
+    assert json.loads(shown.stdout)["digest"] == json.loads(created.stdout)["digest"]
     listed = runner.invoke(cli, ["campaign", "list"], env=env)
     assert "cli-krr" in listed.output
     denied = runner.invoke(cli, ["campaign", "list"], env={**env, "CHORUS_TOKEN": "bad"})

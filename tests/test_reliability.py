@@ -241,3 +241,36 @@ def test_a_single_report_over_the_payload_limit_is_413(make_app: Callable[..., F
     reply = http.post("/v1/reports", json=make_report(config, "c0", rng, payload=10))
     assert reply.status_code == 413
     assert reply.get_json()["type"].endswith("report-too-large")
+
+
+def test_campaigns_stored_with_memoization_are_migrated_and_keep_their_reports(
+        tmp_path: Path) -> None:
+    """Configs written before memoization was withdrawn (privacy.memoize, Duchi's buckets)
+    still load after the upgrade, with their reports; listing and scrubbing work."""
+    import json
+    import sqlite3
+
+    from chorus_collector.storage import Storage
+    from chorus_shared import campaign_from_spec
+    from chorus_shared.campaign import canonical_json
+
+    path = tmp_path / "old.db"
+    Storage(str(path)).migrate()
+    modern = campaign_from_spec({"name": "lat", "mechanism": "duchi", "epsilon": 1.0,
+                                 "domain": {"kind": "numeric", "lo": 0, "hi": 10}})
+    legacy = json.loads(canonical_json(modern.config))
+    legacy["privacy"]["memoize"] = True
+    legacy["params"]["buckets"] = 32
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO campaigns (id, name, digest, config) VALUES (7, 'lat', ?, ?)",
+                   ("ab" * 32, json.dumps(legacy)))
+        db.execute("INSERT INTO reports VALUES (7, x'00112233', 0, '1')")
+        db.execute("DELETE FROM _sqlite_migrations WHERE name = "
+                   "'m003_policies_without_memoization'")
+    storage = Storage(str(path))
+    storage.migrate()
+    stored = storage.get_campaign("lat")
+    assert stored is not None and stored.id == 7
+    assert stored.campaign.digest == modern.digest
+    assert [s.campaign.name for s in storage.list_campaigns()] == ["lat"]
+    assert storage.scrub_expired(now=10**10) == 1  # the old report is still attached

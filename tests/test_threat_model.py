@@ -14,6 +14,7 @@ import math
 import random
 import sqlite3
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,7 +29,8 @@ from chorus_shared import campaign_from_spec
 from chorus_shared.campaign import Campaign
 from chorus_shared.errors import CampaignError
 from chorus_shared.mechanisms import Rappor
-from support import FakeClock
+from examples import EXAMPLES
+from support import NOW, FakeClock, ScriptedTransport
 
 BASE = "http://evil.test"
 DAY = 86400.0
@@ -257,27 +259,36 @@ def test_a_substitute_report_is_epsilon_ldp_against_every_value(mechanism: str) 
         assert all(p <= math.exp(m.epsilon) * substitute * (1 + 1e-12) for p in real)
 
 
-def test_reports_leave_after_a_random_delay(tmp_path: Path) -> None:
-    """Due times are spread uniformly over [t, t + send_delay] (χ² over 10 bins)."""
+def test_arrival_times_do_not_reveal_when_in_its_bucket_a_report_was_made(
+        tmp_path: Path) -> None:
+    """Reports made anywhere in an hourly bucket leave at uniformly random times during the
+    next hour: never before the bucket ends, and uncorrelated with the moment of report()."""
     evil = EvilCollector({"x": spec("x", privacy={"budget": 1e4, "max_reports": 10**4})})
-    clock = FakeClock()
-    client = evil_client(evil, tmp_path, allow_unpinned=True, clock=clock, send_delay=3600.0,
+    clock = FakeClock()  # NOW is the start of an hour
+    client = evil_client(evil, tmp_path, allow_unpinned=True, clock=clock, send_delay=None,
                          lifetime_budget=1e4, rng=random.Random(4), allow_insecure_rng=True)
-    for _ in range(2000):
+    for i in range(2000):
+        clock.now = NOW + (i % 20) * 180  # 20 moments spread over the bucket
         client.report("x", "dark")
-    client.flush()
-    assert evil.posts == []  # nothing is due at the moment of report()
+        client.flush()
+    assert evil.posts == []  # nothing leaves before the bucket ends
     with sqlite3.connect(tmp_path / FILE_NAME) as db:
-        delays = [due - created for due, created in db.execute("SELECT due, created "
-                                                                "FROM outbox")]
-    assert all(0 <= d <= 3600 for d in delays)
-    counts = Counter(min(int(d / 360), 9) for d in delays)
+        rows = db.execute("SELECT created, due FROM outbox").fetchall()
+    late = [due - (NOW + 3600) for _, due in rows]
+    assert all(0 <= d <= 3600 for d in late)
+    counts = Counter(min(int(d / 360), 9) for d in late)
     chi2 = sum((counts[b] - 200) ** 2 / 200 for b in range(10))
-    assert chi2 < 33.7  # χ²(9) quantile at 1 − 10⁻⁴
-    clock.now += 1800
+    assert chi2 < 33.7  # χ²(9) quantile at 1 − 10⁻⁴: uniform over the next hour
+    created = [c for c, _ in rows]
+    mean_c, mean_d = sum(created) / len(rows), sum(late) / len(rows)
+    cov = sum((c - mean_c) * (d - mean_d) for c, d in zip(created, late, strict=True))
+    corr = cov / math.sqrt(sum((c - mean_c) ** 2 for c in created)
+                           * sum((d - mean_d) ** 2 for d in late))
+    assert abs(corr) < 4 / math.sqrt(len(rows))  # no dependence on the moment of report()
+    clock.now = NOW + 3600 + 1800
     client.flush()
-    assert 800 < len(evil.reports()) < 1200  # about half are due after half the delay
-    clock.now += 1800
+    assert 800 < len(evil.reports()) < 1200  # about half are due half-way through the hour
+    clock.now = NOW + 7200
     client.flush()
     assert len(evil.reports()) == 2000
 
@@ -377,6 +388,28 @@ def uniquely_linkable_share(days: list[dict[int, str]]) -> float:
     return linked / len(installs)
 
 
+def stable_field_shares(days: list[dict[int, Any]], rng: random.Random) -> dict[str, tuple[
+        float, float]]:
+    """For each payload field: the share of installs whose field is equal on every day, and
+    the same share for installs paired at random across days (what chance alone gives)."""
+    installs = list(days[0])
+    fields = days[0][installs[0]].keys() if isinstance(days[0][installs[0]], dict) else [""]
+
+    def field(payload: Any, key: str) -> str:
+        return json.dumps(payload[key] if key else payload, sort_keys=True)
+
+    shares = {}
+    for key in fields:
+        same = sum(all(field(day[i], key) == field(days[0][i], key) for day in days[1:])
+                   for i in installs)
+        shuffled = [dict(zip(installs, rng.sample(installs, len(installs)), strict=True))
+                    for _ in days]
+        chance = sum(all(field(day[shuffled[d][i]], key) == field(days[0][shuffled[0][i]], key)
+                         for d, day in enumerate(days) if d) for i in installs)
+        shares[key or "payload"] = (same / len(installs), chance / len(installs))
+    return shares
+
+
 @pytest.mark.parametrize("name", sorted(LINKABILITY_SPECS))
 def test_payloads_are_not_linkable_across_days(name: str, tmp_path: Path) -> None:
     """300 installs with a stable value, 5 days: the review found 299 of 300 linkable."""
@@ -389,18 +422,20 @@ def test_payloads_are_not_linkable_across_days(name: str, tmp_path: Path) -> Non
     for _ in range(5):
         for i, client in enumerate(clients):
             assert client.report(name, f"v{i % 64}") == "queued"
-        days.append({i: json.dumps(json.loads(c._state.outbox(1)[0][1])["payload"],
-                                   sort_keys=True) for i, c in enumerate(clients)})
+        days.append({i: json.loads(c._state.outbox(1)[0][1])["payload"]
+                     for i, c in enumerate(clients)})
         for client in clients:
             client.flush()
         clock.now += DAY
-    share = uniquely_linkable_share(days)
+    whole = [{i: json.dumps(p, sort_keys=True) for i, p in day.items()} for day in days]
+    share = uniquely_linkable_share(whole)
     print(f"{name}: {share:.3f} of installs uniquely linkable over 5 days")
     assert share <= 0.01
-    if name == "rappor":  # the cohort is drawn per report, not a stable 6-bit install ID
-        cohorts = [{i: json.loads(d[i])["cohort"] for i in d} for d in days]
-        stable = sum(all(c[i] == cohorts[0][i] for c in cohorts) for i in cohorts[0])
-        assert stable <= 3  # expected 300 / 64⁴ ≈ 0
+    # No part of a payload (a seed, a cohort, a bucket set) stays with an install more often
+    # than chance makes it stay with a random other install.
+    for key, (same, chance) in stable_field_shares(days, random.Random(3)).items():
+        slack = 4 * math.sqrt(max(chance, 1 / 300) / 300)
+        assert same <= chance + slack, (name, key, same, chance)
 
 
 # -- why no memoization: the change pattern leaks -------------------------------------------
@@ -476,14 +511,14 @@ def test_an_old_state_file_loses_its_fingerprints_and_keeps_what_was_spent(
     with sqlite3.connect(tmp_path / FILE_NAME) as db:
         db.executescript("""
             CREATE TABLE install (key TEXT PRIMARY KEY, value BLOB NOT NULL);
-            INSERT INTO install VALUES ('secret', x'00');
+            INSERT INTO install VALUES ('secret', CAST('SECRET-OF-THE-INSTALL' AS BLOB));
             CREATE TABLE ledger (campaign TEXT NOT NULL, period TEXT NOT NULL,
                 epsilon REAL NOT NULL, reports INTEGER NOT NULL,
                 PRIMARY KEY (campaign, period));
             INSERT INTO ledger VALUES ('0123abcd', 'lifetime', 7.5, 3);
             CREATE TABLE memo (campaign TEXT NOT NULL, fingerprint BLOB NOT NULL,
                 reports INTEGER NOT NULL, PRIMARY KEY (campaign, fingerprint));
-            INSERT INTO memo VALUES ('0123abcd', x'ff', 3);
+            INSERT INTO memo VALUES ('0123abcd', CAST('FINGERPRINT-OF-A-VALUE' AS BLOB), 3);
             CREATE TABLE outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, report TEXT NOT NULL,
                 created REAL NOT NULL);
             INSERT INTO outbox (report, created)
@@ -491,6 +526,12 @@ def test_an_old_state_file_loses_its_fingerprints_and_keeps_what_was_spent(
         """)
     evil = EvilCollector({"x": spec("x")})
     client = evil_client(evil, tmp_path, allow_unpinned=True)
+    # Gone from the file and its WAL at once, not at some later checkpoint.
+    for path in tmp_path.iterdir():
+        data = path.read_bytes()
+        assert b"SECRET-OF-THE-INSTALL" not in data and b"FINGERPRINT" not in data, path
+    assert client._state.outbox(10, due_by=time.time() - 1) == []  # not sent at once
+    assert [seq for seq, _ in client._state.outbox(10, due_by=time.time() + 3600)] == [1]
     assert client.spent() == pytest.approx(7.5)
     assert client.report("x", "dark") == "suppressed"  # 7.5 + 1 > the lifetime budget of 8
     assert client.pending() == 1
@@ -499,3 +540,103 @@ def test_an_old_state_file_loses_its_fingerprints_and_keeps_what_was_spent(
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE "
                                                "type = 'table' AND name NOT LIKE 'sqlite_%'")}
     assert tables == {"ledger", "outbox"}
+
+
+# -- hostile values and hostile configs, over every mechanism --------------------------------
+
+HOSTILE_VALUES: list[object] = [
+    "caf\udce9-secret",  # a lone surrogate (os.fsdecode of an undecodable name)
+    None, object(), float("nan"), float("inf"), 10**400, "x" * 70_000, b"bytes-secret",
+    {"unexpected": "mapping-secret"}, ["a", "list-secret"],
+]
+
+
+@pytest.mark.parametrize("mechanism", sorted(EXAMPLES))
+def test_no_value_makes_report_raise_or_skip_for_any_mechanism(mechanism: str) -> None:
+    """Every hostile value is sent (as a substitute), never raised into the app, and no
+    message quotes it, for every mechanism's example campaign."""
+    campaign = campaign_from_spec({"name": "x", "mechanism": mechanism,
+                                   **EXAMPLES[mechanism][0],
+                                   "privacy": {"budget": 1e6, "max_reports": 10**6}}, warn=False)
+    client = evil_client(EvilCollector({}), None, campaigns={"x": campaign},
+                         max_epsilon=math.inf, lifetime_budget=math.inf)
+    for value in HOSTILE_VALUES:
+        outcome = client.report("x", value)
+        assert outcome in ("substituted", "queued"), (value, outcome)
+    assert client.pending() == len(HOSTILE_VALUES)
+    strict = evil_client(EvilCollector({}), None, campaigns={"x": campaign}, strict=True,
+                         max_epsilon=math.inf, lifetime_budget=math.inf)
+    errors: list[ValueDomainError] = []
+    for value in HOSTILE_VALUES:
+        try:
+            strict.report("x", value)
+        except ValueDomainError as error:
+            errors.append(error)
+    assert len(errors) >= len(HOSTILE_VALUES) - 2  # a few may fit some domains (e.g. nan)
+    for error in errors:
+        chained = (error.__cause__, error.__context__)
+        assert "secret" not in str(error) and all(e is None for e in chained), error
+
+
+def _served(body: bytes) -> Response:
+    return Response(200, body)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"name": "x", "selection": NaN}',
+    b"[" * 100_000 + b"]" * 100_000,
+    json.dumps({**campaign_from_spec(spec("x")).public_config(),
+                "domain": {"kind": ["categories"], "values": ["a"]}}).encode(),
+    json.dumps({**{k: v for k, v in campaign_from_spec(spec("x")).public_config().items()
+                   if k not in ("digest", "derived", "worst_case", "warnings")},
+                "privacy": {"budget": 1e308}}).encode(),
+    b"\xff\xfe not even text",
+])
+def test_a_malformed_served_config_never_crashes_report(body: bytes) -> None:
+    """A hostile collector's config makes the campaign unavailable (and is not asked for again
+    at once), even for a campaign pinned by digest; it never raises into the app."""
+    answers = ScriptedTransport([_served(body)] * 3)
+    pinned = campaign_from_spec(spec("x")).digest
+    for pins in ({"x": pinned}, {}):
+        client = Client(BASE, ephemeral=True, allow_unpinned=True, transport=answers,
+                        campaigns=pins, send_delay=0.0)
+        assert [client.report("x", "dark") for _ in range(3)] == ["unavailable"] * 3
+    assert len(answers.sent) == 2  # one fetch per client: then the hold-off
+
+
+def test_an_unpinned_campaign_is_bounded_only_by_the_clients_caps(tmp_path: Path) -> None:
+    """The collector may serve a bigger budget on the next start: the ledger is keyed by name,
+    so the caps hold, and worst_case() says what they are, not what today's config says."""
+    evil = EvilCollector({"x": spec("x")})
+    client = evil_client(evil, tmp_path, allow_unpinned=True)
+    bound = client.worst_case("x")
+    assert (bound.per_report, bound.per_year, bound.lifetime) == (2.0, 8.0, 8.0)
+    spent_over_restarts = 0.0
+    for budget in (1.0, 2.0, 8.0, 100.0):
+        evil.specs["x"] = spec("x", privacy={"budget": budget, "max_reports": 100})
+        restarted = evil_client(evil, tmp_path, allow_unpinned=True)
+        for _ in range(20):
+            restarted.report("x", "dark")
+        spent_over_restarts = restarted.spent()
+        restarted.close()
+    assert spent_over_restarts == pytest.approx(bound.lifetime)
+
+
+@pytest.mark.parametrize("unit", ["lifetime", "day"])
+def test_the_client_makes_exactly_the_published_number_of_reports(unit: str) -> None:
+    """At budget boundaries the count the config publishes and the count the client allows
+    are one number (a float sum and a float ratio could disagree there)."""
+    rng = random.Random(11)
+    for _ in range(150):
+        epsilon = rng.choice([0.1, 0.3, 1 / 3, 0.7, 1.0, 1.1, 2.0]) * (1 + rng.uniform(-1, 1)
+                                                                       * 1e-9)
+        budget = epsilon * rng.randint(1, 12) * (1 + rng.uniform(-3e-9, 3e-9))
+        try:
+            campaign = campaign_from_spec(spec("x", epsilon=epsilon,
+                                               privacy={"unit": unit, "budget": budget}))
+        except CampaignError:
+            continue  # below one report's ε: refused when the campaign is made
+        client = evil_client(EvilCollector({}), None, campaigns={"x": campaign},
+                             lifetime_budget=math.inf)
+        made = [client.report("x", "dark") for _ in range(15)].count("queued")
+        assert made == campaign.worst_case.reports_per_period >= 1, (epsilon, budget)

@@ -52,6 +52,7 @@ from chorus_client.state import ClientState, Limits
 from chorus_client.transport import RequestsTransport, Response, Transport
 from chorus_shared.campaign import Campaign, campaign_from_config
 from chorus_shared.errors import CampaignError, ValueDomainError
+from chorus_shared.mechanisms import Mechanism
 from chorus_shared.rng import RandomSource, is_secure, resolve_rng
 from chorus_shared.wire import PROBLEM_BASE, REFUSED_REPORT_KINDS, new_report_id
 
@@ -87,9 +88,6 @@ DEFAULT_MAX_EPSILON = 2.0
 DEFAULT_LIFETIME_BUDGET = 8.0
 #: The finest report-time precision accepted (seconds): finer buckets time-stamp a person.
 DEFAULT_MIN_TIME_PRECISION = 3600
-#: Reports leave after a uniformly random delay of up to this many seconds, so that arrival
-#: times say no more than the (hourly or coarser) time bucket does.
-DEFAULT_SEND_DELAY = 3600.0
 
 
 @dataclass
@@ -114,6 +112,10 @@ class PrivacyBound:
     per_year: float  # in any window of 365 days
     lifetime: float  # ever (math.inf only if the app removed the lifetime budget)
     holds_across_restarts: bool  # False for an ephemeral client: each process starts afresh
+
+
+def _no_constants(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _refuses_the_reports(response: Response) -> bool:
@@ -158,8 +160,12 @@ class Client:
         periods and config versions); by default only the lifetime budget limits it.
     :param min_time_precision: refuse campaigns whose report times are finer than this many
         seconds.
-    :param send_delay: each report becomes due after a uniformly random delay of up to this
-        many seconds; :meth:`flush` and the background sender send only due reports.
+    :param send_delay: a report becomes due at the end of its time bucket plus a uniformly
+        random delay of up to this many seconds (``None``, the default: one time precision,
+        so reports made during one bucket leave at random during the next). Arrival times then
+        say nothing about when in its bucket a report was made. :meth:`flush` and the
+        background sender send only due reports. ``0`` sends at once, which gives the report
+        time away to the second: for tests and simulations.
     :param transport: how requests are sent (default: :class:`RequestsTransport`, which keeps
         no cookies, reuses no connection and sends generic headers).
     :param rng: randomness for the randomizers; ``None`` (the default) is the OS CSPRNG.
@@ -180,7 +186,7 @@ class Client:
                  lifetime_budget: float = DEFAULT_LIFETIME_BUDGET,
                  campaign_budget: float = math.inf,
                  min_time_precision: int = DEFAULT_MIN_TIME_PRECISION,
-                 send_delay: float = DEFAULT_SEND_DELAY,
+                 send_delay: float | None = None,
                  transport: Transport | None = None, rng: RandomSource | None = None,
                  allow_insecure_rng: bool = False,
                  timeout: float = 10.0, batch_size: int = 100,
@@ -193,8 +199,8 @@ class Client:
             raise ValueError("timeout must be positive")
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
-        if not send_delay >= 0:
-            raise ValueError("send_delay must be a number of seconds >= 0")
+        if send_delay is not None and not send_delay >= 0:
+            raise ValueError("send_delay must be None or a number of seconds >= 0")
         for name, budget in (("lifetime_budget", lifetime_budget),
                              ("campaign_budget", campaign_budget),
                              ("max_epsilon", max_epsilon)):
@@ -232,6 +238,7 @@ class Client:
         self._flush_lock = threading.Lock()
         self._campaigns: dict[str, Campaign] = {}
         self._pinned_digests: dict[str, str] = {}
+        self._pinned = frozenset(campaigns or {})
         self.suppressed: Counter[str] = Counter()  # reports not made, by reason
         self.substituted = 0  # values outside their domain, sent as substitutes
         self._warned: set[tuple[str, str]] = set()
@@ -279,8 +286,8 @@ class Client:
             raise CampaignUnavailable(response.status, _json_object(response),
                                       response.body.decode("utf-8", "replace"))
         try:
-            config = json.loads(response.body)
-        except ValueError:
+            config = json.loads(response.body, parse_constant=_no_constants)
+        except (ValueError, RecursionError):
             raise CampaignUnavailable(200, {"detail": "campaign config is not JSON"}) from None
         return self._adopt(name, config, digest)
 
@@ -298,6 +305,9 @@ class Client:
         except CampaignError as error:
             raise CampaignUnavailable(200, {"detail": f"invalid campaign config: {error}"}) \
                 from None
+        except Exception as error:
+            raise CampaignUnavailable(200, {"detail": "invalid campaign config: "
+                                            f"{type(error).__name__}"}) from None
         refusal = self._refusal(name, campaign, digest)
         if refusal:
             raise CampaignUnavailable(200, {"detail": refusal})
@@ -320,10 +330,18 @@ class Client:
         return None
 
     def worst_case(self, campaign_name: str) -> PrivacyBound:
-        """The most ε this install can lose to a campaign, whatever it reports."""
+        """The most ε this install can lose to a campaign, whatever it reports.
+
+        For a pinned campaign: its policy, capped by this client. For an unpinned one the
+        collector may serve another policy tomorrow, so only the client's caps bound it.
+        """
         campaign = self.campaign(campaign_name)
         bound = campaign.worst_case
         cap = min(self.campaign_budget, self.lifetime_budget)
+        if campaign_name not in self._pinned:
+            return PrivacyBound(campaign=campaign_name, unit=campaign.policy.unit,
+                                per_report=self.max_epsilon, per_period=cap, per_year=cap,
+                                lifetime=cap, holds_across_restarts=not self.ephemeral)
         once = campaign.policy.unit == "lifetime"
         return PrivacyBound(
             campaign=campaign_name, unit=campaign.policy.unit, per_report=bound.per_report,
@@ -363,28 +381,25 @@ class Client:
                             f"{error}")
             return "unavailable"
         mechanism, policy = campaign.mechanism, campaign.policy
-        outside: ValueDomainError | None = None
-        try:
-            x = mechanism.encode(value)
-        except ValueDomainError as error:
-            outside = error
-            with self._lock:
-                x = mechanism.encode(campaign.domain.random_value(self._rng))
+        x, outside = self._encoded(mechanism, value)
         with self._lock:
+            if outside is not None:  # a value the domain cannot take: a substitute, not nothing
+                x = mechanism.encode(campaign.domain.random_value(self._rng))
             # No assignment: cohorts and hash seeds are drawn afresh for every report.
             payload = mechanism.randomize(x, self._rng)
-            delay = self._rng.random() * self.send_delay
+            jitter = self._rng.random()
         now = self._clock()
+        bucket = campaign.time_bucket(now)
         report = json.dumps({"report_id": new_report_id(), "digest": campaign.digest,
-                             "time": campaign.time_bucket(now), "payload": payload},
-                            separators=(",", ":"))
-        limits = Limits(period_budget=policy.budget, max_reports=policy.max_reports,
+                             "time": bucket, "payload": payload}, separators=(",", ":"))
+        limits = Limits(period_reports=policy.reports_per_period(mechanism.epsilon),
+                        max_reports=policy.max_reports, period_budget=policy.budget,
                         campaign_budget=self.campaign_budget,
                         lifetime_budget=self.lifetime_budget)
         try:
             decision = self._state.charge_and_queue(
                 campaign=campaign_name, period=policy.period(now), cost=mechanism.epsilon,
-                limits=limits, report=report, now=now, due=now + delay)
+                limits=limits, report=report, now=now, due=self._due(campaign, now, jitter))
         except ClientError:  # closed by another thread meanwhile: nothing was charged
             if self.strict:
                 raise
@@ -407,9 +422,29 @@ class Client:
                             f"chorus: a value for {campaign_name!r} is outside the campaign's "
                             f"domain; a substitute report was sent instead ({outside})")
             if self.strict:
-                raise outside
+                raise ValueDomainError(str(outside))  # fresh: no context holding the value
             return "substituted"
         return "queued"
+
+    @staticmethod
+    def _encoded(mechanism: Mechanism, value: object) -> tuple[Any, ValueDomainError | None]:
+        """The mechanism's input for the value, or why there is none. Any failure counts, so
+        that no value can make ``report()`` raise or skip the report; the error never carries
+        the value."""
+        try:
+            return mechanism.encode(value), None
+        except ValueDomainError as error:
+            return None, error
+        except Exception as error:  # e.g. a type encode() did not foresee
+            return None, ValueDomainError("the value cannot be encoded "
+                                          f"({type(error).__name__})")
+
+    def _due(self, campaign: Campaign, now: float, jitter: float) -> float:
+        """When a report made now may leave: independent of the moment within its bucket."""
+        if self.send_delay == 0:
+            return now
+        window = campaign.time_precision if self.send_delay is None else self.send_delay
+        return campaign.time_bucket(now) + campaign.time_precision + jitter * window
 
     def _warn_once(self, campaign_name: str, reason: str, message: str) -> None:
         """A warning the first time per campaign and reason; later ones at debug level, so

@@ -22,8 +22,11 @@ budget.
 
 from __future__ import annotations
 
+import json
+import secrets
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,14 +48,16 @@ CREATE TABLE IF NOT EXISTS outbox (
     campaign TEXT NOT NULL DEFAULT '', due REAL NOT NULL DEFAULT 0);
 """
 FILE_NAME = "chorus-client.sqlite3"
+_RANDOM = secrets.SystemRandom()
 
 
 @dataclass(frozen=True)
 class Limits:
     """What one report may spend, checked in this order; every figure is value-free."""
 
+    period_reports: int  # reports of this ε the campaign's policy allows per period
+    max_reports: int  # the policy's report cap (period_reports <= max_reports)
     period_budget: float  # the campaign's budget per period
-    max_reports: int  # the campaign's reports per period
     campaign_budget: float  # the client's cap on one campaign, all periods and versions
     lifetime_budget: float  # the client's cap on everything this install reports
 
@@ -111,11 +116,29 @@ class ClientState:
                     conn.execute("ALTER TABLE outbox ADD COLUMN campaign TEXT NOT NULL "
                                  "DEFAULT ''")
                     conn.execute("ALTER TABLE outbox ADD COLUMN due REAL NOT NULL DEFAULT 0")
+                    self._spread_legacy_outbox(conn)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 upgraded = "memo" in tables or "install" in tables
         if upgraded and self.persistent:
             with self._lock:
-                self._conn.execute("VACUUM")  # no deleted fingerprint may linger in free pages
+                # Rewrite the file so that no deleted secret or fingerprint lingers in a free
+                # page, then move the rewrite out of the WAL into the main file at once.
+                self._conn.execute("VACUUM")
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    @staticmethod
+    def _spread_legacy_outbox(conn: sqlite3.Connection) -> None:
+        """Reports queued by schema 0 carry no campaign or due time: group them by their
+        digest (one campaign per request) and let each leave within an hour, at random."""
+        now = time.time()
+        rows = conn.execute("SELECT seq, report FROM outbox").fetchall()
+        for seq, report in rows:
+            try:
+                digest = str(json.loads(report).get("digest", ""))
+            except (ValueError, AttributeError):
+                digest = ""
+            conn.execute("UPDATE outbox SET campaign = ?, due = ? WHERE seq = ?",
+                         (f"digest:{digest}", now + _RANDOM.random() * 3600.0, seq))
 
     def check_open(self) -> None:
         if self.closed:
@@ -145,8 +168,11 @@ class ClientState:
             on_campaign = conn.execute("SELECT coalesce(sum(epsilon), 0) FROM ledger WHERE "
                                        "campaign = ?", (campaign,)).fetchone()[0]
             total = conn.execute("SELECT coalesce(sum(epsilon), 0) FROM ledger").fetchone()[0]
-            if sent + 1 > limits.max_reports:
-                return Decision(False, "max-reports")
+            # The count is what the campaign publishes as its worst case; the ε sum guards a
+            # period in which the campaign's version (and so its ε) changed.
+            if sent + 1 > limits.period_reports:
+                exhausted = "max-reports" if sent + 1 > limits.max_reports else "budget"
+                return Decision(False, exhausted)
             if not fits(spent, cost, limits.period_budget):
                 return Decision(False, "budget")
             if not fits(on_campaign, cost, limits.campaign_budget):

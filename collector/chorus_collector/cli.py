@@ -150,8 +150,8 @@ def campaign_list(url: str, token: str | None) -> None:
 def campaign_show(name: str, url: str) -> None:
     """Show a campaign's public config and the most ε it can take from one install."""
     config = _call(lambda: _api(url, None).get_campaign(name))
-    click.echo(json.dumps(config, indent=2, ensure_ascii=False))
-    click.echo(worst_case_line(config))
+    click.echo(json.dumps(config, indent=2, ensure_ascii=False))  # the config, to ship as is
+    click.echo(worst_case_line(config), err=True)
 
 
 def worst_case_line(config: dict[str, Any]) -> str:

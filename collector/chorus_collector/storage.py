@@ -23,7 +23,12 @@ import numpy as np
 import sqlite_utils
 from sqlite_utils.migrations import Migrations
 
-from chorus_shared.campaign import Campaign, campaign_from_config, canonical_json
+from chorus_shared.campaign import (
+    Campaign,
+    campaign_from_config,
+    campaign_from_spec,
+    canonical_json,
+)
 
 __all__ = ["SchemaError", "Storage", "StoredReport", "migrations"]
 
@@ -64,6 +69,27 @@ def m001_initial(db: sqlite_utils.Database) -> None:
             PRIMARY KEY (campaign_id, time)
         ) STRICT, WITHOUT ROWID"""
     )
+
+
+@migrations()
+def m003_policies_without_memoization(db: sqlite_utils.Database) -> None:
+    """Campaigns stored before memoization was withdrawn (docs/threat-model.md) carry
+    ``privacy.memoize`` and, for Duchi's bit, the α-rounding grid ``params.buckets``: drop both
+    and store the resulting config and digest, so that every campaign still loads. Reports
+    made by clients of that version carry the old digest and are refused as stale."""
+    for campaign_id, config_json in db.execute("SELECT id, config FROM campaigns").fetchall():
+        config = json.loads(config_json)
+        privacy, params = config.get("privacy"), config.get("params")
+        legacy = isinstance(privacy, dict) and "memoize" in privacy
+        if isinstance(privacy, dict):
+            privacy.pop("memoize", None)
+        if config.get("mechanism") in ("duchi", "one_bit_mean") and isinstance(params, dict):
+            legacy = legacy or "buckets" in params
+            params.pop("buckets", None)
+        if legacy:
+            campaign = campaign_from_spec(config, warn=False)
+            db.execute("UPDATE campaigns SET config = ?, digest = ? WHERE id = ?",
+                       (canonical_json(campaign.config).decode(), campaign.digest, campaign_id))
 
 
 T = TypeVar("T")

@@ -196,9 +196,13 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
         for message in privacy_warnings(mechanism.epsilon):
             warnings.warn(message, PrivacyWarning, stacklevel=2)
     policy = policy_from_json(spec.get("privacy"), mechanism.epsilon)
-    return Campaign(name=name, mechanism=mechanism, time_precision=precision,
-                    min_batch_size=min_batch, report_expiry=expiry, description=description,
-                    policy=policy, selection=selection)
+    try:
+        return Campaign(name=name, mechanism=mechanism, time_precision=precision,
+                        min_batch_size=min_batch, report_expiry=expiry,
+                        description=description, policy=policy, selection=selection)
+    except (ValueError, TypeError, RecursionError) as error:  # from the canonical JSON
+        raise CampaignError(f"the campaign cannot be written as canonical JSON ({error}); "
+                            "NaN and infinity are not allowed") from None
 
 
 def _normalised(value: Any) -> Any:

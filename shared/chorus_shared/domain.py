@@ -91,9 +91,8 @@ class Categories:
             shown = ", ".join(repr(v) for v in self.values[:5])
             more = ", …" if self.size > 5 else ""
             raise ValueDomainError(
-                f"the value (a {type(value).__name__}) is not one of this campaign's "
-                f"{self.size} categories ({shown}{more}), and the campaign has no 'other' "
-                "category"
+                f"the value is not one of this campaign's {self.size} categories "
+                f"({shown}{more}), and the campaign has no 'other' category"
             ) from None
 
     def random_value(self, rng: RandomSource) -> str:
@@ -141,8 +140,7 @@ class NumericRange:
     def to_unit(self, value: object) -> float:
         """Clip a reported number to [lo, hi] and map it to t ∈ [−1, 1] (on the device)."""
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueDomainError("a numeric campaign takes a number, got a "
-                                   f"{type(value).__name__}")
+            raise ValueDomainError("a numeric campaign takes a number")
         number = finite_float(value)
         if number is None:
             raise ValueDomainError("cannot report a non-finite number")
@@ -197,7 +195,7 @@ class NumericVector:
             numbers = list(value)
         else:
             raise ValueDomainError(f"a vector campaign takes a mapping of {list(self.names)} "
-                                   f"to numbers, got a {type(value).__name__}")
+                                   "to numbers")
         return tuple(r.to_unit(x) for r, x in zip(self.ranges, numbers, strict=True))
 
     def random_value(self, rng: RandomSource) -> dict[str, float]:
@@ -226,8 +224,12 @@ class OpenStrings:
     def encode(self, value: object) -> str:
         """The value itself, once checked to be a string within the byte limit."""
         if not isinstance(value, str):
-            raise ValueDomainError(f"a strings campaign takes a str, got {type(value).__name__}")
-        if len(value.encode("utf-8")) > self.max_bytes:
+            raise ValueDomainError("a strings campaign takes a str")
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate; the error would quote the value
+            raise ValueDomainError("the value is not valid Unicode text") from None
+        if size > self.max_bytes:
             raise ValueDomainError(f"value is longer than {self.max_bytes} UTF-8 bytes")
         return value
 
@@ -255,8 +257,8 @@ def domain_from_json(obj: object) -> Domain:
         "strings": {"kind", "max_bytes"},
         "vector": {"kind", "attributes"},
     }
-    if kind not in allowed:
-        raise CampaignError(f"domain.kind must be one of {sorted(allowed)}, got {kind!r}")
+    if not isinstance(kind, str) or kind not in allowed:
+        raise CampaignError(f"domain.kind must be one of {sorted(allowed)}, got {kind!r:.80}")
     unknown = set(obj) - allowed[kind]
     if unknown:
         raise CampaignError(f"unknown domain fields for kind {kind!r}: {sorted(unknown)}")

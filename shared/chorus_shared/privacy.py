@@ -24,7 +24,8 @@ from typing import Any, Literal
 
 from chorus_shared.errors import CampaignError
 
-__all__ = ["DAYS_PER_YEAR_WINDOW", "PrivacyPolicy", "WorstCase", "fits", "policy_from_json"]
+__all__ = ["DAYS_PER_YEAR_WINDOW", "PrivacyPolicy", "WorstCase", "fits", "policy_from_json",
+           "reports_within"]
 
 Unit = Literal["lifetime", "day"]
 DEFAULT_MAX_REPORTS = 1000
@@ -64,8 +65,12 @@ class PrivacyPolicy:
         return f"day-{int(unix_seconds // 86400)}"
 
     def reports_per_period(self, epsilon: float) -> int:
-        """How many reports of ε fit one period: a count fixed in advance, value-free."""
-        return min(self.max_reports, int(self.budget / epsilon * (1 + _SLACK)))
+        """How many reports of ε fit one period: a count fixed in advance, value-free.
+
+        The client enforces exactly this count, so what a campaign publishes as its worst case
+        and what its clients spend cannot disagree at a budget boundary.
+        """
+        return reports_within(self.budget, epsilon, self.max_reports)
 
     def worst_case(self, epsilon: float) -> WorstCase:
         reports = self.reports_per_period(epsilon)
@@ -78,6 +83,13 @@ class PrivacyPolicy:
 def fits(spent: float, cost: float, budget: float) -> bool:
     """``spent + cost <= budget``, with a relative slack for sums of equal float costs."""
     return spent + cost <= budget * (1 + _SLACK) + _SLACK * cost
+
+
+def reports_within(budget: float, epsilon: float, cap: int) -> int:
+    """The most reports of ε that fit ``budget`` (by the same slack as :func:`fits`), at most
+    ``cap``; without overflow for huge budgets."""
+    ratio = (budget * (1 + _SLACK) + _SLACK * epsilon) / epsilon
+    return cap if not ratio < cap else int(ratio)
 
 
 def policy_from_json(obj: object, epsilon: float) -> PrivacyPolicy:
@@ -98,7 +110,7 @@ def policy_from_json(obj: object, epsilon: float) -> PrivacyPolicy:
         raise CampaignError("privacy.unit must be 'lifetime' or 'day'")
     budget = obj.get("budget", epsilon)
     if isinstance(budget, bool) or not isinstance(budget, int | float) \
-            or not math.isfinite(budget) or not fits(0.0, epsilon, budget):
+            or not math.isfinite(budget) or reports_within(budget, epsilon, 1) < 1:
         raise CampaignError(
             f"privacy.budget must be a finite number of at least one report's ε "
             f"({epsilon:.6g}), got {budget!r}"
