@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -719,6 +720,17 @@ def test_shuffler_settings_from_the_environment_and_their_checks() -> None:
     assert collector["SHUFFLER_KEY"] == "for the collector"
 
 
+def test_every_shuffler_setting_is_documented_with_its_default() -> None:
+    from chorus_collector.shuffler_settings import SHUFFLER_SETTINGS
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "shuffler.md").read_text()
+    for setting in SHUFFLER_SETTINGS:
+        row = next((line for line in docs.splitlines()
+                    if line.startswith(f"| `CHORUS_SHUFFLER_{setting.name}` |")), None)
+        assert row is not None, setting.name
+        assert ("unset" if setting.default is None else str(setting.default)) in row
+
+
 # -- over real HTTP -------------------------------------------------------------------------------
 
 
@@ -806,3 +818,10 @@ def test_over_real_http_the_background_thread_forwards_a_full_batch(
     assert body.get("n") == 4, shuffler.log.read_text()
     assert body["shuffling"]["smallest_batch"] == 4
     assert body["shuffling"]["reports_direct"] == 0
+    # The compose healthcheck of the shuffler passes against it.
+    compose = yaml.safe_load((Path(__file__).resolve().parents[1] / "docker-compose.yml")
+                             .read_text())
+    check = compose["services"]["shuffler"]["healthcheck"]["test"]
+    command = [sys.executable if c == "python" else
+               c.replace("127.0.0.1:8001", f"127.0.0.1:{shuffler.port}") for c in check[1:]]
+    assert subprocess.run(command, timeout=10).returncode == 0

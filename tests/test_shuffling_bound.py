@@ -204,6 +204,16 @@ def test_bad_arguments_are_refused(epsilon0: float, n: int, delta: float) -> Non
         central_privacy(epsilon0, n, delta)
 
 
+def test_the_table_in_the_docs_is_what_the_code_computes() -> None:
+    from pathlib import Path
+
+    from chorus_collector.shuffling import central_table
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "shuffler.md").read_text()
+    assert central_table() in docs
+    assert "python -m chorus_collector.shuffling" in docs
+
+
 def test_the_shared_closed_form_does_not_import_numpy() -> None:
     code = ("import sys, chorus_shared.shuffling as s; s.fmt_closed_form(1.0, 10**5, 1e-6); "
             "assert 'numpy' not in sys.modules, 'numpy imported'")

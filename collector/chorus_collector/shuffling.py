@@ -232,3 +232,30 @@ def central_privacy(epsilon0: float, n: int, delta: float | None = None) -> dict
         "source": SOURCE,
         "assumptions": list(ASSUMPTIONS),
     }
+
+
+TABLE_SIZES = (1000, 5000, 10_000, 100_000, 1_000_000)
+TABLE_EPSILONS = (0.5, 1.0, 2.0, 4.0, 6.0, 8.0)
+
+
+def central_table(sizes: tuple[int, ...] = TABLE_SIZES,
+                  epsilons: tuple[float, ...] = TABLE_EPSILONS) -> str:
+    """A Markdown table of the central ε (default δ) for batch sizes × local ε₀."""
+    lines = ["| n (δ) \\ ε₀ | " + " | ".join(f"{e:g}" for e in epsilons) + " |",
+             "|---|" + "---|" * len(epsilons)]
+    for n in sizes:
+        cells = []
+        for epsilon0 in epsilons:
+            result = central_privacy(epsilon0, n)
+            cell = f"{result['epsilon']:.3f}"
+            if result["bound"] == "none":
+                cell += " (none)"
+            elif result["epsilon"] > 0.99 * epsilon0:
+                cell += " (≈ none)"
+            cells.append(cell)
+        lines.append(f"| {n:,} ({default_delta(n):.0e}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m chorus_collector.shuffling: the table of docs/shuffler.md
+    print(central_table())
