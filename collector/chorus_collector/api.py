@@ -30,7 +30,7 @@ from chorus_collector.ingest import ReportStatus, ingest_reports, parse_body
 from chorus_collector.metrics import Metrics
 from chorus_collector.problems import Problem
 from chorus_collector.ratelimit import RateLimiter
-from chorus_collector.shuffled_batches import shuffling_summary
+from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER, shuffling_summary
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.campaign import campaign_from_spec
 from chorus_shared.errors import CampaignError, PrivacyWarning
@@ -137,9 +137,6 @@ def submit_any_reports() -> tuple[Response, int]:
     """Reports for any campaigns: each report's digest selects its campaign."""
     shuffled = _shuffled_batch()
     return _submit(None, admitted=shuffled, shuffled=shuffled)
-
-
-SHUFFLED_BATCH_HEADER = "Chorus-Shuffled-Batch"
 
 
 def _shuffled_batch() -> bool:

@@ -22,7 +22,11 @@ from typing import Any
 from chorus_collector.shuffling import central_privacy
 from chorus_collector.storage import Storage, StoredCampaign
 
-__all__ = ["ShuffledTotals", "read_shuffled", "record_shuffled_batch", "shuffling_summary"]
+__all__ = ["SHUFFLED_BATCH_HEADER", "ShuffledTotals", "read_shuffled", "record_shuffled_batch",
+           "shuffling_summary"]
+
+# Sent by the shuffler with the size of its batch; echoed by the collector once recorded.
+SHUFFLED_BATCH_HEADER = "Chorus-Shuffled-Batch"
 
 
 def record_shuffled_batch(conn: sqlite3.Connection, campaign_id: int,

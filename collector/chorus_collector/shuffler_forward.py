@@ -27,12 +27,12 @@ from typing import Any, Protocol
 
 import requests
 
+from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER
 from chorus_collector.shuffler_pool import ShufflerPool
 
 __all__ = ["SHUFFLED_BATCH_HEADER", "BackgroundForwarder", "FlushReport", "Forwarder",
            "RequestsUpstream", "Upstream", "UpstreamError", "UpstreamReply"]
 
-SHUFFLED_BATCH_HEADER = "Chorus-Shuffled-Batch"
 USER_AGENT = "chorus-shuffler"
 
 log = logging.getLogger("chorus.shuffler")
