@@ -212,12 +212,12 @@ def _compose_binary() -> str:
     return found
 
 
-def _compose_config(path: Path) -> subprocess.CompletedProcess[str]:
+def _compose_config(path: Path, *options: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("COMPOSE_", "DOCKER_"))}
     env.update({"CHORUS_ADMIN_TOKEN": "a", "CHORUS_ANALYST_TOKEN": "b"})
-    return subprocess.run([_compose_binary(), "-f", str(path), "config", "-q"], env=env,
-                          capture_output=True, text=True, timeout=60, cwd=path.parent)
+    return subprocess.run([_compose_binary(), "-f", str(path), *options, "config", "-q"],
+                          env=env, capture_output=True, text=True, timeout=60, cwd=path.parent)
 
 
 def test_compose_file_is_valid() -> None:
@@ -231,10 +231,36 @@ def test_compose_file_is_valid() -> None:
     assert "${CHORUS_ADMIN_TOKEN" in (ROOT / "docker-compose.yml").read_text()
 
 
+def test_compose_shuffler_service_is_valid_and_shares_the_key() -> None:
+    from chorus_collector.shuffler_server import SHUFFLER_COMMAND
+    from chorus_collector.shuffler_settings import resolve_shuffler_settings
+
+    result = _compose_config(ROOT / "docker-compose.yml", "--profile", "shuffler")
+    assert result.returncode == 0, result.stderr
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    service: dict[str, Any] = compose["services"]["shuffler"]
+    collector: dict[str, Any] = compose["services"]["collector"]
+    assert service["build"] == collector["build"] == "."
+    assert service["image"] == collector["image"]
+    assert tuple(service["command"]) == SHUFFLER_COMMAND
+    assert service["profiles"] == ["shuffler"]
+    assert "shuffler-data" in compose["volumes"]
+    assert any(v.startswith("shuffler-data:") for v in service["volumes"])
+    env = service["environment"]
+    # One variable feeds the collector's key and the shuffler's copy of it.
+    assert env["CHORUS_SHUFFLER_SHUFFLER_KEY"] == collector["environment"]["CHORUS_SHUFFLER_KEY"]
+    assert env["CHORUS_SHUFFLER_SHUFFLER_KEY"].startswith("${CHORUS_SHUFFLER_KEY")
+    settings = resolve_shuffler_settings(  # raises on an unknown CHORUS_SHUFFLER_* name
+        environ={k: v if "${" not in v else "key" for k, v in env.items()})
+    assert settings["COLLECTOR_URL"] == "http://collector:8000"
+    assert settings["DATABASE"].startswith("/data/")
+    assert service["depends_on"]["collector"]["condition"] == "service_healthy"
+
+
 def test_compose_validator_rejects_a_broken_file(tmp_path: Path) -> None:
     """The validator is not a no-op: the same file with an error fails."""
     broken = (ROOT / "docker-compose.yml").read_text().replace(
-        '      - "8000:8000"', "    ports_typo: 1").replace("    ports:\n", "")
+        '      - "8000:8000"', "    ports_typo: 1").replace("    ports:\n", "", 1)
     (tmp_path / "docker-compose.yml").write_text(broken)
     (tmp_path / "Dockerfile").write_text("FROM scratch\n")
     result = _compose_config(tmp_path / "docker-compose.yml")

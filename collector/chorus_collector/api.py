@@ -8,6 +8,7 @@
 ``GET  /v1/campaigns/<name>``                        none       a campaign's public config
 ``POST /v1/campaigns/<name>/reports``                none       submit one report or a batch
 ``POST /v1/reports``                                 none       reports for any campaigns
+                                                                (shuffler key: one shuffled batch)
 ``GET|POST /v1/campaigns/<name>/estimates``          analyst    estimates (JSON or CSV)
 =================================================  =========  ==========================
 """
@@ -29,6 +30,7 @@ from chorus_collector.ingest import ReportStatus, ingest_reports, parse_body
 from chorus_collector.metrics import Metrics
 from chorus_collector.problems import Problem
 from chorus_collector.ratelimit import RateLimiter
+from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER, shuffling_summary
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.campaign import campaign_from_spec
 from chorus_shared.errors import CampaignError, PrivacyWarning
@@ -134,7 +136,28 @@ def get_campaign(name: str) -> Response:
 @api.post("/v1/reports")
 def submit_any_reports() -> tuple[Response, int]:
     """Reports for any campaigns: each report's digest selects its campaign."""
-    return _submit(None)
+    shuffled = _shuffled_batch()
+    return _submit(None, admitted=shuffled, shuffled=shuffled)
+
+
+def _shuffled_batch() -> bool:
+    """Whether this request is a batch from the shuffler: the header with the shuffler key.
+
+    Without the key the header is ignored (the reports count as sent directly). With it, the
+    shuffler is admitted without the ingest key or the per-address rate limit.
+    """
+    if SHUFFLED_BATCH_HEADER not in request.headers:
+        return False
+    verifier: TokenVerifier = current_app.extensions["chorus.tokens"]
+    return verifier.grants(request.headers.get("Authorization"), "shuffler")
+
+
+def _check_batch_size(declared: str | None, count: int) -> None:
+    if declared is None or not _DIGITS.fullmatch(declared.strip()) \
+            or int(declared) != count:
+        raise Problem(400, "invalid-shuffled-batch", "Invalid shuffled batch",
+                      f"{SHUFFLED_BATCH_HEADER} must be the number of reports in the request "
+                      f"({count}), got {declared!r}")
 
 
 @api.post("/v1/campaigns/<name>/reports")
@@ -156,7 +179,8 @@ def _admit_reporter() -> None:
                           headers={"Retry-After": str(seconds)})
 
 
-def _submit(stored: StoredCampaign | None, admitted: bool = False) -> tuple[Response, int]:
+def _submit(stored: StoredCampaign | None, admitted: bool = False,
+            shuffled: bool = False) -> tuple[Response, int]:
     if not admitted:
         _admit_reporter()
     body = _json_body()
@@ -174,10 +198,12 @@ def _submit(stored: StoredCampaign | None, admitted: bool = False) -> tuple[Resp
                       f"{len(raw_reports)} reports in one request; at most {limit} are allowed")
     if not raw_reports:
         raise Problem(400, "invalid-request", "Invalid request", "the batch has no reports")
+    if shuffled:
+        _check_batch_size(request.headers.get(SHUFFLED_BATCH_HEADER), len(raw_reports))
     now = current_app.extensions["chorus.clock"]()
     statuses = ingest_reports(_storage(), raw_reports, now, campaign=stored,
                               max_payload_bytes=current_app.config["CHORUS"]
-                              ["MAX_PAYLOAD_BYTES"])
+                              ["MAX_PAYLOAD_BYTES"], shuffled=shuffled)
     _count_outcomes(statuses)
     if single:
         status = statuses[0]
@@ -189,7 +215,10 @@ def _submit(stored: StoredCampaign | None, admitted: bool = False) -> tuple[Resp
         return jsonify(status.to_json()), 201 if status.status == "accepted" else 200
     counts = {k: sum(s.status == k for s in statuses)
               for k in ("accepted", "duplicate", "rejected")}
-    return jsonify(results=[s.to_json() for s in statuses], **counts), 200
+    response = jsonify(results=[s.to_json() for s in statuses], **counts)
+    if shuffled:  # tells the shuffler its key was recognised and the batch recorded
+        response.headers[SHUFFLED_BATCH_HEADER] = str(len(raw_reports))
+    return response, 200
 
 
 def _count_outcomes(statuses: list[ReportStatus]) -> None:
@@ -288,4 +317,8 @@ def estimates(name: str) -> Response:
         raise Problem(422, error.kind, "Query cannot be answered", str(error)) from None
     if fmt == "csv":
         return Response(result.to_csv(), mimetype="text/csv")
-    return Response(json.dumps(result.to_json()), mimetype="application/json")
+    body = result.to_json()
+    shuffling = shuffling_summary(_storage(), stored, n, query.start, query.end)
+    if shuffling is not None:
+        body["shuffling"] = shuffling
+    return Response(json.dumps(body), mimetype="application/json")

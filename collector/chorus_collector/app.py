@@ -44,7 +44,8 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     app = Flask("chorus_collector")
     app.config["MAX_CONTENT_LENGTH"] = settings["MAX_BODY_BYTES"]
     # Tokens are hashed at once; the raw values are not kept in app.config.
-    safe = {k: v for k, v in settings.items() if not k.endswith("_TOKEN")}
+    safe = {k: v for k, v in settings.items()
+            if not k.endswith("_TOKEN") and k != "SHUFFLER_KEY"}
     app.config["CHORUS"] = safe
     logging.getLogger("chorus").setLevel(settings["LOG_LEVEL"])
 
@@ -54,7 +55,8 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     app.extensions["chorus.storage"] = storage
     app.extensions["chorus.tokens"] = TokenVerifier(
         admin=settings["ADMIN_TOKEN"], analyst=settings["ANALYST_TOKEN"],
-        ingest=settings["INGEST_KEY"], metrics=settings["METRICS_TOKEN"])
+        ingest=settings["INGEST_KEY"], metrics=settings["METRICS_TOKEN"],
+        shuffler=settings["SHUFFLER_KEY"])
     app.extensions["chorus.clock"] = clock
     app.extensions["chorus.metrics"] = Metrics()
     app.extensions["chorus.ratelimit"] = (

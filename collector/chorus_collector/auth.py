@@ -1,4 +1,4 @@
-"""Bearer tokens: admin, analyst, and the optional ingest key and metrics token.
+"""Bearer tokens: admin, analyst, and the optional ingest key, metrics token and shuffler key.
 
 Tokens are kept only as SHA-256 digests and compared with :func:`hmac.compare_digest`, so the
 comparison takes the same time whatever the presented token; they are never logged. Clients
@@ -15,13 +15,14 @@ from chorus_collector.problems import Problem
 
 __all__ = ["Role", "TokenVerifier"]
 
-Role = Literal["admin", "analyst", "ingest", "metrics"]
+Role = Literal["admin", "analyst", "ingest", "metrics", "shuffler"]
 # Which configured tokens grant each role.
 GRANTS: dict[Role, tuple[Role, ...]] = {
     "admin": ("admin",),
     "analyst": ("admin", "analyst"),
     "metrics": ("admin", "metrics"),
     "ingest": ("ingest",),
+    "shuffler": ("shuffler",),
 }
 # Roles that are open to anyone while no token of their own is configured.
 OPEN_UNLESS_CONFIGURED: tuple[Role, ...] = ("ingest", "metrics")
@@ -33,13 +34,23 @@ def _digest(token: str) -> bytes:
 
 class TokenVerifier:
     def __init__(self, *, admin: str | None, analyst: str | None, ingest: str | None = None,
-                 metrics: str | None = None) -> None:
+                 metrics: str | None = None, shuffler: str | None = None) -> None:
         raw: dict[Role, str | None] = {"admin": admin, "analyst": analyst, "ingest": ingest,
-                                       "metrics": metrics}
+                                       "metrics": metrics, "shuffler": shuffler}
         self._digests: dict[Role, bytes] = {r: _digest(t) for r, t in raw.items() if t}
 
     def __repr__(self) -> str:
         return f"TokenVerifier(roles={sorted(self._digests)}, <hashed>)"
+
+    def grants(self, authorization: str | None, role: Role) -> bool:
+        """Whether the header carries a configured token for ``role`` (never open)."""
+        if role not in self._digests:
+            return False
+        try:
+            self.check(authorization, role)
+        except Problem:
+            return False
+        return True
 
     def check(self, authorization: str | None, role: Role) -> None:
         """Raise a 401 or 403 :class:`Problem` unless the header grants ``role``."""

@@ -1,6 +1,7 @@
 """The ``chorus`` command: a thin layer over library functions the tests also call.
 
 * ``chorus serve``: run the collector with the production server;
+* ``chorus shuffler``: run the optional shuffler (``--flush``: one forwarding pass);
 * ``chorus campaign create|list``: admin calls over HTTP (``CHORUS_URL``, ``CHORUS_TOKEN``);
 * ``chorus estimates NAME``: analyst call, printed as a table, JSON or CSV;
 * ``chorus demo``: a collector, three campaigns and 20,000 simulated users, end to end;
@@ -53,6 +54,32 @@ def serve(bind: str | None, database: str | None, workers: int | None) -> None:
     overrides = {k: v for k, v in (("BIND", bind), ("DATABASE", database),
                                    ("WORKERS", workers)) if v is not None}
     run_server(overrides)
+
+
+@main.command()
+@click.option("--bind", default=None,
+              help="host:port (default CHORUS_SHUFFLER_BIND or 127.0.0.1:8001).")
+@click.option("--database", default=None, help="Pool SQLite file (CHORUS_SHUFFLER_DATABASE).")
+@click.option("--flush", is_flag=True,
+              help="Forward every group that has reached MIN_BATCH once, then exit.")
+def shuffler(bind: str | None, database: str | None, flush: bool) -> None:
+    """Run the shuffler (docs/shuffler.md); settings from CHORUS_SHUFFLER_* variables."""
+    from chorus_collector.settings import SettingsError
+
+    overrides = {k: v for k, v in (("BIND", bind), ("DATABASE", database)) if v is not None}
+    try:
+        if flush:
+            from chorus_collector.shuffler import create_shuffler_app
+
+            app = create_shuffler_app(overrides)
+            report = app.extensions["chorus.shuffler.forwarder"].flush()
+            click.echo(json.dumps(report.to_json()))
+            return
+        from chorus_collector.shuffler_server import serve_shuffler
+
+        serve_shuffler(overrides)
+    except SettingsError as error:
+        raise click.ClickException(str(error)) from None
 
 
 @main.command()

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from chorus_collector.estimators import estimator_for
+from chorus_collector.shuffled_batches import record_shuffled_batch
 from chorus_collector.storage import Storage, StoredCampaign, StoredReport
 from chorus_shared.campaign import canonical_json
 from chorus_shared.errors import DigestMismatch, WireError
@@ -112,11 +113,14 @@ def _payload_too_large(raw: object, limit: int) -> tuple[str | None, str | None]
 
 def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, *,
                    campaign: StoredCampaign | None = None,
-                   max_payload_bytes: int = 8192) -> list[ReportStatus]:
+                   max_payload_bytes: int = 8192,
+                   shuffled: bool = False) -> list[ReportStatus]:
     """Ingest reports; one status per report, in request order.
 
     With ``campaign`` every report must be for that campaign; without it each report's digest
-    selects its campaign (a digest names exactly one campaign configuration).
+    selects its campaign (a digest names exactly one campaign configuration). ``shuffled``:
+    the request is one batch from the shuffler, recorded per campaign and time bucket with
+    the number of reports it newly added (duplicates hide nobody).
     """
     statuses: list[ReportStatus | None] = [None] * len(raw_reports)
     # (campaign id, report id) → (index, campaign, report, payload json)
@@ -166,7 +170,7 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
         fresh[key] = (index, stored, report, payload_json)
 
     if fresh:
-        _store(storage, fresh, statuses)
+        _store(storage, fresh, statuses, shuffled)
     # A repeat inside the batch shares the fate of its first copy: a duplicate if that one
     # was accepted or was itself a duplicate, rejected otherwise.
     for index, first, report_id, same in repeats:
@@ -197,7 +201,7 @@ def _repeat_status(index: int, report_id: str, same: bool) -> ReportStatus:
 
 def _store(storage: Storage,
            fresh: dict[tuple[int, bytes], tuple[int, StoredCampaign, Report, str]],
-           statuses: list[ReportStatus | None]) -> None:
+           statuses: list[ReportStatus | None], shuffled: bool = False) -> None:
     by_campaign: dict[int, list[tuple[bytes, int, StoredCampaign, Report, str]]] = \
         defaultdict(list)
     for (campaign_id, key), (index, stored, report, payload_json) in fresh.items():
@@ -226,6 +230,9 @@ def _store(storage: Storage,
                 for time, payloads in by_time.items()
             }
             storage.add_to_aggregates(conn, campaign_id, partials)
+            if shuffled:
+                record_shuffled_batch(conn, campaign_id,
+                                      {time: len(payloads) for time, payloads in by_time.items()})
 
     # Concurrent requests share one transaction and one fsync (group commit); this call
     # returns once the reports are durable.

@@ -46,6 +46,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("INGEST_KEY", str, None,
             "Optional key apps must send (Authorization: Bearer) to submit reports.",
             secret=True),
+    Setting("SHUFFLER_KEY", str, None,
+            "Key the shuffler sends (Authorization: Bearer) with Chorus-Shuffled-Batch; "
+            "unset: every report counts as sent directly.", secret=True),
     Setting("METRICS_TOKEN", str, None,
             "Bearer token for /metrics; unset leaves /metrics open (keep it internal).",
             secret=True),
@@ -103,8 +106,8 @@ def resolve_settings(config: Mapping[str, Any] | None = None,
         if not key.startswith("CHORUS_"):
             continue
         name = key.removeprefix("CHORUS_")
-        if name in _NON_APP_ENV:
-            continue
+        if name in _NON_APP_ENV or (name.startswith("SHUFFLER_") and name != "SHUFFLER_KEY"):
+            continue  # the CLI's, or the shuffler's own CHORUS_SHUFFLER_* settings
         if name not in _BY_NAME:
             raise _unknown(name, f"environment variable {key}")
         values[name] = _coerce(_BY_NAME[name], raw, f"environment variable {key}")

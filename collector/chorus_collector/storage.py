@@ -72,6 +72,23 @@ def m001_initial(db: sqlite_utils.Database) -> None:
 
 
 @migrations()
+def m002_shuffled_batches(db: sqlite_utils.Database) -> None:
+    # Reports that came through the shuffler, per campaign and time bucket: how many, in how
+    # many batches, and the smallest batch (the n of the central privacy bound). Counted per
+    # batch, never per report: no report is marked as shuffled or direct.
+    db.execute(
+        """CREATE TABLE shuffled_batches (
+            campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+            time INTEGER NOT NULL,
+            batches INTEGER NOT NULL,
+            reports INTEGER NOT NULL,
+            smallest INTEGER NOT NULL,
+            PRIMARY KEY (campaign_id, time)
+        ) STRICT, WITHOUT ROWID"""
+    )
+
+
+@migrations()
 def m003_policies_without_memoization(db: sqlite_utils.Database) -> None:
     """Campaigns stored before memoization was withdrawn (docs/threat-model.md) carry
     ``privacy.memoize`` and, for Duchi's bit, the α-rounding grid ``params.buckets``: drop both

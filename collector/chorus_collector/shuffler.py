@@ -1,0 +1,282 @@
+"""The shuffler: an optional service between clients and the collector (docs/shuffler.md).
+
+Clients post reports here exactly as to the collector. The shuffler checks the envelope only,
+pools the reports durably, and forwards each campaign's time bucket to the collector once it
+holds ``MIN_BATCH`` of them, as one batch in a uniformly random order, without the senders'
+addresses, headers or arrival times. The collector then sees batches, not people.
+
+=================================  =========  =============================================
+``GET  /healthz``                    none       liveness and pool check
+``POST /v1/reports``                 none       reports, the collector's wire format
+``GET  /v1/campaigns/<name>``        none       a campaign's config, from the collector
+``POST /v1/flush``                   admin      one forwarding pass now
+=================================  =========  =============================================
+
+No access log and no request log: a log line with a timestamp per request would be the
+arrival record this service exists to drop.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
+
+from chorus_collector.api import _json_body
+from chorus_collector.app import _register_error_handlers
+from chorus_collector.auth import TokenVerifier
+from chorus_collector.problems import Problem
+from chorus_collector.shuffler_forward import (
+    USER_AGENT,
+    BackgroundForwarder,
+    Forwarder,
+    Upstream,
+    UpstreamError,
+    UpstreamReply,
+)
+from chorus_collector.shuffler_pool import Outcome, PooledReport, ShufflerPool
+from chorus_collector.shuffler_settings import resolve_shuffler_settings
+from chorus_shared.campaign import canonical_json
+from chorus_shared.wire import MAX_TIME, REPORT_FIELDS
+
+__all__ = ["create_shuffler_app"]
+
+shuffler_api = Blueprint("chorus_shuffler", __name__)
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+# Headers of the collector's campaign answer that the client may see; nothing else passes.
+_PASSED_HEADERS = ("Content-Type", "ETag", "Cache-Control")
+
+
+def create_shuffler_app(config: Mapping[str, Any] | None = None, *,
+                        upstream: Upstream | None = None,
+                        rng: random.Random | None = None,
+                        clock: Callable[[], float] = time.monotonic) -> Flask:
+    """The shuffler's WSGI app. Settings: defaults, ``CHORUS_SHUFFLER_*``, then ``config``.
+
+    ``upstream`` (how to reach the collector) and ``rng`` (the shuffle; the OS CSPRNG by
+    default) are for tests. No thread is started here: the server starts the background
+    forwarder in each worker (:func:`start_background_forwarder`).
+    """
+    settings = resolve_shuffler_settings(config)
+    app = Flask("chorus_shuffler")
+    app.config["MAX_CONTENT_LENGTH"] = settings["MAX_BODY_BYTES"]
+    app.config["CHORUS_SHUFFLER"] = {k: v for k, v in settings.items()
+                                     if k not in ("SHUFFLER_KEY", "ADMIN_TOKEN")}
+    pool = ShufflerPool(settings["DATABASE"])
+    pool.migrate()
+    pool.close()  # no connection may cross a fork into server workers
+    app.extensions["chorus.shuffler.pool"] = pool
+    app.extensions["chorus.shuffler.forwarder"] = Forwarder(
+        pool, collector_url=settings["COLLECTOR_URL"], key=settings["SHUFFLER_KEY"],
+        min_batch=settings["MIN_BATCH"], max_batch=settings["MAX_BATCH"],
+        timeout=settings["FORWARD_TIMEOUT"], upstream=upstream, rng=rng)
+    app.extensions["chorus.shuffler.tokens"] = TokenVerifier(admin=settings["ADMIN_TOKEN"],
+                                                             analyst=None)
+    app.extensions["chorus.shuffler.campaigns"] = _CampaignCache(
+        settings["CAMPAIGN_CACHE_SECONDS"], clock)
+    app.register_blueprint(shuffler_api)
+    _register_error_handlers(app)
+    return app
+
+
+def start_background_forwarder(app: Flask) -> BackgroundForwarder:
+    """Start the forwarding thread of this process (every ``FORWARD_INTERVAL`` seconds)."""
+    background = BackgroundForwarder(app.extensions["chorus.shuffler.forwarder"],
+                                     app.config["CHORUS_SHUFFLER"]["FORWARD_INTERVAL"])
+    background.start()
+    app.extensions["chorus.shuffler.background"] = background
+    return background
+
+
+def _pool() -> ShufflerPool:
+    pool: ShufflerPool = current_app.extensions["chorus.shuffler.pool"]
+    return pool
+
+
+def _setting(name: str) -> Any:
+    return current_app.config["CHORUS_SHUFFLER"][name]
+
+
+@shuffler_api.get("/healthz")
+def healthz() -> Response:
+    _pool().connect().execute("SELECT 1 FROM pool LIMIT 1").fetchall()
+    return jsonify(status="ok")
+
+
+# -- intake -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Checked:
+    report: PooledReport | None
+    report_id: str | None
+    error: str | None = None
+
+
+def _check_envelope(raw: object, max_payload_bytes: int) -> _Checked:
+    """The envelope of one report; the payload only as JSON of bounded size (the collector,
+    which knows the campaign, checks the rest)."""
+    report_id = raw.get("report_id") if isinstance(raw, dict) else None
+    shown = report_id if isinstance(report_id, str) and len(report_id) <= 64 else None
+    if not isinstance(raw, dict):
+        return _Checked(None, None, "a report must be a JSON object")
+    if raw.keys() != REPORT_FIELDS:
+        missing, extra = REPORT_FIELDS - raw.keys(), raw.keys() - REPORT_FIELDS
+        return _Checked(None, shown, f"report is missing {sorted(missing)}" if missing
+                        else f"report has unknown fields {sorted(extra)}")
+    if not isinstance(report_id, str) or not _HEX32.fullmatch(report_id):
+        return _Checked(None, shown, "report_id must be 32 lowercase hex digits")
+    digest = raw["digest"]
+    if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
+        return _Checked(None, shown, "digest must be 64 lowercase hex digits")
+    when = raw["time"]
+    if isinstance(when, bool) or not isinstance(when, int) or not 0 <= when < MAX_TIME:
+        return _Checked(None, shown, "time must be a non-negative integer (Unix seconds)")
+    try:
+        payload = canonical_json(raw["payload"]).decode()
+    except (TypeError, ValueError):
+        return _Checked(None, shown, "payload must be a JSON value")
+    if len(payload.encode()) > max_payload_bytes:
+        return _Checked(None, shown, f"payload is {len(payload.encode())} bytes; at most "
+                                     f"{max_payload_bytes} are accepted")
+    return _Checked(PooledReport(report_id, digest, when, payload), report_id)
+
+
+@shuffler_api.post("/v1/reports")
+def submit_reports() -> tuple[Response, int]:
+    body = _json_body()
+    single = isinstance(body, dict) and "reports" not in body
+    if single:
+        raw_reports: list[Any] = [body]
+    elif isinstance(body, dict) and isinstance(body.get("reports"), list) and len(body) == 1:
+        raw_reports = body["reports"]
+    else:
+        raise Problem(400, "invalid-request", "Invalid request",
+                      'send one report object, or {"reports": [report, ...]}')
+    limit = _setting("MAX_REPORTS_PER_REQUEST")
+    if len(raw_reports) > limit:
+        raise Problem(413, "too-many-reports", "Too many reports",
+                      f"{len(raw_reports)} reports in one request; at most {limit} are allowed")
+    if not raw_reports:
+        raise Problem(400, "invalid-request", "Invalid request", "the batch has no reports")
+    checked = [_check_envelope(raw, _setting("MAX_PAYLOAD_BYTES")) for raw in raw_reports]
+    first: dict[tuple[str, str], PooledReport] = {}
+    repeats: list[bool] = []  # per report: a repeat of an earlier one in this request
+    for item in checked:
+        report = item.report
+        key = (report.digest, report.report_id) if report is not None else None
+        repeats.append(key is not None and key in first)
+        if report is not None and key is not None and key not in first:
+            first[key] = report
+    try:
+        outcomes = _pool().add(list(first.values())) if first else {}
+    except sqlite3.Error:
+        # Nothing was committed, so nothing is acknowledged; the client keeps its reports.
+        raise Problem(503, "storage-unavailable", "Storage unavailable",
+                      "the reports could not be stored; retry later",
+                      headers={"Retry-After": "5"}) from None
+    results = [_result(item, repeat, first, outcomes)
+               for item, repeat in zip(checked, repeats, strict=True)]
+    if single:
+        result = results[0]
+        if result["status"] == "rejected":
+            raise Problem(400, result["error"], "Report rejected", result["detail"],
+                          report_id=result["report_id"])
+        return jsonify(result), 201 if result["status"] == "accepted" else 200
+    counts = {k: sum(r["status"] == k for r in results)
+              for k in ("accepted", "duplicate", "rejected")}
+    return jsonify(results=results, **counts), 200
+
+
+def _result(item: _Checked, repeat: bool, first: Mapping[tuple[str, str], PooledReport],
+            outcomes: Mapping[tuple[str, str], Outcome]) -> dict[str, Any]:
+    if item.report is None:
+        return {"report_id": item.report_id, "status": "rejected", "error": "invalid-report",
+                "detail": item.error}
+    key = (item.report.digest, item.report.report_id)
+    if outcomes[key] == "conflict" or (repeat and first[key] != item.report):
+        return {"report_id": item.report_id, "status": "rejected", "error": "report-conflict",
+                "detail": "a different report with this report_id was already submitted"}
+    new = outcomes[key] == "new" and not repeat
+    return {"report_id": item.report_id, "status": "accepted" if new else "duplicate"}
+
+
+# -- campaigns, from the collector ------------------------------------------------------------
+
+
+class _CampaignCache:
+    """Campaign configs recently fetched (200 answers only), so the collector sees fewer, and
+    less timely, config requests. Bounded: cleared when full."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float], size: int = 1024) -> None:
+        self.seconds = seconds
+        self.clock = clock
+        self.size = size
+        self._entries: dict[str, tuple[float, UpstreamReply]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> UpstreamReply | None:
+        with self._lock:
+            entry = self._entries.get(name)
+        if entry is None or entry[0] < self.clock():
+            return None
+        return entry[1]
+
+    def put(self, name: str, reply: UpstreamReply) -> None:
+        if self.seconds <= 0 or reply.status != 200:
+            return
+        with self._lock:
+            if len(self._entries) >= self.size:
+                self._entries.clear()
+            self._entries[name] = (self.clock() + self.seconds, reply)
+
+
+@shuffler_api.get("/v1/campaigns/<name>")
+def get_campaign(name: str) -> Response:
+    cache: _CampaignCache = current_app.extensions["chorus.shuffler.campaigns"]
+    reply = cache.get(name)
+    if reply is None:
+        forwarder: Forwarder = current_app.extensions["chorus.shuffler.forwarder"]
+        url = f"{_setting('COLLECTOR_URL')}/v1/campaigns/{quote(name, safe='')}"
+        try:
+            # A fresh request with fixed headers: no client header, cookie or address.
+            reply = forwarder.upstream.request(
+                "GET", url, body=None, timeout=10,
+                headers={"Accept": "application/json", "User-Agent": USER_AGENT})
+        except UpstreamError:
+            raise Problem(502, "collector-unavailable", "Collector unavailable",
+                          "the shuffler could not reach the collector; retry later",
+                          headers={"Retry-After": "30"}) from None
+        if reply.status >= 500:
+            raise Problem(502, "collector-unavailable", "Collector unavailable",
+                          f"the collector answered {reply.status}; retry later",
+                          headers={"Retry-After": "30"})
+        cache.put(name, reply)
+    response = Response(reply.body, status=reply.status)
+    for header in _PASSED_HEADERS:
+        value = reply.header(header)
+        if value is not None:
+            response.headers[header] = value
+    return response
+
+
+# -- operations -------------------------------------------------------------------------------
+
+
+@shuffler_api.post("/v1/flush")
+def flush() -> Response:
+    tokens: TokenVerifier = current_app.extensions["chorus.shuffler.tokens"]
+    tokens.check(request.headers.get("Authorization"), "admin")
+    forwarder: Forwarder = current_app.extensions["chorus.shuffler.forwarder"]
+    report = forwarder.flush()
+    counts = _pool().counts()
+    return jsonify(**report.to_json(), waiting=counts.waiting, claimed=counts.claimed)

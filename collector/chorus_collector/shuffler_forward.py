@@ -1,0 +1,231 @@
+"""Forwarding shuffled batches from the shuffler's pool to the collector.
+
+One pass (:meth:`Forwarder.flush`): first the batches claimed earlier and never acknowledged
+(a crash or a failed forward), then every group that has reached ``MIN_BATCH``. Each batch is
+shuffled with the OS CSPRNG, POSTed to the collector's ``/v1/reports`` with the shuffler key
+and ``Chorus-Shuffled-Batch: <size>``, and deleted from the pool only after the collector's
+200. A crash between the collector's commit and the delete sends the same batch again; the
+collector counts its reports as duplicates, so nothing is lost and nothing counted twice.
+
+Only one pass runs at a time per pool, across threads and processes (gunicorn workers): a
+thread lock, then an exclusive ``flock`` on ``<database>.forward-lock``, which the OS releases
+if the process dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import random
+import secrets
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import requests
+
+from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER
+from chorus_collector.shuffler_pool import ShufflerPool
+
+__all__ = ["SHUFFLED_BATCH_HEADER", "BackgroundForwarder", "FlushReport", "Forwarder",
+           "RequestsUpstream", "Upstream", "UpstreamError", "UpstreamReply"]
+
+USER_AGENT = "chorus-shuffler"
+
+log = logging.getLogger("chorus.shuffler")
+
+
+@dataclass(frozen=True)
+class UpstreamReply:
+    status: int
+    body: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def header(self, name: str) -> str | None:
+        lowered = name.lower()
+        return next((v for k, v in self.headers.items() if k.lower() == lowered), None)
+
+
+class UpstreamError(Exception):
+    """No answer came from the collector (connection refused, timeout…)."""
+
+
+class Upstream(Protocol):
+    def request(self, method: str, url: str, *, body: bytes | None,
+                headers: Mapping[str, str], timeout: float) -> UpstreamReply:
+        """Send one request to the collector; raise :class:`UpstreamError` if none answered."""
+        ...
+
+
+class RequestsUpstream:
+    """HTTP with ``requests``, one session per request: no cookie jar carries anything over,
+    and only the headers given are sent (plus requests' own Host and Content-Length)."""
+
+    def request(self, method: str, url: str, *, body: bytes | None,
+                headers: Mapping[str, str], timeout: float) -> UpstreamReply:
+        try:
+            reply = requests.request(method, url, data=body, headers=dict(headers),
+                                     timeout=timeout, allow_redirects=False)
+        except requests.RequestException as error:
+            raise UpstreamError(f"{method} {url} failed: {error}") from error
+        return UpstreamReply(reply.status_code, reply.content, dict(reply.headers))
+
+
+@dataclass
+class FlushReport:
+    """What one forwarding pass did."""
+
+    batches: int = 0  # acknowledged by the collector and removed from the pool
+    reports: int = 0
+    accepted: int = 0
+    duplicate: int = 0
+    rejected: int = 0
+    failed: int = 0  # batches the collector did not acknowledge; kept for the next pass
+    busy: bool = False  # another pass held the lock; this one did nothing
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Forwarder:
+    def __init__(self, pool: ShufflerPool, *, collector_url: str, key: str, min_batch: int,
+                 max_batch: int, timeout: float, upstream: Upstream | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.pool = pool
+        self.url = collector_url.rstrip("/") + "/v1/reports"
+        self._key = key
+        self.min_batch = min_batch
+        self.max_batch = max_batch
+        self.timeout = timeout
+        self.upstream: Upstream = upstream or RequestsUpstream()
+        # The OS CSPRNG; tests may pass a seeded generator to make a statistical test exact.
+        self.rng: random.Random = rng or secrets.SystemRandom()
+        self._lock = threading.Lock()
+        self._lock_path = pool.path + ".forward-lock"
+
+    def __repr__(self) -> str:
+        return f"Forwarder({self.url!r}, min_batch={self.min_batch}, <key>)"
+
+    @contextlib.contextmanager
+    def _exclusive(self, wait: bool) -> Iterator[bool]:
+        if not self._lock.acquire(blocking=wait, timeout=-1 if not wait else 600):
+            yield False
+            return
+        try:
+            with open(self._lock_path, "a") as handle:
+                flags = fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB)
+                try:
+                    fcntl.flock(handle, flags)
+                except BlockingIOError:
+                    yield False
+                    return
+                try:
+                    yield True
+                finally:
+                    fcntl.flock(handle, fcntl.LOCK_UN)
+        finally:
+            self._lock.release()
+
+    def flush(self, *, wait: bool = True) -> FlushReport:
+        """One forwarding pass; ``wait=False`` returns at once if another pass is running."""
+        report = FlushReport()
+        with self._exclusive(wait) as held:
+            if not held:
+                report.busy = True
+                return report
+            for batch in self.pool.claimed_batches():
+                if not self._forward(batch, report):
+                    return report  # the collector is unreachable: try again next pass
+            for batch in self.pool.claim(self.min_batch, self.max_batch):
+                if not self._forward(batch, report):
+                    return report
+        return report
+
+    def _forward(self, batch: str, report: FlushReport) -> bool:
+        """Send one batch; False when the collector is unreachable or failing (stop the pass)."""
+        members = self.pool.batch(batch)
+        if not members:
+            return True
+        self.rng.shuffle(members)
+        body = ('{"reports":[' + ",".join(m.wire_json() for m in members) + "]}").encode()
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self._key}",
+                   SHUFFLED_BATCH_HEADER: str(len(members)), "User-Agent": USER_AGENT}
+        try:
+            reply = self.upstream.request("POST", self.url, body=body, headers=headers,
+                                          timeout=self.timeout)
+        except UpstreamError as error:
+            log.warning("forward of a batch of %d reports failed, kept: %s", len(members), error)
+            report.failed += 1
+            return False
+        statuses = _statuses(reply, len(members))
+        if statuses is None:
+            report.failed += 1
+            log.warning("collector answered %d to a batch of %d reports, kept: %s",
+                        reply.status, len(members), reply.body[:300].decode(errors="replace"))
+            # 429 and 5xx: the collector is busy or down; stop. Other 4xx concern this batch
+            # (too large for the collector's limits, a wrong key): go on with the others.
+            return reply.status < 500 and reply.status != 429
+        self.pool.delete(batch)  # only now: the collector has committed the batch
+        report.batches += 1
+        report.reports += len(members)
+        for name in ("accepted", "duplicate", "rejected"):
+            setattr(report, name, getattr(report, name) + statuses.get(name, 0))
+        if reply.header(SHUFFLED_BATCH_HEADER) is None:
+            log.error("the collector took a batch of %d reports but did not record it as "
+                      "shuffled: its CHORUS_SHUFFLER_KEY differs from this shuffler's key, so "
+                      "these reports count as sent directly", len(members))
+        if statuses.get("rejected"):
+            log.warning("collector rejected %d of a batch of %d reports (expired, unknown "
+                        "campaign or invalid payload); they are dropped",
+                        statuses["rejected"], len(members))
+        log.info("forwarded a shuffled batch of %d reports", len(members))
+        return True
+
+
+def _statuses(reply: UpstreamReply, size: int) -> dict[str, int] | None:
+    """Counts of the collector's per-report answers, or None unless it took the batch."""
+    if reply.status != 200:
+        return None
+    try:
+        results = json.loads(reply.body).get("results")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(results, list) or len(results) != size:
+        return None
+    counts: dict[str, int] = {}
+    for result in results:
+        status = result.get("status") if isinstance(result, dict) else None
+        counts[str(status)] = counts.get(str(status), 0) + 1
+    return counts
+
+
+class BackgroundForwarder:
+    """A daemon thread that runs a pass every ``interval`` seconds until stopped."""
+
+    def __init__(self, forwarder: Forwarder, interval: float) -> None:
+        self.forwarder = forwarder
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None and self.interval > 0:
+            self._thread = threading.Thread(target=self._run, name="chorus-shuffler-forward",
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.forwarder.flush(wait=False)
+            except Exception:  # keep forwarding after any one failure; the pool is intact
+                log.exception("forwarding pass failed")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None

@@ -1,0 +1,59 @@
+"""``chorus shuffler``: the shuffler under gunicorn (threaded workers), like ``chorus serve``.
+
+The app is created once in the master (migrating the pool there) and forked into the
+workers; each worker then starts its own forwarding thread, and a file lock lets only one
+pass run at a time (:mod:`chorus_collector.shuffler_forward`). No access log: it would record
+the client addresses and arrival times the shuffler exists to drop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from chorus_collector.server import _Gunicorn
+from chorus_collector.shuffler import create_shuffler_app, start_background_forwarder
+from chorus_collector.shuffler_forward import BackgroundForwarder
+from chorus_collector.shuffler_settings import resolve_shuffler_settings
+
+__all__ = ["SHUFFLER_COMMAND", "serve_shuffler"]
+
+SHUFFLER_COMMAND = ("chorus", "shuffler")
+
+
+def serve_shuffler(config: Mapping[str, Any] | None = None) -> None:
+    """Run the shuffler until SIGTERM or SIGINT."""
+    settings = resolve_shuffler_settings(config)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("chorus").addHandler(handler)
+    logging.getLogger("chorus").setLevel(settings["LOG_LEVEL"])
+    app = create_shuffler_app(config)
+    threads: list[BackgroundForwarder] = []
+
+    def post_worker_init(worker: Any) -> None:
+        threads.append(start_background_forwarder(app))
+
+    def worker_exit(server: Any, worker: Any) -> None:
+        for thread in threads:  # let a pass in progress finish (the pool is safe either way)
+            thread.stop()
+
+    options = {
+        "bind": settings["BIND"],
+        "workers": settings["WORKERS"],
+        "threads": settings["THREADS"],
+        "worker_class": "gthread",
+        "preload_app": True,
+        "graceful_timeout": 30,
+        "timeout": 120,
+        "keepalive": 5,
+        "accesslog": None,
+        "errorlog": "-",
+        "loglevel": settings["LOG_LEVEL"].lower(),
+        "proc_name": "chorus-shuffler",
+        "limit_request_line": 8190,
+        "post_worker_init": post_worker_init,
+        "worker_exit": worker_exit,
+    }
+    _Gunicorn(app, options).run()

@@ -1,0 +1,100 @@
+"""The shuffler's settings: defaults, then ``CHORUS_SHUFFLER_<NAME>`` variables, then a mapping.
+
+The same rules as the collector's (:mod:`chorus_collector.settings`): an unknown variable in
+the shuffler's namespace or a value of the wrong type stops the start with a hint.
+``CHORUS_SHUFFLER_KEY`` is the *collector's* setting (it lives in the collector's namespace,
+``CHORUS_<NAME>``), so the shuffler skips it; its own copy of the key is
+``CHORUS_SHUFFLER_SHUFFLER_KEY``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from chorus_collector.settings import Setting, SettingsError, _coerce
+
+__all__ = ["ENV_PREFIX", "SHUFFLER_SETTINGS", "resolve_shuffler_settings"]
+
+ENV_PREFIX = "CHORUS_SHUFFLER_"
+
+SHUFFLER_SETTINGS: tuple[Setting, ...] = (
+    Setting("DATABASE", str, "chorus-shuffler.db",
+            "Path of the shuffler's SQLite pool (created if absent)."),
+    Setting("COLLECTOR_URL", str, "http://127.0.0.1:8000",
+            "Base URL of the collector that shuffled batches go to."),
+    Setting("SHUFFLER_KEY", str, None,
+            "Bearer key the collector knows as CHORUS_SHUFFLER_KEY; required.", secret=True),
+    Setting("ADMIN_TOKEN", str, None,
+            "Bearer token for POST /v1/flush; unset disables it.", secret=True),
+    Setting("MIN_BATCH", int, 1000,
+            "Fewest reports of one campaign and time bucket forwarded together; smaller "
+            "groups stay pooled. The n of the central privacy bound."),
+    Setting("MAX_BATCH", int, 5000,
+            "Most reports in one forwarded batch (at least 2 x MIN_BATCH, so that a large "
+            "group splits into batches of at least MIN_BATCH)."),
+    Setting("FORWARD_INTERVAL", int, 10,
+            "Seconds between forwarding passes of the background thread (0: none, 3600 at "
+            "most)."),
+    Setting("FORWARD_TIMEOUT", int, 60, "Seconds a forward to the collector may take."),
+    Setting("CAMPAIGN_CACHE_SECONDS", int, 60,
+            "Seconds a proxied campaign config is served from memory (0: no cache)."),
+    Setting("MAX_BODY_BYTES", int, 4 * 1024 * 1024,
+            "Largest request body accepted; larger bodies get 413."),
+    Setting("MAX_REPORTS_PER_REQUEST", int, 10_000, "Most reports in one request; more get 413."),
+    Setting("MAX_PAYLOAD_BYTES", int, 8192,
+            "Largest payload of one report (canonical JSON bytes); larger ones are rejected."),
+    Setting("BIND", str, "127.0.0.1:8001", "Address the shuffler listens on."),
+    Setting("WORKERS", int, 2, "Server worker processes."),
+    Setting("THREADS", int, 8, "Threads per worker process."),
+    Setting("LOG_LEVEL", str, "INFO", "Python logging level for the shuffler."),
+)
+_BY_NAME = {s.name: s for s in SHUFFLER_SETTINGS}
+# In the CHORUS_SHUFFLER_ namespace but read by the collector (CHORUS_SHUFFLER_KEY).
+_NOT_OURS = {"KEY"}
+
+
+def _unknown(name: str, source: str) -> SettingsError:
+    close = difflib.get_close_matches(name, _BY_NAME, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known: {sorted(_BY_NAME)}"
+    return SettingsError(f"{source}: unknown shuffler setting {name!r}{hint}")
+
+
+def resolve_shuffler_settings(config: Mapping[str, Any] | None = None,
+                              environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Defaults, then ``CHORUS_SHUFFLER_*`` environment variables, then ``config``."""
+    environ = os.environ if environ is None else environ
+    values = {s.name: s.default for s in SHUFFLER_SETTINGS}
+    for key, raw in environ.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        name = key.removeprefix(ENV_PREFIX)
+        if name in _NOT_OURS:
+            continue
+        if name not in _BY_NAME:
+            raise _unknown(name, f"environment variable {key}")
+        values[name] = _coerce(_BY_NAME[name], raw, f"environment variable {key}")
+    for name, raw in (config or {}).items():
+        if name not in _BY_NAME:
+            raise _unknown(name, "config")
+        values[name] = _coerce(_BY_NAME[name], raw, "config")
+    if not values["SHUFFLER_KEY"]:
+        raise SettingsError("the shuffler needs SHUFFLER_KEY (CHORUS_SHUFFLER_SHUFFLER_KEY): "
+                            "the collector records a batch as shuffled only with it")
+    for name in ("MIN_BATCH", "MAX_BATCH", "FORWARD_TIMEOUT", "MAX_BODY_BYTES",
+                 "MAX_REPORTS_PER_REQUEST", "MAX_PAYLOAD_BYTES", "WORKERS", "THREADS"):
+        if values[name] < 1:
+            raise SettingsError(f"{name} must be at least 1")
+    if values["MAX_BATCH"] < 2 * values["MIN_BATCH"]:
+        raise SettingsError("MAX_BATCH must be at least 2 x MIN_BATCH, so that every batch "
+                            "split from a large group still has MIN_BATCH reports")
+    if not 0 <= values["FORWARD_INTERVAL"] <= 3600:
+        raise SettingsError("FORWARD_INTERVAL must be 0 (no background thread) to 3600 s")
+    if values["CAMPAIGN_CACHE_SECONDS"] < 0:
+        raise SettingsError("CAMPAIGN_CACHE_SECONDS must be 0 (off) or positive")
+    values["COLLECTOR_URL"] = values["COLLECTOR_URL"].rstrip("/")
+    if not values["COLLECTOR_URL"].startswith(("http://", "https://")):
+        raise SettingsError("COLLECTOR_URL must be an http:// or https:// URL")
+    return values
