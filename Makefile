@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test quick lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/pytest
+
+# The edit loop: everything but the tests marked slow (servers, many simulated users, long
+# statistical runs). `make test` runs them all, as CI does.
+quick: $(STAMP)
+	$(BIN)/pytest -m "not slow" -x -q
 
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[collector,dev,bench]'

@@ -10,7 +10,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from chorus_collector import create_app
-from support import ADMIN, ADMIN_HEADERS, ANALYST, FakeClock, campaign_spec
+from helpers.support import ADMIN, ADMIN_HEADERS, ANALYST, FakeClock, campaign_spec
 
 
 @pytest.fixture(autouse=True)

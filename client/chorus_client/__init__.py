@@ -5,7 +5,7 @@ Depends on requests and mmh3 only: importing it never imports numpy or flask.
 """
 
 from chorus_client.api import CollectorAPI
-from chorus_client.client import Client, FlushResult, Outcome
+from chorus_client.client import Client, FlushResult, Outcome, Pin, PrivacyBound
 from chorus_client.errors import (
     APIError,
     BudgetExceeded,
@@ -27,6 +27,8 @@ __all__ = [
     "CollectorAPI",
     "FlushResult",
     "Outcome",
+    "Pin",
+    "PrivacyBound",
     "RequestsTransport",
     "Response",
     "RetryPolicy",

@@ -54,7 +54,7 @@ from chorus_shared.campaign import Campaign, campaign_from_config
 from chorus_shared.errors import CampaignError, ValueDomainError
 from chorus_shared.mechanisms import Mechanism
 from chorus_shared.rng import RandomSource, is_secure, resolve_rng
-from chorus_shared.wire import PROBLEM_BASE, REFUSED_REPORT_KINDS, new_report_id
+from chorus_shared.wire import PROBLEM_BASE, REFUSED_REPORT_KINDS, new_report
 
 __all__ = ["DEFAULT_LIFETIME_BUDGET", "DEFAULT_MAX_EPSILON", "Client", "FlushResult", "Outcome",
            "Pin", "PrivacyBound"]
@@ -360,15 +360,43 @@ class Client:
         same count of reports is refused whatever the values); or ``"unavailable"`` (the
         campaign is not pinned, or its config could not be had or failed the checks).
         """
+        campaign = self._campaign_for_report(campaign_name)
+        if campaign is None:
+            return "unavailable"
+        now = self._clock()
+        report, due, outside = self._perturb(campaign, value, now)
+        policy, epsilon = campaign.policy, campaign.epsilon
+        limits = Limits(period_reports=policy.reports_per_period(epsilon),
+                        max_reports=policy.max_reports, period_budget=policy.budget,
+                        campaign_budget=self.campaign_budget,
+                        lifetime_budget=self.lifetime_budget)
+        try:
+            decision = self._state.charge_and_queue(
+                campaign=campaign_name, period=policy.period(now), cost=epsilon,
+                limits=limits, report=report, now=now, due=due)
+        except ClientError:  # closed by another thread meanwhile: nothing was charged
+            if self.strict:
+                raise
+            return "unavailable"
+        if not decision.allowed:
+            return self._refused(campaign_name, decision.reason)
+        if self._sender is not None:
+            self._wake.set()
+        if outside is not None:
+            return self._substituted(campaign_name, outside)
+        return "queued"
+
+    def _campaign_for_report(self, campaign_name: str) -> Campaign | None:
+        """The campaign's verified config, or None (counted and warned once) if there is none
+        to be had now. One fetch attempt at most: report() never waits on a retry loop."""
         if self._closed:
             if self.strict:
                 raise ClientError("the client is closed")
-            return "unavailable"
+            return None
         try:
             if self._clock() < self._unavailable.get(campaign_name, -math.inf):
                 raise CampaignUnavailable(0, {"detail": "config fetch failed recently"})
-            # One attempt only: report() must not keep the host app waiting on a retry loop.
-            campaign = self.campaign(campaign_name, retry=_ONE_ATTEMPT)
+            return self.campaign(campaign_name, retry=_ONE_ATTEMPT)
         except (CampaignUnavailable, TransportError) as error:
             if not isinstance(error, CampaignUnavailable) or error.status != 0:
                 self._unavailable[campaign_name] = self._clock() + UNAVAILABLE_HOLD_OFF
@@ -379,8 +407,12 @@ class Client:
             self._warn_once(campaign_name, f"unavailable: {getattr(error, 'kind', 'network')}",
                             f"chorus: campaign {campaign_name!r} unavailable, no report made: "
                             f"{error}")
-            return "unavailable"
-        mechanism, policy = campaign.mechanism, campaign.policy
+            return None
+
+    def _perturb(self, campaign: Campaign, value: object,
+                 now: float) -> tuple[str, float, ValueDomainError | None]:
+        """The wire report for the value (or for a substitute), and when it becomes due."""
+        mechanism = campaign.mechanism
         x, outside = self._encoded(mechanism, value)
         with self._lock:
             if outside is not None:  # a value the domain cannot take: a substitute, not nothing
@@ -388,43 +420,27 @@ class Client:
             # No assignment: cohorts and hash seeds are drawn afresh for every report.
             payload = mechanism.randomize(x, self._rng)
             jitter = self._rng.random()
-        now = self._clock()
-        bucket = campaign.time_bucket(now)
-        report = json.dumps({"report_id": new_report_id(), "digest": campaign.digest,
-                             "time": bucket, "payload": payload}, separators=(",", ":"))
-        limits = Limits(period_reports=policy.reports_per_period(mechanism.epsilon),
-                        max_reports=policy.max_reports, period_budget=policy.budget,
-                        campaign_budget=self.campaign_budget,
-                        lifetime_budget=self.lifetime_budget)
-        try:
-            decision = self._state.charge_and_queue(
-                campaign=campaign_name, period=policy.period(now), cost=mechanism.epsilon,
-                limits=limits, report=report, now=now, due=self._due(campaign, now, jitter))
-        except ClientError:  # closed by another thread meanwhile: nothing was charged
-            if self.strict:
-                raise
-            return "unavailable"
-        if not decision.allowed:
-            with self._lock:
-                self.suppressed[decision.reason] += 1
-            if self.strict:
-                raise BudgetExceeded(campaign_name, decision.reason)
-            self._warn_once(campaign_name, decision.reason,
-                            f"chorus: no more reports for {campaign_name!r}: "
-                            f"{_EXHAUSTED[decision.reason]}")
-            return "suppressed"
-        if self._sender is not None:
-            self._wake.set()
-        if outside is not None:
-            with self._lock:
-                self.substituted += 1
-            self._warn_once(campaign_name, "substituted",
-                            f"chorus: a value for {campaign_name!r} is outside the campaign's "
-                            f"domain; a substitute report was sent instead ({outside})")
-            if self.strict:
-                raise ValueDomainError(str(outside))  # fresh: no context holding the value
-            return "substituted"
-        return "queued"
+        return new_report(campaign, payload, now).to_wire(), self._due(campaign, now, jitter), \
+            outside
+
+    def _refused(self, campaign_name: str, reason: str) -> Outcome:
+        with self._lock:
+            self.suppressed[reason] += 1
+        if self.strict:
+            raise BudgetExceeded(campaign_name, reason)
+        self._warn_once(campaign_name, reason,
+                        f"chorus: no more reports for {campaign_name!r}: {_EXHAUSTED[reason]}")
+        return "suppressed"
+
+    def _substituted(self, campaign_name: str, outside: ValueDomainError) -> Outcome:
+        with self._lock:
+            self.substituted += 1
+        self._warn_once(campaign_name, "substituted",
+                        f"chorus: a value for {campaign_name!r} is outside the campaign's "
+                        f"domain; a substitute report was sent instead ({outside})")
+        if self.strict:
+            raise ValueDomainError(str(outside))  # fresh: no context holding the value
+        return "substituted"
 
     @staticmethod
     def _encoded(mechanism: Mechanism, value: object) -> tuple[Any, ValueDomainError | None]:

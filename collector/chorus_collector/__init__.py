@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from chorus_collector.app import create_app
     from chorus_collector.settings import SETTINGS, SettingsError
+    from chorus_collector.shuffler import create_shuffler_app
     from chorus_collector.storage import SchemaError
 
-__all__ = ["SETTINGS", "SchemaError", "SettingsError", "create_app"]
+__all__ = ["SETTINGS", "SchemaError", "SettingsError", "create_app", "create_shuffler_app"]
 
 _WHERE = {"create_app": "app", "SETTINGS": "settings", "SettingsError": "settings",
-          "SchemaError": "storage"}
+          "SchemaError": "storage", "create_shuffler_app": "shuffler"}
 
 
 def __getattr__(name: str) -> Any:

@@ -23,7 +23,7 @@ from functools import lru_cache
 import numpy as np
 
 from chorus_collector.estimators import estimator_for
-from chorus_collector.storage import Storage, _state_array
+from chorus_collector.storage import Storage, state_array
 from chorus_shared.campaign import Campaign, campaign_from_config
 
 __all__ = ["BucketCheck", "check_aggregates", "map_chunk", "recompute"]
@@ -130,7 +130,7 @@ def check_aggregates(storage: Storage, name: str, workers: int | None = None,
         entry = recomputed.get(time)
         count = entry[0] if entry else 0
         same = entry is not None and count == n and bool(
-            np.array_equal(entry[1], _state_array(blob)))
+            np.array_equal(entry[1], state_array(blob)))
         checks.append(BucketCheck(time, n, count, scrubbed.get(time, 0), same))
     for time, (count, _) in recomputed.items():
         if time not in seen:

@@ -54,15 +54,15 @@ def _require(role: Role) -> None:
     verifier.check(request.headers.get("Authorization"), role)
 
 
-def _json_body() -> Any:
+def json_body() -> Any:
     if request.mimetype and request.mimetype not in ("application/json", "text/plain") \
             and not request.mimetype.endswith("+json"):
-        raise Problem(415, "unsupported-media-type", "Unsupported Media Type",
+        raise Problem("unsupported-media-type",
                       f"send JSON (Content-Type: application/json), not {request.mimetype}")
     try:
         return parse_body(_read_body())
     except ValueError as error:
-        raise Problem(400, "malformed-json", "Malformed JSON", str(error)) from None
+        raise Problem("malformed-json", str(error)) from None
 
 
 def _read_body() -> bytes:
@@ -76,7 +76,7 @@ def _read_body() -> bytes:
         return request.get_data(cache=False)
     data: bytes = request.environ["wsgi.input"].read(limit + 1)
     if len(data) > limit:
-        raise Problem(413, "body-too-large", "Request Entity Too Large",
+        raise Problem("body-too-large",
                       f"request body is larger than {limit} bytes; send fewer reports per "
                       "request")
     return data
@@ -85,8 +85,7 @@ def _read_body() -> bytes:
 def _campaign(name: str) -> StoredCampaign:
     stored = _storage().get_campaign(name)
     if stored is None:
-        raise Problem(404, "unknown-campaign", "Unknown campaign",
-                      f"no campaign is named {name!r}")
+        raise Problem("unknown-campaign", f"no campaign is named {name!r}")
     return stored
 
 
@@ -105,18 +104,18 @@ def list_campaigns() -> Response:
 @api.post("/v1/campaigns")
 def create_campaign() -> tuple[Response, int]:
     _require("admin")
-    spec = _json_body()
+    spec = json_body()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PrivacyWarning)
         try:
             campaign = campaign_from_spec(spec)
             campaign.public_config()  # must render before anything is stored
         except CampaignError as error:
-            raise Problem(400, "invalid-campaign", "Invalid campaign", str(error)) from None
+            raise Problem("invalid-campaign", str(error)) from None
     try:
         stored, created = _storage().insert_campaign(campaign)
     except FileExistsError:
-        raise Problem(409, "campaign-exists", "Campaign exists",
+        raise Problem("campaign-exists",
                       f"a different campaign is already named {campaign.name!r}; campaigns are "
                       "immutable, so create a new one under a new name") from None
     body = stored.campaign.public_config()
@@ -155,7 +154,7 @@ def _shuffled_batch() -> bool:
 def _check_batch_size(declared: str | None, count: int) -> None:
     if declared is None or not _DIGITS.fullmatch(declared.strip()) \
             or int(declared) != count:
-        raise Problem(400, "invalid-shuffled-batch", "Invalid shuffled batch",
+        raise Problem("invalid-shuffled-batch",
                       f"{SHUFFLED_BATCH_HEADER} must be the number of reports in the request "
                       f"({count}), got {declared!r}")
 
@@ -174,7 +173,7 @@ def _admit_reporter() -> None:
         wait = limiter.check(request.remote_addr or "")
         if wait is not None:
             seconds = max(1, math.ceil(wait))
-            raise Problem(429, "rate-limited", "Too many requests",
+            raise Problem("rate-limited",
                           f"this address is over the report rate limit; retry in {seconds} s",
                           headers={"Retry-After": str(seconds)})
 
@@ -183,21 +182,20 @@ def _submit(stored: StoredCampaign | None, admitted: bool = False,
             shuffled: bool = False) -> tuple[Response, int]:
     if not admitted:
         _admit_reporter()
-    body = _json_body()
+    body = json_body()
     single = isinstance(body, dict) and "reports" not in body
     if single:
         raw_reports: list[Any] = [body]
     elif isinstance(body, dict) and isinstance(body.get("reports"), list) and len(body) == 1:
         raw_reports = body["reports"]
     else:
-        raise Problem(400, "invalid-request", "Invalid request",
-                      'send one report object, or {"reports": [report, ...]}')
+        raise Problem("invalid-request", 'send one report object, or {"reports": [report, ...]}')
     limit = current_app.config["CHORUS"]["MAX_REPORTS_PER_REQUEST"]
     if len(raw_reports) > limit:
-        raise Problem(413, "too-many-reports", "Too many reports",
+        raise Problem("too-many-reports",
                       f"{len(raw_reports)} reports in one request; at most {limit} are allowed")
     if not raw_reports:
-        raise Problem(400, "invalid-request", "Invalid request", "the batch has no reports")
+        raise Problem("invalid-request", "the batch has no reports")
     if shuffled:
         _check_batch_size(request.headers.get(SHUFFLED_BATCH_HEADER), len(raw_reports))
     now = current_app.extensions["chorus.clock"]()
@@ -208,10 +206,8 @@ def _submit(stored: StoredCampaign | None, admitted: bool = False,
     if single:
         status = statuses[0]
         if status.status == "rejected":
-            code = {"report-conflict": 409, "unknown-campaign": 404,
-                    "report-too-large": 413}.get(status.error or "", 400)
-            raise Problem(code, status.error or "invalid-report", "Report rejected",
-                          status.detail or "", report_id=status.report_id)
+            raise Problem(status.error or "invalid-report", status.detail or "",
+                          report_id=status.report_id)
         return jsonify(status.to_json()), 201 if status.status == "accepted" else 200
     counts = {k: sum(s.status == k for s in statuses)
               for k in ("accepted", "duplicate", "rejected")}
@@ -242,55 +238,52 @@ def _int_arg(source: dict[str, Any], name: str) -> int | None:
     if isinstance(value, str):
         value = int(value) if _DIGITS.fullmatch(value) else None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_TIME:
-        raise Problem(400, "invalid-query", "Invalid query",
+        raise Problem("invalid-query",
                       f"{name} must be a Unix time in seconds (0 <= {name} < 2**40)")
     return value
 
 
 def _estimate_query(stored: StoredCampaign) -> tuple[Query, str]:
     if request.method == "POST":
-        body = _json_body()
+        body = json_body()
         if not isinstance(body, dict):
-            raise Problem(400, "invalid-query", "Invalid query", "send a JSON object")
+            raise Problem("invalid-query", "send a JSON object")
         unknown = set(body) - _QUERY_FIELDS
         if unknown:
-            raise Problem(400, "invalid-query", "Invalid query",
+            raise Problem("invalid-query",
                           f"unknown fields {sorted(unknown)}; allowed: {sorted(_QUERY_FIELDS)}")
         source: dict[str, Any] = dict(body)
         candidates = body.get("candidates") or []
         if not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates):
-            raise Problem(400, "invalid-query", "Invalid query",
-                          "candidates must be a list of strings")
+            raise Problem("invalid-query", "candidates must be a list of strings")
     else:
         source = request.args.to_dict()
         candidates = request.args.getlist("candidate")
     if candidates and stored.campaign.domain.kind != "strings":
-        raise Problem(400, "invalid-query", "Invalid query",
-                      "candidates apply to campaigns over open strings ("
+        raise Problem("invalid-query", "candidates apply to campaigns over open strings ("
                       f"{', '.join(STRING_MECHANISMS)}) only")
     limit = current_app.config["CHORUS"]["MAX_CANDIDATES"]
     if len(candidates) > limit:
-        raise Problem(413, "too-many-candidates", "Too many candidates",
-                      f"at most {limit} candidates per query")
+        raise Problem("too-many-candidates", f"at most {limit} candidates per query")
     start, end = _int_arg(source, "start"), _int_arg(source, "end")
     precision = stored.campaign.time_precision
     for label, value in (("start", start), ("end", end)):
         if value is not None and value % precision:
-            raise Problem(400, "window-misaligned", "Misaligned window",
+            raise Problem("window-misaligned",
                           f"{label} = {value} is not a multiple of the time precision "
                           f"({precision} s); use {value - value % precision} or "
                           f"{value - value % precision + precision}")
     if start is not None and end is not None and end <= start:
-        raise Problem(400, "invalid-query", "Invalid query", "end must be after start")
+        raise Problem("invalid-query", "end must be after start")
     fmt = source.get("format")
     if fmt is None:
         fmt = "csv" if request.accept_mimetypes.best == "text/csv" else "json"
     if fmt not in ("json", "csv"):
-        raise Problem(400, "invalid-query", "Invalid query", "format must be json or csv")
+        raise Problem("invalid-query", "format must be json or csv")
     method = source.get("postprocessing") or "none"
     allowed = estimator_for(stored.campaign.mechanism.name).postprocessing
     if method not in allowed:
-        raise Problem(400, "invalid-query", "Invalid query",
+        raise Problem("invalid-query",
                       f"postprocessing must be one of {list(allowed)} for this campaign")
     return Query(start=start, end=end, candidates=tuple(candidates),
                  postprocessing=method), fmt
@@ -306,7 +299,7 @@ def estimates(name: str) -> Response:
     n, state = _storage().read_aggregate(stored.id, estimator.state_size(campaign.mechanism),
                                          query.start, query.end)
     if n < campaign.min_batch_size:
-        raise Problem(409, "invalid-batch-size", "Not enough reports",
+        raise Problem("invalid-batch-size",
                       f"{n} accepted reports in this window; estimates need at least "
                       f"{campaign.min_batch_size}",
                       headers={"Retry-After": str(campaign.time_precision)}, n=n,
@@ -314,7 +307,7 @@ def estimates(name: str) -> Response:
     try:
         result = estimator.finalize(campaign, n, state, query)
     except QueryError as error:
-        raise Problem(422, error.kind, "Query cannot be answered", str(error)) from None
+        raise Problem(error.kind, str(error)) from None
     if fmt == "csv":
         return Response(result.to_csv(), mimetype="text/csv")
     body = result.to_json()

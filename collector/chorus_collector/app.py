@@ -68,12 +68,12 @@ def create_app(config: Mapping[str, Any] | None = None, *,
         app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
             app.wsgi_app, x_for=settings["PROXY_HOPS"])
     app.register_blueprint(api)
-    _register_error_handlers(app)
+    register_error_handlers(app)
     _register_request_log(app)
     return app
 
 
-def _register_error_handlers(app: Flask) -> None:
+def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(Problem)
     def on_problem(problem: Problem) -> Response:
         return problem_response(problem)
@@ -88,14 +88,14 @@ def _register_error_handlers(app: Flask) -> None:
         # Keep Werkzeug's headers that matter to the client, e.g. Allow on a 405.
         headers = {k: v for k, v in error.get_headers() if k.lower() in ("allow",
                                                                            "retry-after")}
-        return problem_response(Problem(status, _HTTP_KINDS.get(status, "http-error"),
-                                        error.name, detail, headers=headers))
+        return problem_response(Problem(_HTTP_KINDS.get(status, "http-error"), detail,
+                                        status=status, headers=headers))
 
     @app.errorhandler(Exception)
     def on_unexpected(error: Exception) -> Response:
         # Never leak internals: log the traceback (no request body), answer a generic 500.
         log.exception("unhandled error in %s %s", request.method, request.path)
-        return problem_response(Problem(500, "internal-error", "Internal Server Error"))
+        return problem_response(Problem("internal-error"))
 
 
 def _register_request_log(app: Flask) -> None:

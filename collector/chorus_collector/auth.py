@@ -59,12 +59,10 @@ class TokenVerifier:
         label = "ingest key" if role == "ingest" else f"{role} bearer token"
         challenge = {"WWW-Authenticate": 'Bearer realm="chorus"'}
         if not authorization:
-            raise Problem(401, "unauthorized", "Authentication required",
-                          f"this endpoint needs the {label}", headers=challenge)
+            raise Problem("unauthorized", f"this endpoint needs the {label}", headers=challenge)
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise Problem(401, "unauthorized", "Authentication required",
-                          "use 'Authorization: Bearer <token>'", headers=challenge)
+            raise Problem("unauthorized", "use 'Authorization: Bearer <token>'", headers=challenge)
         presented = _digest(token.strip())
         granted = False
         for grantor in GRANTS[role]:  # compare with every candidate, no short-circuit
@@ -72,4 +70,4 @@ class TokenVerifier:
             if expected is not None:
                 granted |= hmac.compare_digest(presented, expected)
         if not granted:
-            raise Problem(403, "forbidden", "Forbidden", f"the token is not the {label}")
+            raise Problem("forbidden", f"the token is not the {label}")

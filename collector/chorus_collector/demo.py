@@ -23,6 +23,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from chorus_client import Client, CollectorAPI, RequestsTransport
+from chorus_collector.formatting import format_estimates
 from chorus_shared.campaign import Campaign, campaign_from_config
 
 __all__ = ["DEMO_CAMPAIGNS", "Population", "run_demo"]
@@ -96,7 +97,6 @@ def _simulate(url: str, campaigns: dict[str, Campaign], population: Population,
 
 def run_demo(users: int = 20_000, seed: int = 7,
              echo: Callable[[str], None] = print) -> dict[str, Any]:
-    from chorus_collector.cli import format_estimates
     from chorus_collector.process import CollectorProcess
 
     started = time.monotonic()

@@ -27,7 +27,7 @@ __all__ = ["serve"]
 METRICS_PREFIX = "chorus-metrics-"
 
 
-class _Gunicorn(BaseApplication):  # type: ignore[misc]
+class GunicornApp(BaseApplication):  # type: ignore[misc]
     def __init__(self, app: Flask, options: Mapping[str, Any]) -> None:
         self.application = app
         self.options = dict(options)
@@ -71,7 +71,7 @@ def serve(config: Mapping[str, Any] | None = None) -> None:
         "child_exit": _child_exit,
     }
     try:
-        _Gunicorn(app, options).run()
+        GunicornApp(app, options).run()
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 

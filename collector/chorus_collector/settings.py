@@ -72,7 +72,7 @@ _BY_NAME = {s.name: s for s in SETTINGS}
 _NON_APP_ENV = {"URL", "TOKEN"}
 
 
-def _coerce(setting: Setting, value: object, source: str) -> Any:
+def coerce_setting(setting: Setting, value: object, source: str) -> Any:
     if value is None:
         return None
     if setting.type is int:
@@ -110,10 +110,10 @@ def resolve_settings(config: Mapping[str, Any] | None = None,
             continue  # the CLI's, or the shuffler's own CHORUS_SHUFFLER_* settings
         if name not in _BY_NAME:
             raise _unknown(name, f"environment variable {key}")
-        values[name] = _coerce(_BY_NAME[name], raw, f"environment variable {key}")
+        values[name] = coerce_setting(_BY_NAME[name], raw, f"environment variable {key}")
     for name, raw in (config or {}).items():
         if name in _BY_NAME:
-            values[name] = _coerce(_BY_NAME[name], raw, "config")
+            values[name] = coerce_setting(_BY_NAME[name], raw, "config")
         elif name.isupper():
             raise _unknown(name, "config")
     if values["SQLITE_SYNCHRONOUS"] not in ("FULL", "NORMAL", "EXTRA"):

@@ -30,8 +30,8 @@ from urllib.parse import quote
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
-from chorus_collector.api import _json_body
-from chorus_collector.app import _register_error_handlers
+from chorus_collector.api import json_body
+from chorus_collector.app import register_error_handlers
 from chorus_collector.auth import TokenVerifier
 from chorus_collector.problems import Problem
 from chorus_collector.shuffler_forward import (
@@ -84,7 +84,7 @@ def create_shuffler_app(config: Mapping[str, Any] | None = None, *,
     app.extensions["chorus.shuffler.campaigns"] = _CampaignCache(
         settings["CAMPAIGN_CACHE_SECONDS"], clock)
     app.register_blueprint(shuffler_api)
-    _register_error_handlers(app)
+    register_error_handlers(app)
     return app
 
 
@@ -153,21 +153,20 @@ def _check_envelope(raw: object, max_payload_bytes: int) -> _Checked:
 
 @shuffler_api.post("/v1/reports")
 def submit_reports() -> tuple[Response, int]:
-    body = _json_body()
+    body = json_body()
     single = isinstance(body, dict) and "reports" not in body
     if single:
         raw_reports: list[Any] = [body]
     elif isinstance(body, dict) and isinstance(body.get("reports"), list) and len(body) == 1:
         raw_reports = body["reports"]
     else:
-        raise Problem(400, "invalid-request", "Invalid request",
-                      'send one report object, or {"reports": [report, ...]}')
+        raise Problem("invalid-request", 'send one report object, or {"reports": [report, ...]}')
     limit = _setting("MAX_REPORTS_PER_REQUEST")
     if len(raw_reports) > limit:
-        raise Problem(413, "too-many-reports", "Too many reports",
+        raise Problem("too-many-reports",
                       f"{len(raw_reports)} reports in one request; at most {limit} are allowed")
     if not raw_reports:
-        raise Problem(400, "invalid-request", "Invalid request", "the batch has no reports")
+        raise Problem("invalid-request", "the batch has no reports")
     checked = [_check_envelope(raw, _setting("MAX_PAYLOAD_BYTES")) for raw in raw_reports]
     first: dict[tuple[str, str], PooledReport] = {}
     repeats: list[bool] = []  # per report: a repeat of an earlier one in this request
@@ -181,15 +180,14 @@ def submit_reports() -> tuple[Response, int]:
         outcomes = _pool().add(list(first.values())) if first else {}
     except sqlite3.Error:
         # Nothing was committed, so nothing is acknowledged; the client keeps its reports.
-        raise Problem(503, "storage-unavailable", "Storage unavailable",
-                      "the reports could not be stored; retry later",
+        raise Problem("storage-unavailable", "the reports could not be stored; retry later",
                       headers={"Retry-After": "5"}) from None
     results = [_result(item, repeat, first, outcomes)
                for item, repeat in zip(checked, repeats, strict=True)]
     if single:
         result = results[0]
         if result["status"] == "rejected":
-            raise Problem(400, result["error"], "Report rejected", result["detail"],
+            raise Problem(result["error"], result["detail"], status=400,
                           report_id=result["report_id"])
         return jsonify(result), 201 if result["status"] == "accepted" else 200
     counts = {k: sum(r["status"] == k for r in results)
@@ -253,11 +251,11 @@ def get_campaign(name: str) -> Response:
                 "GET", url, body=None, timeout=10,
                 headers={"Accept": "application/json", "User-Agent": USER_AGENT})
         except UpstreamError:
-            raise Problem(502, "collector-unavailable", "Collector unavailable",
+            raise Problem("collector-unavailable",
                           "the shuffler could not reach the collector; retry later",
                           headers={"Retry-After": "30"}) from None
         if reply.status >= 500:
-            raise Problem(502, "collector-unavailable", "Collector unavailable",
+            raise Problem("collector-unavailable",
                           f"the collector answered {reply.status}; retry later",
                           headers={"Retry-After": "30"})
         cache.put(name, reply)

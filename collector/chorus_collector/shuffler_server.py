@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from chorus_collector.server import _Gunicorn
+from chorus_collector.server import GunicornApp
 from chorus_collector.shuffler import create_shuffler_app, start_background_forwarder
 from chorus_collector.shuffler_forward import BackgroundForwarder
 from chorus_collector.shuffler_settings import resolve_shuffler_settings
@@ -56,4 +56,4 @@ def serve_shuffler(config: Mapping[str, Any] | None = None) -> None:
         "post_worker_init": post_worker_init,
         "worker_exit": worker_exit,
     }
-    _Gunicorn(app, options).run()
+    GunicornApp(app, options).run()

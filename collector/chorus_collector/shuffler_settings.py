@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from chorus_collector.settings import Setting, SettingsError, _coerce
+from chorus_collector.settings import Setting, SettingsError, coerce_setting
 
 __all__ = ["ENV_PREFIX", "SHUFFLER_SETTINGS", "resolve_shuffler_settings"]
 
@@ -75,11 +75,11 @@ def resolve_shuffler_settings(config: Mapping[str, Any] | None = None,
             continue
         if name not in _BY_NAME:
             raise _unknown(name, f"environment variable {key}")
-        values[name] = _coerce(_BY_NAME[name], raw, f"environment variable {key}")
+        values[name] = coerce_setting(_BY_NAME[name], raw, f"environment variable {key}")
     for name, raw in (config or {}).items():
         if name not in _BY_NAME:
             raise _unknown(name, "config")
-        values[name] = _coerce(_BY_NAME[name], raw, "config")
+        values[name] = coerce_setting(_BY_NAME[name], raw, "config")
     if not values["SHUFFLER_KEY"]:
         raise SettingsError("the shuffler needs SHUFFLER_KEY (CHORUS_SHUFFLER_SHUFFLER_KEY): "
                             "the collector records a batch as shuffled only with it")

@@ -138,11 +138,11 @@ class StoredReport:
     payload_json: str
 
 
-def _state_bytes(state: np.ndarray) -> bytes:
+def state_bytes(state: np.ndarray) -> bytes:
     return np.ascontiguousarray(state, dtype="<i8").tobytes()
 
 
-def _state_array(blob: bytes) -> np.ndarray:
+def state_array(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype="<i8").astype(np.int64)
 
 
@@ -361,13 +361,13 @@ class Storage:
             if row is None:
                 conn.execute(
                     "INSERT INTO aggregates (campaign_id, time, n, state) VALUES (?, ?, ?, ?)",
-                    (campaign_id, time, count, _state_bytes(state)),
+                    (campaign_id, time, count, state_bytes(state)),
                 )
             else:
-                merged = _state_array(row[1]) + state
+                merged = state_array(row[1]) + state
                 conn.execute(
                     "UPDATE aggregates SET n = ?, state = ? WHERE campaign_id = ? AND time = ?",
-                    (row[0] + count, _state_bytes(merged), campaign_id, time),
+                    (row[0] + count, state_bytes(merged), campaign_id, time),
                 )
 
     def read_aggregate(self, campaign_id: int, size: int, start: int | None,
@@ -385,7 +385,7 @@ class Storage:
         n = 0
         for count, blob in self.connect().execute(sql, args):
             n += count
-            total += _state_array(blob)
+            total += state_array(blob)
         return n, total
 
     # -- retention ----------------------------------------------------------------------------

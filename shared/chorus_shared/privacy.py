@@ -12,7 +12,7 @@ top) makes an install's reports correlated exactly when its value repeats. The e
 pattern of the value sequence then leaks beyond what the ledger charges: for RAPPOR with
 k = 8, h = 1, f = 0.5, two reports of the same value against two different values differ by a
 log-likelihood ratio of 2.97, above the 2·ε₁ = 2.04 charged and above ε∞ = 2.20
-(``tests/test_threat_model.py`` enumerates it). Fresh randomization composes exactly.
+(``tests/client/test_threat_model.py`` enumerates it). Fresh randomization composes exactly.
 """
 
 from __future__ import annotations

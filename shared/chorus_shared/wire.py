@@ -13,6 +13,7 @@ which the mechanism has already randomized on the device.
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from collections.abc import Mapping
@@ -22,8 +23,8 @@ from typing import Any
 from chorus_shared.campaign import Campaign, canonical_json
 from chorus_shared.errors import DigestMismatch, WireError
 
-__all__ = ["PROBLEM_BASE", "REFUSED_REPORT_KINDS", "REPORT_FIELDS", "Report", "new_report_id",
-           "parse_report"]
+__all__ = ["PROBLEM_BASE", "REFUSED_REPORT_KINDS", "REPORT_FIELDS", "Report", "new_report",
+           "new_report_id", "parse_report"]
 
 #: Every error answer is RFC 9457 problem+json whose ``type`` is this prefix plus a kind.
 PROBLEM_BASE = "https://chorus.dev/problems/"
@@ -59,6 +60,17 @@ class Report:
     def canonical_bytes(self) -> bytes:
         """The bytes two submissions of one report must share to count as the same report."""
         return canonical_json(self.to_json())
+
+    def to_wire(self) -> str:
+        """The report as sent: compact JSON, sent byte for byte again on every retry."""
+        return json.dumps(self.to_json(), separators=(",", ":"))
+
+
+def new_report(campaign: Campaign, payload: Any, now: float) -> Report:
+    """The one place a report is made: a fresh random ID, the campaign's digest, the time
+    truncated to the campaign's precision, and the already randomized payload."""
+    return Report(report_id=new_report_id(), digest=campaign.digest,
+                  time=campaign.time_bucket(now), payload=payload)
 
 
 def parse_report(obj: object, campaign: Campaign) -> Report:

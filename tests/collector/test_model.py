@@ -1,0 +1,179 @@
+"""A property-based model of the collector (after Janus's simulation tests).
+
+Random sequences of uploads, replays, conflicting replays, invalid reports, lost responses,
+clock advances, retention runs and queries, checked against a model. Every report's payload
+is unique (an index into a large k-RR domain), so the collector's aggregate must be exactly
+the indicator of the accepted set: any entry above one is a replay or a double count.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from chorus_collector import create_app
+from chorus_shared import campaign_from_config, new_report_id
+from helpers.support import (
+    ADMIN,
+    ADMIN_HEADERS,
+    ANALYST,
+    ANALYST_HEADERS,
+    NOW,
+    FakeClock,
+    FaultInjector,
+)
+
+HOUR = 3600
+DOMAIN = 600
+EXPIRY = 3 * HOUR
+
+
+class CollectorModel(RuleBasedStateMachine):
+    @initialize()
+    def start(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.clock = FakeClock(NOW)
+        self.app = create_app({"DATABASE": str(Path(self.tmp.name) / "m.db"),
+                               "ADMIN_TOKEN": ADMIN, "ANALYST_TOKEN": ANALYST},
+                              clock=self.clock)
+        self.faults = FaultInjector(self.app.wsgi_app)
+        self.app.wsgi_app = self.faults  # type: ignore[method-assign]
+        self.http = self.app.test_client()
+        spec = {"name": "m", "mechanism": "krr", "epsilon": 1.0, "min_batch_size": 1,
+                "domain": [f"v{i}" for i in range(DOMAIN)], "report_expiry": EXPIRY}
+        config = self.http.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS).get_json()
+        self.campaign = campaign_from_config(config)
+        self.accepted: dict[str, dict[str, Any]] = {}  # report_id → report
+        self.next_payload = 0
+        self.rng = random.Random(0)
+
+    def teardown(self) -> None:
+        self.tmp.cleanup()
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _new_report(self, offset_buckets: int) -> dict[str, Any]:
+        payload = self.next_payload
+        self.next_payload += 1
+        time = self.campaign.time_bucket(self.clock.now) + offset_buckets * HOUR
+        return {"report_id": new_report_id(), "digest": self.campaign.digest,
+                "time": time, "payload": payload}
+
+    def _expected(self, report: dict[str, Any]) -> str:
+        now = self.clock.now
+        if report["time"] > self.campaign.time_bucket(now) + HOUR:
+            return "report-too-early"
+        if report["time"] < now - EXPIRY:
+            return "report-expired"
+        return "ok"
+
+    def _post(self, reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        reply = self.http.post("/v1/reports", json={"reports": reports})
+        assert reply.status_code == 200, reply.get_data(as_text=True)
+        results: list[dict[str, Any]] = reply.get_json()["results"]
+        return results
+
+    # -- operations ----------------------------------------------------------------------------
+
+    @rule(offset=st.integers(-4, 2), count=st.integers(1, 4))
+    def upload(self, offset: int, count: int) -> None:
+        reports = [self._new_report(offset) for _ in range(count)]
+        expected = self._expected(reports[0])
+        for report, result in zip(reports, self._post(reports), strict=True):
+            if expected == "ok":
+                assert result["status"] == "accepted"
+                self.accepted[report["report_id"]] = report
+            else:
+                assert (result["status"], result["error"]) == ("rejected", expected)
+
+    @precondition(lambda self: self.accepted)
+    @rule(data=st.data())
+    def replay(self, data: st.DataObject) -> None:
+        report = self.accepted[data.draw(st.sampled_from(sorted(self.accepted)))]
+        result = self._post([report])[0]
+        expected = self._expected(report)
+        assert result["status"] == ("duplicate" if expected == "ok" else "rejected")
+
+    @precondition(lambda self: self.accepted)
+    @rule(data=st.data())
+    def replay_with_other_bytes(self, data: st.DataObject) -> None:
+        report = self.accepted[data.draw(st.sampled_from(sorted(self.accepted)))]
+        altered = {**report, "payload": (report["payload"] + 1) % DOMAIN}
+        result = self._post([altered])[0]
+        assert result["status"] == "rejected"
+        expected = self._expected(report)
+        assert result["error"] == ("report-conflict" if expected == "ok" else expected)
+
+    @rule(kind=st.sampled_from(["payload", "digest", "time", "id"]))
+    def upload_invalid(self, kind: str) -> None:
+        report = self._new_report(0)
+        report.update({"payload": {"payload": DOMAIN}, "digest": {"digest": "ab" * 32},
+                       "time": {"time": report["time"] + 1},
+                       "id": {"report_id": "xyz"}}[kind])
+        assert self._post([report])[0]["status"] == "rejected"
+
+    @rule(mode=st.sampled_from(["before", "after"]))
+    def upload_with_a_lost_answer_then_retry(self, mode: str) -> None:
+        report = self._new_report(0)
+        self.faults.fail(mode)
+        lost = self.http.post("/v1/reports", json={"reports": [report]})
+        assert lost.status_code == 500
+        result = self._post([report])[0]
+        assert result["status"] == ("duplicate" if mode == "after" else "accepted")
+        self.accepted[report["report_id"]] = report
+
+    @rule(hours=st.integers(0, 3), seconds=st.integers(0, HOUR - 1))
+    def advance_clock(self, hours: int, seconds: int) -> None:
+        self.clock.now += hours * HOUR + seconds
+
+    @rule()
+    def collect_garbage(self) -> None:
+        self.app.extensions["chorus.storage"].scrub_expired(self.clock.now)
+
+    @rule()
+    def query_twice(self) -> None:
+        url = "/v1/campaigns/m/estimates"
+        first = self.http.get(url, headers=ANALYST_HEADERS)
+        second = self.http.get(url, headers=ANALYST_HEADERS)
+        if not self.accepted:
+            assert first.status_code == 409
+            return
+        assert first.get_json()["n"] == len(self.accepted)
+        assert first.get_data() == second.get_data()
+
+    # -- invariants -----------------------------------------------------------------------------
+
+    @invariant()
+    def aggregate_is_exactly_the_accepted_set(self) -> None:
+        if not hasattr(self, "campaign"):
+            return
+        storage = self.app.extensions["chorus.storage"]
+        stored = storage.get_campaign("m")
+        n, state = storage.read_aggregate(stored.id, DOMAIN, None, None)
+        expected = np.zeros(DOMAIN, dtype=np.int64)
+        for report in self.accepted.values():
+            expected[report["payload"]] += 1
+        assert int(state.max(initial=0)) <= 1, "a report was counted twice"
+        assert n == len(self.accepted)
+        assert np.array_equal(state, expected)
+
+    @precondition(lambda self: self.accepted)
+    @rule(data=st.data())
+    def query_one_bucket(self, data: st.DataObject) -> None:
+        times = sorted({r["time"] for r in self.accepted.values()})
+        t = data.draw(st.sampled_from(times))
+        window = self.http.get(f"/v1/campaigns/m/estimates?start={t}&end={t + HOUR}",
+                               headers=ANALYST_HEADERS).get_json()
+        assert window["n"] == sum(r["time"] == t for r in self.accepted.values())
+
+
+CollectorModel.TestCase.settings = settings(max_examples=30, stateful_step_count=25,
+                                            deadline=None)
+TestCollectorModel = CollectorModel.TestCase

@@ -1,0 +1,133 @@
+"""Decoding reports made by google/rappor's clients (compatibility mode).
+
+The encoder below follows google/rappor's Python client as documented
+(``client/python/rappor.py``): MD5 Bloom bits over the 4-byte big-endian cohort and the word,
+the PRR from HMAC-SHA256(secret, 4-byte big-endian Bloom integer) with f quantised to 1/128,
+and a fresh IRR. Its reports go through the import path and Chorus's decoder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import random
+import struct
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from flask import Flask
+
+from chorus_collector.cli import main as cli
+from chorus_collector.rappor_compat import (
+    CompatError,
+    reports_from_google_csv,
+    spec_from_google_params,
+)
+from chorus_shared import campaign_from_spec
+from chorus_shared.hashing import google_bloom_bits
+from helpers.support import ADMIN_HEADERS, ANALYST_HEADERS, NOW
+
+PARAMS_CSV = "k,h,m,p,q,f\n16,2,8,0.25,0.75,0.5\n"
+WORDS = [f"word-{i}" for i in range(8)]
+
+
+def google_encode(word: str, cohort: int, secret: bytes, k: int, h: int, p: float, q: float,
+                  f: float, rng: random.Random) -> tuple[int, int, int]:
+    digest = hashlib.md5(struct.pack(">L", cohort) + word.encode()).digest()
+    bloom = 0
+    for i in range(h):
+        bloom |= 1 << (digest[i] % k)
+    prr_digest = hmac.new(secret, struct.pack(">L", bloom), hashlib.sha256).digest()
+    uniform = f_mask = 0
+    for i in range(k):
+        byte = prr_digest[i]
+        uniform |= (byte & 0x01) << i
+        f_mask |= int((byte >> 1) < f * 128) << i
+    prr = (bloom & ~f_mask) | (uniform & f_mask)
+    p_bits = sum(int(rng.random() < p) << i for i in range(k))
+    q_bits = sum(int(rng.random() < q) << i for i in range(k))
+    irr = (p_bits & ~prr) | (q_bits & prr)
+    return bloom, prr, irr
+
+
+def bit_string(value: int, k: int) -> str:
+    return format(value, f"0{k}b")  # most significant bit first, as rappor_sim.py writes
+
+
+def test_google_bloom_bits_match_the_reference() -> None:
+    for word in WORDS:
+        for cohort in range(8):
+            digest = hashlib.md5(struct.pack(">L", cohort) + word.encode()).digest()
+            assert google_bloom_bits(word, cohort, 16, 2) == (digest[0] % 16, digest[1] % 16)
+
+
+def test_params_csv_becomes_a_campaign_with_the_effective_f() -> None:
+    spec = spec_from_google_params("k,h,m,p,q,f\n16,2,64,0.5,0.75,0.1\n", "legacy")
+    assert spec["params"]["f"] == 13 / 128  # 0.1·128 = 12.8, rounded up
+    campaign = campaign_from_spec(spec)
+    assert campaign.mechanism.hash == "google-md5"
+    with pytest.raises(CompatError):
+        spec_from_google_params("a,b\n1,2\n", "x")
+    with pytest.raises(Exception, match="k must be an integer"):
+        campaign_from_spec(spec_from_google_params("k,h,m,p,q,f\n512,2,64,0.5,0.75,0.1\n",
+                                                   "x"))
+
+
+def test_reports_from_google_clients_decode_within_four_standard_errors(
+        make_app: Callable[..., Flask], tmp_path: Path) -> None:
+    app = make_app()
+    http = app.test_client()
+    spec = {**spec_from_google_params(PARAMS_CSV, "legacy"), "min_batch_size": 1}
+    config = http.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS).get_json()
+    campaign = campaign_from_spec(spec)
+    mechanism = campaign.mechanism
+    rng = random.Random(12)
+    weights = [8, 6, 5, 4, 3, 2, 1, 1]
+    rows, truth = ["client,cohort,bloom,prr,irr"], Counter()
+    for i in range(12_000):
+        word = rng.choices(WORDS, weights)[0]
+        truth[word] += 1
+        cohort = i % mechanism.m
+        bloom, prr, irr = google_encode(word, cohort, f"client-{i}".encode(), mechanism.k,
+                                        mechanism.h, mechanism.p, mechanism.q, mechanism.f,
+                                        rng)
+        rows.append(f"client-{i},{cohort},{bit_string(bloom, 16)},{bit_string(prr, 16)},"
+                    f"{bit_string(irr, 16)}")
+    reports = list(reports_from_google_csv(rows, campaign, int(NOW)))
+    for start in range(0, len(reports), 2000):
+        body = http.post("/v1/reports", json={"reports": reports[start:start + 2000]})
+        assert body.get_json()["accepted"] == len(reports[start:start + 2000])
+    again = http.post("/v1/reports", json={"reports": reports[:10]}).get_json()
+    assert again["duplicate"] == 10  # importing the same file twice counts it once
+    result = http.post("/v1/campaigns/legacy/estimates", json={"candidates": WORDS},
+                       headers=ANALYST_HEADERS).get_json()
+    assert config["digest"] == campaign.digest
+    assert result["n"] == 12_000
+    for row in result["rows"]:
+        assert abs(row["frequency"] - truth[row["value"]] / 12_000) <= 4 * row[
+            "frequency_std_error"], row
+
+
+def test_bad_report_files_are_refused_with_the_line() -> None:
+    campaign = campaign_from_spec(spec_from_google_params(PARAMS_CSV, "legacy"))
+    with pytest.raises(CompatError, match="line 2"):
+        list(reports_from_google_csv(["client,cohort,bloom,prr,irr", "c,0,,,0101"], campaign,
+                                     0))
+    with pytest.raises(CompatError, match="header"):
+        list(reports_from_google_csv(["a,b"], campaign, 0))
+    other = campaign_from_spec({"name": "x", "mechanism": "rappor", "epsilon": 1.0,
+                                "domain": {"kind": "strings"}})
+    with pytest.raises(CompatError, match="google-md5"):
+        list(reports_from_google_csv(["client,cohort,irr"], other, 0))
+
+
+def test_cli_prints_the_campaign_for_a_params_file(tmp_path: Path) -> None:
+    params = tmp_path / "params.csv"
+    params.write_text(PARAMS_CSV)
+    result = CliRunner().invoke(cli, ["rappor", "params", str(params), "--name", "legacy"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["params"]["hash"] == "google-md5"

@@ -1,0 +1,276 @@
+"""Ingest and release rules at their exact boundaries, metrics, access, logs and retention
+(the Janus way: one test per rule, last accepted value and first rejected value)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from chorus_client import Client
+from helpers.support import (
+    ADMIN,
+    ADMIN_HEADERS,
+    ANALYST,
+    ANALYST_HEADERS,
+    NOW,
+    FakeClock,
+    FlaskBridge,
+    campaign_spec,
+    make_report,
+)
+
+Create = Callable[..., dict[str, Any]]
+CATEGORIES = [f"c{i}" for i in range(12)]
+
+
+def test_payload_size_boundary(make_app: Callable[..., Flask], rng: random.Random) -> None:
+    http = make_app(MAX_PAYLOAD_BYTES=1).test_client()
+    config = http.post("/v1/campaigns", json=campaign_spec("b", domain=CATEGORIES),
+                       headers=ADMIN_HEADERS).get_json()
+    one_byte = make_report(config, "c0", rng, payload=9)  # canonical JSON "9"
+    two_bytes = make_report(config, "c0", rng, payload=10)  # "10"
+    body = http.post("/v1/reports", json={"reports": [one_byte, two_bytes]}).get_json()
+    assert [r["status"] for r in body["results"]] == ["accepted", "rejected"]
+    assert body["results"][1]["error"] == "report-too-large"
+    assert "at most 1" in body["results"][1]["detail"]
+
+
+def test_nan_and_infinity_are_not_json(http: FlaskClient, create: Create) -> None:
+    create("b")
+    for literal in (b"NaN", b"Infinity", b"-Infinity"):
+        reply = http.post("/v1/reports", data=b'{"reports": [' + literal + b"]}",
+                          content_type="application/json")
+        assert reply.status_code == 400
+        assert reply.get_json()["type"].endswith("malformed-json")
+
+
+def test_rate_limit_boundary(make_app: Callable[..., Flask], rng: random.Random) -> None:
+    app = make_app(RATE_LIMIT=1, RATE_BURST=3)
+    limiter = app.extensions["chorus.ratelimit"]
+    limiter.clock = FakeClock(100.0)
+    http = app.test_client()
+    config = http.post("/v1/campaigns", json=campaign_spec("b"), headers=ADMIN_HEADERS).get_json()
+    send = lambda: http.post("/v1/reports", json=make_report(config, "a", rng))  # noqa: E731
+    assert [send().status_code for _ in range(3)] == [201, 201, 201]  # the burst
+    refused = send()
+    assert refused.status_code == 429
+    assert refused.get_json()["type"].endswith("rate-limited")
+    assert refused.headers["Retry-After"] == "1"
+    limiter.clock.now += 0.999
+    assert send().status_code == 429  # not yet a whole token
+    limiter.clock.now += 0.002
+    assert send().status_code == 201
+    other = http.post("/v1/reports", json=make_report(config, "a", rng),
+                      environ_base={"REMOTE_ADDR": "192.0.2.9"})
+    assert other.status_code == 201  # buckets are per address
+    # Estimates and config reads are not rate limited.
+    assert http.get("/v1/campaigns/b").status_code == 200
+
+
+def test_ingest_key_when_configured(make_app: Callable[..., Flask], rng: random.Random,
+                                    clock: FakeClock) -> None:
+    app = make_app(INGEST_KEY="app-key")
+    http = app.test_client()
+    config = http.post("/v1/campaigns", json=campaign_spec("b"), headers=ADMIN_HEADERS).get_json()
+    report = make_report(config, "a", rng)
+    assert http.post("/v1/reports", json=report).status_code == 401
+    assert http.post("/v1/reports", json=report,
+                     headers={"Authorization": "Bearer nope"}).status_code == 403
+    assert http.post("/v1/reports", json=report,
+                     headers={"Authorization": f"Bearer {ADMIN}"}).status_code == 403
+    assert http.post("/v1/reports", json=report,
+                     headers={"Authorization": "Bearer app-key"}).status_code == 201
+    client = Client("http://collector.test", transport=FlaskBridge(app), ingest_key="app-key",
+                    clock=clock, ephemeral=True, allow_unpinned=True, send_delay=0.0)
+    client.report("b", "c")
+    assert client.flush().accepted == 1
+    assert http.get("/v1/campaigns/b").status_code == 200  # reading configs stays open
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{") and all(f'{k}="{v}"' in line
+                                                 for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+        if not labels and line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name}{{{wanted}}} not in metrics")
+
+
+def test_metrics_count_outcomes_per_campaign(http: FlaskClient, create: Create,
+                                             rng: random.Random) -> None:
+    config = create("browser")
+    good = [make_report(config, "a", rng) for _ in range(3)]
+    batch = [*good, good[0], {**good[1], "payload": 9}, make_report(config, "a", rng, time=0)]
+    http.post("/v1/reports", json={"reports": batch})
+    http.post("/v1/reports", data=b"{", content_type="application/json")
+    reply = http.get("/metrics")
+    assert reply.status_code == 200
+    assert reply.mimetype == "text/plain"
+    text = reply.get_data(as_text=True)
+    assert _metric(text, "chorus_reports_total", campaign="browser", outcome="accepted") == 3
+    assert _metric(text, "chorus_reports_total", campaign="browser", outcome="duplicate") == 1
+    assert _metric(text, "chorus_reports_total", campaign="browser",
+                   outcome="invalid-report") == 1
+    assert _metric(text, "chorus_reports_total", campaign="browser",
+                   outcome="report-expired") == 1
+    assert _metric(text, "chorus_requests_rejected_total", reason="malformed-json") == 1
+    assert _metric(text, "chorus_request_duration_seconds_count", method="POST",
+                   route="/v1/reports", status="200") == 1
+
+
+def test_metrics_token_when_configured(make_app: Callable[..., Flask]) -> None:
+    http = make_app(METRICS_TOKEN="scrape").test_client()
+    assert http.get("/metrics").status_code == 401
+    assert http.get("/metrics", headers={"Authorization": f"Bearer {ANALYST}"}).status_code \
+        == 403
+    assert http.get("/metrics", headers={"Authorization": "Bearer scrape"}).status_code == 200
+    assert http.get("/metrics", headers=ADMIN_HEADERS).status_code == 200
+
+
+def test_logs_carry_no_tokens_payloads_or_addresses(http: FlaskClient, create: Create,
+                                                    rng: random.Random,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG):
+        config = create("urls", mechanism="rappor")
+        report = make_report(config, "https://private.example/", rng)
+        address = {"REMOTE_ADDR": "198.51.100.23"}
+        http.post("/v1/reports", json=report, environ_base=address)
+        http.post("/v1/reports", json={**report, "payload": {"cohort": 0, "bits": "zz"}},
+                  environ_base=address)
+        http.get("/v1/campaigns/urls/estimates?candidate=x", headers=ANALYST_HEADERS,
+                 environ_base=address)
+        http.get("/v1/campaigns", headers={"Authorization": "Bearer guessed-token"},
+                 environ_base=address)
+    text = caplog.text
+    assert "POST /v1/reports 201" in text  # the request log is there…
+    for secret in (ADMIN, ANALYST, "guessed-token", "198.51.100.23", report["payload"]["bits"],
+                   report["report_id"], "private.example"):
+        assert secret not in text  # …without any of these
+
+
+def test_gc_scrubs_expired_payloads_but_keeps_ids(http: FlaskClient, create: Create,
+                                                  rng: random.Random, clock: FakeClock,
+                                                  app: Flask, db_path: Path) -> None:
+    config = create("browser", report_expiry=86400)
+    old = [make_report(config, "a", rng, time=int(NOW) - 86400) for _ in range(3)]
+    new = [make_report(config, "b", rng) for _ in range(2)]
+    http.post("/v1/reports", json={"reports": old + new})
+    before = http.get("/v1/campaigns/browser/estimates", headers=ANALYST_HEADERS).get_data()
+    storage = app.extensions["chorus.storage"]
+    assert storage.scrub_expired(clock.now) == 0  # exactly at the expiry: kept
+    clock.now += 1
+    assert storage.scrub_expired(clock.now) == 3
+    assert storage.scrub_expired(clock.now) == 0
+    with sqlite3.connect(db_path) as conn:
+        rows = dict(conn.execute("SELECT hex(report_id), payload FROM reports").fetchall())
+    assert len(rows) == 5
+    assert all(rows[r["report_id"].upper()] == "" for r in old)
+    assert all(rows[r["report_id"].upper()] != "" for r in new)
+    replay = http.post("/v1/reports", json=old[0])
+    assert replay.status_code == 400
+    assert replay.get_json()["type"].endswith("report-expired")
+    after = http.get("/v1/campaigns/browser/estimates", headers=ANALYST_HEADERS).get_data()
+    assert json.loads(after)["n"] == json.loads(before)["n"] == 5
+
+
+def test_gc_command(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from chorus_collector.cli import main
+
+    missing = CliRunner().invoke(main, ["gc", "--database", str(tmp_path / "x.db")])
+    assert missing.exit_code != 0
+    assert "no such database" in missing.output
+    assert not (tmp_path / "x.db").exists()  # a wrong path does not create a database
+    from chorus_collector.storage import Storage
+
+    Storage(str(tmp_path / "x.db")).migrate()
+    result = CliRunner().invoke(main, ["gc", "--database", str(tmp_path / "x.db")])
+    assert result.exit_code == 0
+    assert "scrubbed 0" in result.output
+
+
+def test_a_database_of_another_application_is_refused(tmp_path: Path) -> None:
+    import sqlite_utils
+    from sqlite_utils.migrations import Migrations
+
+    from chorus_collector.storage import SchemaError, Storage
+
+    other = Migrations("someone-else")
+
+    @other()
+    def m001(db: sqlite_utils.Database) -> None:
+        db.execute("CREATE TABLE campaigns (x TEXT)")
+
+    path = tmp_path / "other.db"
+    other.apply(sqlite_utils.Database(path))
+    with pytest.raises(SchemaError, match="not a Chorus database"):
+        Storage(str(path)).migrate()
+
+
+def test_rate_limit_behind_a_proxy_uses_the_forwarded_address(
+        make_app: Callable[..., Flask], rng: random.Random) -> None:
+    app = make_app(RATE_LIMIT=1, RATE_BURST=1, PROXY_HOPS=1)
+    app.extensions["chorus.ratelimit"].clock = FakeClock(5.0)
+    http = app.test_client()
+    config = http.post("/v1/campaigns", json=campaign_spec("b"), headers=ADMIN_HEADERS).get_json()
+
+    def send(client_address: str) -> int:
+        return http.post("/v1/reports", json=make_report(config, "a", rng),
+                         headers={"X-Forwarded-For": client_address}).status_code
+
+    assert [send("192.0.2.1"), send("192.0.2.1"), send("192.0.2.2")] == [201, 429, 201]
+
+
+def test_a_single_report_over_the_payload_limit_is_413(make_app: Callable[..., Flask],
+                                                       rng: random.Random) -> None:
+    http = make_app(MAX_PAYLOAD_BYTES=1).test_client()
+    config = http.post("/v1/campaigns", json=campaign_spec("b", domain=CATEGORIES),
+                       headers=ADMIN_HEADERS).get_json()
+    reply = http.post("/v1/reports", json=make_report(config, "c0", rng, payload=10))
+    assert reply.status_code == 413
+    assert reply.get_json()["type"].endswith("report-too-large")
+
+
+def test_campaigns_stored_with_memoization_are_migrated_and_keep_their_reports(
+        tmp_path: Path) -> None:
+    """Configs written before memoization was withdrawn (privacy.memoize, Duchi's buckets)
+    still load after the upgrade, with their reports; listing and scrubbing work."""
+    import json
+    import sqlite3
+
+    from chorus_collector.storage import Storage
+    from chorus_shared import campaign_from_spec
+    from chorus_shared.campaign import canonical_json
+
+    path = tmp_path / "old.db"
+    Storage(str(path)).migrate()
+    modern = campaign_from_spec({"name": "lat", "mechanism": "duchi", "epsilon": 1.0,
+                                 "domain": {"kind": "numeric", "lo": 0, "hi": 10}})
+    legacy = json.loads(canonical_json(modern.config))
+    legacy["privacy"]["memoize"] = True
+    legacy["params"]["buckets"] = 32
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO campaigns (id, name, digest, config) VALUES (7, 'lat', ?, ?)",
+                   ("ab" * 32, json.dumps(legacy)))
+        db.execute("INSERT INTO reports VALUES (7, x'00112233', 0, '1')")
+        db.execute("DELETE FROM _sqlite_migrations WHERE name = "
+                   "'m003_policies_without_memoization'")
+    storage = Storage(str(path))
+    storage.migrate()
+    stored = storage.get_campaign("lat")
+    assert stored is not None and stored.id == 7
+    assert stored.campaign.digest == modern.digest
+    assert [s.campaign.name for s in storage.list_campaigns()] == ["lat"]
+    assert storage.scrub_expired(now=10**10) == 1  # the old report is still attached

@@ -1,0 +1,60 @@
+"""The benchmark command runs (on a tiny size); the figures themselves are never asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_benchmark_command_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick",
+                          "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    results = json.loads(out.read_text())
+    assert set(results) >= {"client", "aggregation", "ingest", "estimates", "http"}
+    for mechanism in ("rr", "krr", "rappor", "duchi"):
+        assert results["client"][mechanism]["us_per_report"] > 0
+        assert results["ingest"][mechanism]["reports_per_s"] > 0
+    assert results["http"]["single"]["requests"] > 0
+    integrity = results["http"]["integrity"]
+    assert integrity["acknowledged"] == integrity["sent"] > 0
+    assert (integrity["lost"], integrity["duplicated"], integrity["counted_minus_stored"]) \
+        == (0, 0, 0)
+    assert results["http"]["single"]["errors_5xx"] == 0
+    assert "HTTP batch_1000" in run.stdout
+
+
+def test_peer_comparison_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/peers.py: with the peers installed (the ``bench`` extra) or not."""
+    out = tmp_path / "peers.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--quick",
+                          "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(out.read_text())
+    chorus = {r["mechanism"] for r in rows if r["peer"] == "chorus"}
+    assert chorus >= {"grr/k-rr", "oue", "sue", "olh", "hr"}
+    for row in rows:
+        if row["peer"] == "chorus":
+            assert row["aggregate_reports_per_s"] > 0 and row["mse_ratio"] > 0
+        else:
+            assert row["n_timed"] > 0 or "not installed" in row["note"]
+
+
+def test_scale_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/scale.py --quick: 10⁵ reports per mechanism, and the estimate latency."""
+    out = tmp_path / "scale.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale.py"), "--quick",
+                          "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    results = json.loads(out.read_text())
+    for row in results["aggregation"].values():
+        assert row["reports"] == 100_000 and row["peak_rss_mb"] > 0
+    assert results["estimates"]["100000"]["stored_reports"] == 100_000

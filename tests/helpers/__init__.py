@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: fakes, example campaigns, statistical checks."""

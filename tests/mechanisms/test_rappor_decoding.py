@@ -1,0 +1,175 @@
+"""RAPPOR decoding against candidates: accuracy bounds from the reported standard errors, the
+constrained fit, LASSO selection, the missing-candidate diagnostic, and the accuracy grid."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chorus_collector.estimators import Query, estimator_for
+from chorus_collector.estimators.rappor_fit import project_capped_simplex
+from helpers.support import z_threshold
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import rappor_grid as grid  # noqa: E402
+
+NAMES = [f"v{i}" for i in range(1, grid.VALUES + 1)]
+
+
+def _decode(kind: str, fit: str, n: int = 200_000, seed: int = 0,
+            dist: str = "zipf1") -> tuple[object, list[str], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    camp = grid.campaign("eps_1_5", 32, 2, 64)
+    pi = grid.distribution(dist)
+    state = grid.simulate(camp, NAMES, pi, n, rng)
+    candidates = grid.candidate_list(kind, NAMES, rng)
+    result = estimator_for("rappor").finalize(
+        camp, n, state, Query(candidates=tuple(candidates), postprocessing=fit))
+    return result, candidates, pi
+
+
+def test_total_variation_is_within_the_bound_the_standard_errors_give() -> None:
+    """With every |β̂_v − π_v| ≤ z·SE_v (Bonferroni over the 100 values, α = 1e-6),
+    TV = ½ Σ |max(β̂, 0) − π| ≤ ½ Σ z·SE_v."""
+    result, _, pi = _decode("exact", "none")
+    z = z_threshold(1e-6, len(NAMES))
+    truth = dict(zip(NAMES, pi, strict=True))
+    deviations = [abs(r.frequency - truth[r.value]) / r.frequency_std_error
+                  for r in result.rows]
+    assert max(deviations) < z
+    tv = 0.5 * sum(abs(max(r.frequency, 0.0) - truth[r.value]) for r in result.rows)
+    assert tv <= 0.5 * z * sum(r.frequency_std_error for r in result.rows)
+
+
+def test_extra_candidates_are_not_detected() -> None:
+    """Detection is one-sided z > Φ⁻¹(1 − α/M): P(any false positive) ≤ α = 0.05."""
+    for fit in ("none", "nnls"):
+        result, _, _ = _decode("over_x2", fit)
+        false_positives = [r.value for r in result.rows if r.detected and r.value.startswith("x")]
+        assert false_positives == []
+        detected = {r.value for r in result.rows if r.detected}
+        assert {"v1", "v2", "v3", "v4", "v5"} <= detected  # the heavy values are found
+
+
+def test_constrained_fit_stays_on_the_capped_simplex() -> None:
+    result, _, _ = _decode("over_x2", "nnls", n=20_000)
+    values = np.array([r.frequency for r in result.rows])
+    assert values.min() >= 0
+    assert values.sum() <= 1 + 1e-9
+    assert result.postprocessing.startswith("nnls")
+
+
+@pytest.mark.slow
+def test_many_candidates_go_through_lasso_selection() -> None:
+    """1,800 candidates for 2,048 cohort bits (more than 0.8 × 2,048): LASSO first."""
+    rng = np.random.default_rng(3)
+    camp = grid.campaign("eps_1_5", 32, 2, 64)
+    pi = grid.distribution("zipf1.5")
+    state = grid.simulate(camp, NAMES, pi, 200_000, rng)
+    candidates = NAMES + [f"x{i}" for i in range(1700)]
+    result = estimator_for("rappor").finalize(
+        camp, 200_000, state, Query(candidates=tuple(candidates), postprocessing="nnls"))
+    assert result.extra["candidates_fitted"] < 1800
+    top = sorted(result.rows, key=lambda r: -r.frequency)[:3]
+    assert [r.value for r in top] == ["v1", "v2", "v3"]
+    assert not any(r.detected for r in result.rows if r.value.startswith("x"))
+
+
+def test_residual_chi2_reveals_values_missing_from_the_candidates() -> None:
+    """With all values among the candidates the residual χ² is χ²_dof; with 10% missing it is
+    far above (z = (χ² − dof)/√(2 dof))."""
+    def z(kind: str) -> float:
+        result, _, _ = _decode(kind, "none")
+        chi2, dof = result.extra["residual_chi2"], result.extra["residual_dof"]
+        return float((chi2 - dof) / np.sqrt(2 * dof))
+
+    assert abs(z("exact")) < z_threshold(1e-6)
+    assert z("missing_10%") > z_threshold(1e-6)
+
+
+def test_capped_simplex_projection() -> None:
+    for v in (np.array([0.2, 0.3]), np.array([2.0, 0.5, -1.0]), np.array([-1.0, -2.0])):
+        p = project_capped_simplex(v)
+        assert p.min() >= 0
+        assert p.sum() <= 1 + 1e-12
+        # Optimality: no feasible point nearby is closer (checked on random feasible points).
+        rng = np.random.default_rng(0)
+        for _ in range(200):
+            q = project_capped_simplex(rng.normal(size=len(v)))
+            assert np.linalg.norm(v - p) <= np.linalg.norm(v - q) + 1e-12
+
+
+@pytest.mark.slow
+def test_grid_command_runs(tmp_path: Path) -> None:
+    out = tmp_path / "grid.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rappor_grid.py"),
+                          "--quick", "--out", str(out)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(out.read_text())
+    assert {r["candidates"] for r in rows} == set(grid.CANDIDATES)
+    assert all(r["tv_distance"] >= 0 for r in rows)
+    # More privacy budget per report, better accuracy: eps_1_5 beats eps_1_1 on exact lists.
+    for dist in {r["distribution"] for r in rows}:
+        tv = {r["privacy"]: r["tv_distance"] for r in rows if r["distribution"] == dist
+              and r["candidates"] == "exact" and r["fit"] == "none"}
+        assert tv["eps_1_5"] < tv["eps_1_1"]
+
+
+def test_aliased_candidates_are_named_and_oversized_queries_refused_early() -> None:
+    import math
+
+    from chorus_collector.estimators import QueryError
+    from chorus_shared import campaign_from_spec
+
+    camp = campaign_from_spec({"name": "a", "mechanism": "rappor", "epsilon": 2.0,
+                               "domain": {"kind": "strings"},
+                               "params": {"k": 8, "h": 2, "m": 1}})
+    rng = np.random.default_rng(0)
+    names = [f"s{i}" for i in range(400)]
+    state = grid.simulate(camp, names[:5], np.full(5, 0.2), 2000, rng)
+    from chorus_shared.hashing import bloom_mask
+
+    masks: dict[int, str] = {}
+    pair: list[str] = []
+    for name in names:
+        mask = bloom_mask(name, 0, 8, 2)
+        if mask in masks:
+            pair = [masks[mask], name]
+            break
+        masks[mask] = name
+    assert pair
+    with pytest.raises(QueryError, match="same Bloom bits") as aliased:
+        estimator_for("rappor").finalize(camp, 2000, state,
+                                         Query(candidates=(pair[0], "other", pair[1])))
+    assert pair[0] in str(aliased.value)
+    assert pair[1] in str(aliased.value)
+    assert aliased.value.kind == "candidates-not-identifiable"
+    # More candidates than cohort bits: refused before any matrix is built.
+    with pytest.raises(QueryError, match="only 8 cohort bits") as early:
+        estimator_for("rappor").finalize(camp, 2000, state,
+                                         Query(candidates=tuple(f"z{i}" for i in range(9))))
+    assert early.value.kind == "candidates-not-identifiable"
+    assert math.isfinite(float(state.sum()))
+
+
+@pytest.mark.slow
+def test_unselected_candidates_have_no_interval_under_nnls() -> None:
+    rng = np.random.default_rng(3)
+    camp = grid.campaign("eps_1_5", 32, 2, 64)
+    state = grid.simulate(camp, NAMES, grid.distribution("zipf1.5"), 100_000, rng)
+    candidates = NAMES + [f"x{i}" for i in range(1700)]
+    result = estimator_for("rappor").finalize(
+        camp, 100_000, state, Query(candidates=tuple(candidates), postprocessing="nnls"))
+    dropped = [r for r in result.rows if r.frequency_std_error != r.frequency_std_error]
+    assert dropped  # LASSO left some out
+    assert all(r.frequency == 0 and not r.detected for r in dropped)
+    assert all(r.frequency_ci_low != r.frequency_ci_low for r in dropped)  # NaN: null
+    kept = [r for r in result.rows if r.frequency_std_error == r.frequency_std_error]
+    assert all(0 <= r.frequency_ci_low <= r.frequency_ci_high <= 1 for r in kept)

@@ -1,0 +1,119 @@
+"""The README is the manual: settings, quick start and the API table stay true."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from chorus_collector.api import api
+from chorus_collector.settings import SETTINGS, SettingsError, resolve_settings
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+
+def test_every_setting_is_documented_with_its_default() -> None:
+    for setting in SETTINGS:
+        row = next((line for line in README.splitlines()
+                    if line.startswith(f"| `CHORUS_{setting.name}` |")), None)
+        assert row is not None, f"CHORUS_{setting.name} is not in the README"
+        default = "unset" if setting.default is None else str(setting.default)
+        assert default in row
+
+
+def test_every_mechanism_is_in_the_mechanisms_table() -> None:
+    from chorus_shared import REGISTRY
+
+    section = README.split("## Mechanisms", 1)[1].split("\n## ", 1)[0]
+    table = "\n".join(line for line in section.splitlines() if line.startswith("|"))
+    family_pages = "\n".join(page.read_text() for page in
+                              (Path(__file__).resolve().parents[2] / "docs" / "mechanisms")
+                              .glob("*.md") if page.name != "README.md")
+    for name in REGISTRY:
+        assert re.search(rf"^\| [^|]*`{re.escape(name)}`", table, re.M), name
+        assert re.search(rf"^\| `{re.escape(name)}` \|", family_pages, re.M), name
+
+
+def test_quick_start_is_the_two_commands() -> None:
+    block = README.split("```")[1]
+    commands = [line.split("#")[0].strip() for line in block.strip().splitlines()]
+    assert commands == ["make demo", "make test"]
+
+
+def test_every_route_is_in_the_api_table(app: object) -> None:
+    from flask import Flask
+
+    assert isinstance(app, Flask)
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint == "static" or not rule.endpoint.startswith(api.name):
+            continue
+        path = re.sub(r"<(\w+)>", r"{\1}", rule.rule)
+        assert f"`{path}`" in README or f"{path}`" in README, path
+
+
+def test_unknown_settings_fail_with_a_hint() -> None:
+    with pytest.raises(SettingsError, match="did you mean 'ADMIN_TOKEN'"):
+        resolve_settings(environ={"CHORUS_ADMN_TOKEN": "x"})
+    with pytest.raises(SettingsError, match="must be an integer"):
+        resolve_settings(environ={"CHORUS_WORKERS": "many"})
+    with pytest.raises(SettingsError, match="unknown setting"):
+        resolve_settings({"NOPE": 1}, environ={})
+    assert resolve_settings({"WORKERS": 3}, environ={"CHORUS_WORKERS": "5"})["WORKERS"] == 3
+
+
+THREAT_MODEL = (Path(__file__).resolve().parents[2] / "docs" / "threat-model.md").read_text()
+WORST_CASE_ROWS = [
+    ("k-RR, ε = 1, default policy", {"epsilon": 1.0}),
+    ("k-RR, ε = 1, lifetime budget 4", {"epsilon": 1.0, "privacy": {"budget": 4.0}}),
+    ("k-RR, ε = 0.5, one report a day", {"epsilon": 0.5, "privacy": {"unit": "day"}}),
+    ("k-RR, ε = 2, one report a day", {"epsilon": 2.0, "privacy": {"unit": "day"}}),
+    ("k-RR, ε = 2, daily budget 10⁶",
+     {"epsilon": 2.0, "privacy": {"unit": "day", "budget": 1e6, "max_reports": 10**6}}),
+]
+
+
+@pytest.mark.parametrize(("label", "extra"), WORST_CASE_ROWS, ids=[r[0] for r in WORST_CASE_ROWS])
+def test_the_threat_model_worst_case_table_is_computed(label: str,
+                                                       extra: dict[str, object]) -> None:
+    """Each row, recomputed from the campaign and the client's own caps."""
+    from chorus_client import Client
+    from chorus_shared import campaign_from_spec
+
+    campaign = campaign_from_spec({"name": "x", "mechanism": "krr", "domain": ["a", "b", "c"],
+                                   **extra}, warn=False)
+    bound = Client("http://unused.test", ephemeral=True,
+                   campaigns={"x": campaign}).worst_case("x")
+    case = campaign.worst_case
+    reports = round(bound.lifetime / bound.per_report)
+    row = (f"| {label} | {campaign.policy.unit} | {case.per_report:g} | "
+           f"{case.reports_per_period} | {case.per_period:g} | {case.per_year:,.6g} | "
+           f"{bound.per_year:g} | {bound.lifetime:g} ({reports} report"
+           f"{'s' if reports != 1 else ''}) |")
+    assert row in THREAT_MODEL
+
+
+def test_every_problem_kind_is_documented_and_every_raised_kind_is_catalogued() -> None:
+    """One catalogue of error kinds: the README lists each with its status and title, and
+    no code path raises a kind that is not in it (a scan of every literal kind)."""
+    import ast
+
+    from chorus_collector.problems import KINDS
+
+    for kind, spec in KINDS.items():
+        assert f"| `{kind}` | {spec.status} | {spec.title} |" in README, kind
+    root = Path(__file__).resolve().parents[2] / "collector" / "chorus_collector"
+    raised: set[str] = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+            literals = [a.value for a in node.args
+                        if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if name in ("Problem", "QueryError") and literals:
+                raised.add(literals[0])
+            elif name == "ReportStatus":
+                raised.update(v for v in literals if "-" in v)
+    assert len(raised) > 25
+    assert raised <= set(KINDS), sorted(raised - set(KINDS))

@@ -1,0 +1,121 @@
+"""Layout and import hygiene: light client, sans-IO protocol package, pinned public API."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _modules_after_import(module: str) -> set[str]:
+    code = f"import sys, {module}; print('\\n'.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    return set(out.stdout.split())
+
+
+def test_client_import_pulls_in_neither_numpy_nor_flask() -> None:
+    loaded = _modules_after_import("chorus_client")
+    assert "chorus_client" in loaded
+    heavy = {m for m in loaded if m.split(".")[0] in {"numpy", "flask", "werkzeug",
+                                                      "sqlite_utils", "chorus_collector"}}
+    assert heavy == set()
+
+
+def test_shared_is_sans_io() -> None:
+    loaded = _modules_after_import("chorus_shared")
+    banned = {"numpy", "flask", "requests", "sqlite3", "sqlite_utils", "urllib3", "socket",
+              "http"}
+    assert {m.split(".")[0] for m in loaded} & banned == set()
+
+
+@pytest.mark.parametrize("package", ["chorus_client", "chorus_collector", "chorus_shared"])
+def test_package_has_py_typed_and_exports(package: str) -> None:
+    module = importlib.import_module(package)
+    assert module.__file__ is not None
+    assert (Path(module.__file__).parent / "py.typed").exists()
+    for name in module.__all__:
+        assert hasattr(module, name), f"{package}.__all__ names missing {name}"
+
+
+def test_public_client_surface_is_pinned() -> None:
+    import chorus_client
+
+    assert sorted(chorus_client.__all__) == sorted([
+        "APIError", "BudgetExceeded", "CampaignUnavailable", "ChorusError", "Client",
+        "ClientError", "CollectorAPI", "FlushResult", "Outcome", "Pin", "PrivacyBound",
+        "RequestsTransport", "Response", "RetryPolicy", "Transport", "TransportError",
+        "ValueDomainError", "WSGITransport",
+    ])
+
+
+def test_public_shared_and_collector_surfaces_are_pinned() -> None:
+    """What apps and operators import: a change here is a change of the public API."""
+    import chorus_collector
+    import chorus_shared
+
+    assert sorted(chorus_shared.__all__) == sorted([
+        "REGISTRY", "Campaign", "CampaignError", "Categories", "ChorusError", "DigestMismatch",
+        "Mechanism", "NumericRange", "NumericVector", "OpenStrings", "PrivacyWarning", "Report",
+        "ValueDomainError", "WireError", "campaign_from_config", "campaign_from_spec",
+        "new_report_id", "parse_report",
+    ])
+    assert sorted(chorus_collector.__all__) == sorted([
+        "SETTINGS", "SchemaError", "SettingsError", "create_app", "create_shuffler_app",
+    ])
+    for name in chorus_collector.__all__:
+        assert getattr(chorus_collector, name) is not None
+
+
+def test_nothing_imports_top_level_folder_names() -> None:
+    offenders = []
+    for path in ROOT.glob("*/chorus_*/**/*.py"):
+        for line in path.read_text().splitlines():
+            stripped = line.strip()
+            if stripped.startswith(("import client", "import collector", "import shared",
+                                    "from client", "from collector", "from shared")):
+                offenders.append(f"{path}: {stripped}")
+    assert offenders == []
+
+
+def test_three_source_roots_in_pyproject() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert config["project"]["name"] == "chorus-ldp"
+    assert config["tool"]["setuptools"]["packages"]["find"]["where"] == [
+        "client", "collector", "shared"]
+    base = {d.split(">")[0].split("=")[0] for d in config["project"]["dependencies"]}
+    assert base == {"requests", "mmh3"}
+    collector = {d.split(">")[0] for d in config["project"]["optional-dependencies"]["collector"]}
+    assert {"flask", "numpy", "sqlite-utils", "gunicorn"} <= collector
+
+
+def test_chorus_command_explains_a_missing_collector_extra() -> None:
+    code = ("import sys; sys.modules['flask'] = None\n"
+            "from chorus_collector.entry import main\nmain()")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 1
+    assert "pip install 'chorus-ldp[collector]'" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_each_estimator_sits_in_the_module_named_like_its_mechanism() -> None:
+    """Adding a mechanism is one module in chorus_shared.mechanisms and one same-named module
+    in chorus_collector.estimators: the registries hold the same names, paired by module."""
+    from chorus_collector.estimators import ESTIMATORS
+    from chorus_shared.mechanisms import REGISTRY
+
+    assert set(ESTIMATORS) == set(REGISTRY)
+    for name, mechanism in REGISTRY.items():
+        estimator = type(ESTIMATORS[name])
+        assert mechanism.__module__.startswith("chorus_shared.mechanisms.")
+        assert estimator.__module__.startswith("chorus_collector.estimators.")
+        assert mechanism.__module__.rsplit(".", 1)[1] == estimator.__module__.rsplit(".", 1)[1], \
+            (name, mechanism.__module__, estimator.__module__)
+        assert issubclass(mechanism, estimator.mechanism_type), name  # what it checks against
