@@ -295,10 +295,11 @@ def test_mean_estimates_are_unbiased_with_the_exact_variance(campaign: Campaign)
     assert_unbiased_with_exact_variance(estimates, truth, exact)
     if mechanism.name not in ("pm", "hm"):
         return
-    from chorus_shared.mechanisms import PiecewiseMechanism
+    from chorus_shared.mechanisms import HybridMechanism, PiecewiseMechanism
 
-    assert isinstance(mechanism, PiecewiseMechanism)
-    z, e = mechanism.z, math.exp(mechanism.eps)
+    assert isinstance(mechanism, PiecewiseMechanism | HybridMechanism)
+    piecewise = mechanism if isinstance(mechanism, PiecewiseMechanism) else mechanism.pm
+    z, e = piecewise.z, math.exp(mechanism.eps)
     for t, variance in per_level.items():
         if mechanism.name == "pm":  # the paper's t²/(z − 1) + (z + 3)/(3(z − 1)²) + rounding
             paper = t * t / (z - 1) + (z + 3) / (3 * (z - 1) ** 2)

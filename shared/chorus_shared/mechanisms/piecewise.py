@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar, Self
 
 from chorus_shared.domain import Domain, NumericRange
@@ -155,16 +156,43 @@ EPSILON_STAR = math.log((-5 + 2 * (6353 - 405 * math.sqrt(241)) ** (1 / 3)
 
 
 @dataclass(frozen=True)
-class HybridMechanism(PiecewiseMechanism):
+class HybridMechanism(Mechanism):
     """The Hybrid Mechanism (same ICDE 2019 paper, MECHANISMS.md §9.5): the Piecewise Mechanism
     with probability α = 1 − e^{−ε/2} (for ε > ε* ≈ 0.61, else α = 0), Duchi et al.'s one bit
     otherwise. A mixture of two ε-LDP mechanisms is ε-LDP; its worst-case variance is the
     smallest of the three at every ε (§9.8).
 
-    Payload ``[0, k]`` (a Piecewise grid index) or ``[1, b]`` (Duchi's bit).
+    Payload ``[0, k]`` (a Piecewise grid index) or ``[1, b]`` (Duchi's bit). It holds its
+    Piecewise part (:attr:`pm`, same ε, domain and grid) rather than being one: its payloads
+    are not the Piecewise Mechanism's.
     """
 
     name: ClassVar[str] = "hm"
+    domain_kinds: ClassVar[tuple[str, ...]] = ("numeric",)
+    estimate_kind: ClassVar[str] = "mean"
+
+    domain: NumericRange
+    eps: float
+    resolution: int = DEFAULT_RESOLUTION
+
+    @classmethod
+    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
+        pm = PiecewiseMechanism.resolve(epsilon=epsilon, domain=domain, params=params)
+        return cls(domain=pm.domain, eps=pm.eps, resolution=pm.resolution)
+
+    @cached_property
+    def pm(self) -> PiecewiseMechanism:
+        """The Piecewise part."""
+        return PiecewiseMechanism(domain=self.domain, eps=self.eps, resolution=self.resolution)
+
+    @property
+    def epsilon(self) -> float:
+        return self.eps
+
+    @property
+    def step(self) -> float:
+        """Λ, the Piecewise part's grid step."""
+        return self.pm.step
 
     @property
     def alpha(self) -> float:
@@ -179,18 +207,24 @@ class HybridMechanism(PiecewiseMechanism):
         e = math.exp(self.eps)
         return 0.5 + t * (e - 1) / (2 * (e + 1))
 
-    def randomize(self, x: float, rng: RandomSource,  # type: ignore[override]
+    def params(self) -> dict[str, Any]:
+        return self.pm.params()
+
+    def encode(self, value: object) -> float:
+        return self.pm.encode(value)
+
+    def randomize(self, x: float, rng: RandomSource,
                   assignment: Mapping[str, int] = EMPTY) -> list[int]:
         if bernoulli(rng, self.alpha):
-            return [0, super().randomize(x, rng, assignment)]
+            return [0, self.pm.randomize(x, rng, assignment)]
         return [1, int(bernoulli(rng, self._duchi_one(x)))]
 
-    def check_payload(self, payload: object) -> list[int]:  # type: ignore[override]
+    def check_payload(self, payload: object) -> list[int]:
         if not isinstance(payload, list) or len(payload) != 2 or payload[0] not in (0, 1) \
                 or isinstance(payload[0], bool):
             raise WireError("an hm payload is [0, grid index] or [1, bit]")
         if payload[0] == 0:
-            return [0, super().check_payload(payload[1])]
+            return [0, self.pm.check_payload(payload[1])]
         bit = payload[1]
         if isinstance(bit, bool) or not isinstance(bit, int) or bit not in (0, 1):
             raise WireError("an hm Duchi report is [1, 0] or [1, 1]")
@@ -198,11 +232,11 @@ class HybridMechanism(PiecewiseMechanism):
 
     @property
     def report_bits(self) -> int:
-        return 1 + super().report_bits
+        return 1 + self.pm.report_bits
 
-    def output_probability(self, payload: list[int], x: float) -> float:  # type: ignore[override]
+    def output_probability(self, payload: list[int], x: float) -> float:
         if payload[0] == 0:
-            return self.alpha * super().output_probability(payload[1], x)
+            return self.alpha * self.pm.output_probability(payload[1], x)
         one = self._duchi_one(x)
         return (1 - self.alpha) * (one if payload[1] == 1 else 1 - one)
 
@@ -211,15 +245,25 @@ class HybridMechanism(PiecewiseMechanism):
         the rounding of the Piecewise part; Duchi's C_ε² − t² below ε*."""
         if self.alpha == 0:
             return self.duchi_c**2 - t * t
-        z, e = self.z, math.exp(self.eps)
+        z, e = self.pm.z, math.exp(self.eps)
         flat = (z + 3) / (3 * z * (z - 1)) + (e + 1) ** 2 / (z * (e - 1) ** 2)
         return flat + self.alpha * self.step**2 / 4
 
-    def report_value(self, payload: list[int]) -> float:  # type: ignore[override]
+    def worst_case_variance(self) -> float:
+        """max_t of the bound, at |t| = 1 (flat in t above ε*)."""
+        return max(self.variance_bound(0.0), self.variance_bound(1.0))
+
+    def report_value(self, payload: list[int]) -> float:
         """t* = k·Λ for a Piecewise report, ±C_ε for a Duchi bit."""
         kind, value = payload
         return value * self.step if kind == 0 else (2 * value - 1) * self.duchi_c
 
-    def outputs(self) -> Iterable[list[int]]:  # type: ignore[override]
-        grid = [[0, k] for k in super().outputs()] if self.alpha > 0 else []
+    def outputs(self) -> Iterable[list[int]]:
+        grid = [[0, k] for k in self.pm.outputs()] if self.alpha > 0 else []
         return [*grid, [1, 0], [1, 1]]
+
+    def inputs(self) -> Iterable[float]:
+        return self.pm.inputs()
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.pm.describe(), "report_bits": self.report_bits}
