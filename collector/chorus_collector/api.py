@@ -221,7 +221,7 @@ def _count_outcomes(statuses: list[ReportStatus]) -> None:
     metrics: Metrics = current_app.extensions["chorus.metrics"]
     tally = Counter((s.campaign or "", s.error or s.status) for s in statuses)
     for (campaign, outcome), count in tally.items():
-        metrics.reports.labels(campaign, outcome).inc(count)
+        metrics.count_reports(campaign, outcome, count)
 
 
 @api.get("/metrics")

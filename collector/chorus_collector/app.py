@@ -109,13 +109,12 @@ def _register_request_log(app: Flask) -> None:
         elapsed = time.perf_counter() - g.get("chorus_started", time.perf_counter())
         route = request.url_rule.rule if request.url_rule is not None else "unmatched"
         metrics: Metrics = app.extensions["chorus.metrics"]
-        metrics.latency.labels(request.method, route, str(response.status_code)).observe(
-            elapsed)
+        metrics.observe_latency(request.method, route, response.status_code, elapsed)
         if response.status_code >= 400 and request.path.endswith("/reports"):
             kind = (response.get_json(silent=True) or {}).get("type", "")
             reason = kind.rsplit("/", 1)[-1] or str(response.status_code)
             if reason in REQUEST_LEVEL_REJECTIONS:
-                metrics.requests_rejected.labels(reason).inc()
+                metrics.count_rejected_request(reason)
         log.info("%s %s %d %.1fms", request.method, request.path, response.status_code,
                  elapsed * 1000)
         return response

@@ -8,10 +8,14 @@ after that variable is set.
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Metrics"]
+
+log = logging.getLogger("chorus.collector")
 
 # Latency buckets from 1 ms to 10 s.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -33,6 +37,26 @@ class Metrics:
         self.latency = Histogram(
             "chorus_request_duration_seconds", "Request latency by route and status.",
             ["method", "route", "status"], buckets=BUCKETS, registry=self.registry)
+
+    # Counting is never worth a failed request: a report already committed must not be
+    # answered with a 500 because a metrics file is gone (the master removes the directory
+    # while a draining worker still answers, under SIGTERM).
+    def count_reports(self, campaign: str, outcome: str, count: int) -> None:
+        self._safely(lambda: self.reports.labels(campaign, outcome).inc(count))
+
+    def count_rejected_request(self, reason: str) -> None:
+        self._safely(lambda: self.requests_rejected.labels(reason).inc())
+
+    def observe_latency(self, method: str, route: str, status: int, seconds: float) -> None:
+        self._safely(lambda: self.latency.labels(method, route, str(status)).observe(seconds))
+
+    @staticmethod
+    def _safely(update: Callable[[], None]) -> None:
+        try:
+            update()
+        except Exception as error:  # the metric is lost, the request is not
+            log.warning("metrics update failed (%s: %s); the request is unaffected",
+                        type(error).__name__, error)
 
     def render(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest

@@ -274,3 +274,23 @@ def test_campaigns_stored_with_memoization_are_migrated_and_keep_their_reports(
     assert stored.campaign.digest == modern.digest
     assert [s.campaign.name for s in storage.list_campaigns()] == ["lat"]
     assert storage.scrub_expired(now=10**10) == 1  # the old report is still attached
+
+
+def test_a_failing_metrics_store_never_fails_a_request(make_app: Callable[..., Flask],
+                                                      rng: random.Random) -> None:
+    """Regression (issue 13 #5): under SIGTERM the master removed the metrics directory while
+    a draining worker still answered, and a committed report got a 500."""
+    app = make_app()
+    http = app.test_client()
+    config = http.post("/v1/campaigns", json=campaign_spec("m"), headers=ADMIN_HEADERS).get_json()
+
+    class Broken:
+        def labels(self, *args: object) -> object:
+            raise FileNotFoundError("counter_12345.db")
+
+    metrics = app.extensions["chorus.metrics"]
+    metrics.reports = metrics.latency = metrics.requests_rejected = Broken()
+    reply = http.post("/v1/reports", json={"reports": [make_report(config, "a", rng)]})
+    assert reply.status_code == 200 and reply.get_json()["accepted"] == 1
+    assert http.post("/v1/reports", data=b"{", content_type="application/json").status_code \
+        == 400

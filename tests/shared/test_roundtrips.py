@@ -22,7 +22,7 @@ ROUNDTRIPS = settings(max_examples=150, deadline=None)
 NAMES = st.from_regex(r"[a-z0-9][a-z0-9_.-]{0,20}", fullmatch=True)
 POLICIES = st.fixed_dictionaries({}, optional={
     "unit": st.sampled_from(["lifetime", "day"]),
-    "budget": st.floats(min_value=2.0, max_value=1e6, allow_nan=False),
+    "budget": st.integers(min_value=1, max_value=10**5),  # in reports of ε, set below
     "max_reports": st.integers(min_value=1, max_value=10**6),
 })
 CATEGORIES = st.lists(st.text(min_size=1, max_size=12), min_size=2, max_size=12, unique=True)
@@ -40,10 +40,13 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
         example["domain"] = {"kind": "categories", "values": values,
                              **({"other": other} if other is not None else {})}
         example["epsilon"] = draw(st.floats(min_value=0.01, max_value=2.0))
-    return {"name": draw(NAMES), "mechanism": mechanism, **example,
+    spec = {"name": draw(NAMES), "mechanism": mechanism, **example,
             "description": draw(st.text(max_size=40)),
-            "time_precision": draw(st.sampled_from([3600, 7200, 86400])),
-            "privacy": draw(POLICIES)}
+            "time_precision": draw(st.sampled_from([3600, 7200, 86400]))}
+    privacy = draw(POLICIES)
+    if "budget" in privacy:  # a whole number of reports at the campaign's ε
+        privacy["budget"] *= campaign_from_spec(spec, warn=False).epsilon
+    return {**spec, "privacy": privacy}
 
 
 @ROUNDTRIPS

@@ -18,7 +18,8 @@ lives in ``chorus_collector.estimators`` under the same name.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Self
 
@@ -28,8 +29,8 @@ from chorus_shared.rng import RandomSource
 
 MIN_EPSILON = 1e-4
 
-__all__ = ["EMPTY", "MIN_EPSILON", "Mechanism", "Payload", "check_epsilon", "check_params",
-           "required_epsilon"]
+__all__ = ["EMPTY", "MIN_EPSILON", "IntParam", "Mechanism", "Payload", "check_epsilon",
+           "check_params", "required_epsilon"]
 
 Payload = Any  # JSON-compatible: int, str, list or dict, as each mechanism defines.
 EMPTY: Mapping[str, int] = MappingProxyType({})
@@ -66,8 +67,39 @@ def check_params(params: Mapping[str, Any], allowed: Iterable[str], mechanism: s
         )
 
 
+#: A parameter's default: a constant, or computed from ε, the domain and the parameters read
+#: before it (OLH's g from ε and the prime, Subset Selection's ω from ε and d).
+Default = int | Callable[[float, Domain, Mapping[str, int]], int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntParam:
+    """An integer parameter a campaign may set, declared once on its mechanism class."""
+
+    name: str
+    help: str
+    lo: int
+    hi: int
+    default: Default
+
+    def read(self, mechanism: str, params: Mapping[str, Any], eps: float, domain: Domain,
+             earlier: Mapping[str, int]) -> int:
+        value = params.get(self.name)
+        if value is None:
+            return self.default(eps, domain, earlier) if callable(self.default) \
+                else self.default
+        if isinstance(value, bool) or not isinstance(value, int) \
+                or not self.lo <= value <= self.hi:
+            raise CampaignError(f"{mechanism} parameter {self.name} ({self.help}) must be an "
+                                f"integer in [{self.lo}, {self.hi}], got {value!r:.40}")
+        return value
+
+
 class Mechanism(ABC):
-    """One LDP mechanism with resolved parameters. Subclasses are immutable."""
+    """One LDP mechanism with resolved parameters. Subclasses are frozen dataclasses whose
+    fields are the domain, ``eps`` and their declared :attr:`parameters`; rules that tie
+    several fields together are checked in ``__post_init__``, so no instance is ever invalid.
+    """
 
     #: Registry name, used in campaign configs and on the wire.
     name: ClassVar[str]
@@ -76,21 +108,41 @@ class Mechanism(ABC):
     #: ``"frequency"`` (categorical or string estimates) or ``"mean"``.
     estimate_kind: ClassVar[str]
 
+    #: The parameters a campaign may set, read in this order (a default may use earlier ones).
+    parameters: ClassVar[tuple[IntParam, ...]] = ()
+
     domain: Domain
 
     @classmethod
-    @abstractmethod
     def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
-        """Validate user input and derive every parameter. Raises :class:`CampaignError`."""
+        """Validate user input and derive every parameter. Raises :class:`CampaignError`.
+
+        The common case, for mechanisms whose only inputs are ε, the domain and their declared
+        parameters; RAPPOR (ε or f, p, q) and the attribute-sampling ones override it.
+        """
+        check_params(params, [p.name for p in cls.parameters], cls.name)
+        eps = required_epsilon(cls.name, epsilon)
+        cls.check_domain(domain)
+        values: dict[str, int] = {}
+        for parameter in cls.parameters:
+            values[parameter.name] = parameter.read(cls.name, params, eps, domain, values)
+        return cls(domain=domain, eps=eps, **values)  # type: ignore[call-arg]
+
+    @classmethod
+    def check_domain(cls, domain: Domain) -> None:
+        """Refuse a domain this mechanism cannot take (beyond its kind)."""
+        if domain.kind not in cls.domain_kinds:
+            raise CampaignError(f"mechanism {cls.name!r} takes a {' or '.join(cls.domain_kinds)} "
+                                f"domain, not {domain.kind!r}")
+
+    def params(self) -> dict[str, Any]:
+        """The resolved parameters, as written into the campaign config."""
+        return {p.name: getattr(self, p.name) for p in self.parameters}
 
     @property
     @abstractmethod
     def epsilon(self) -> float:
         """ε of one report, computed from the resolved parameters."""
-
-    @abstractmethod
-    def params(self) -> dict[str, Any]:
-        """The resolved parameters, as written into the campaign config."""
 
     @abstractmethod
     def encode(self, value: object) -> Any:

@@ -18,11 +18,10 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import combinations, product
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
-from chorus_shared.domain import Categories
 from chorus_shared.errors import CampaignError, WireError
-from chorus_shared.mechanisms.base import EMPTY
+from chorus_shared.mechanisms.base import EMPTY, IntParam
 from chorus_shared.mechanisms.pure import PureOracle
 from chorus_shared.rng import RandomSource, uniforms
 
@@ -31,7 +30,7 @@ __all__ = ["DBitFlip"]
 MAX_SAMPLED = 1000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DBitFlip(PureOracle):
     """Payload ``{"buckets": [sorted indices], "bits": [0/1 per bucket]}``."""
 
@@ -39,22 +38,15 @@ class DBitFlip(PureOracle):
 
     b: int = 1
 
-    @classmethod
-    def _extra_params(cls) -> tuple[str, ...]:
-        return ("b",)
+    # Each sampled bucket costs its index and its bit on the wire; beyond 1000 a report would
+    # outgrow the collector's 8 KiB payload limit.
+    parameters: ClassVar[tuple[IntParam, ...]] = (
+        IntParam(name="b", help="sampled buckets", lo=1, hi=MAX_SAMPLED, default=1),
+    )
 
-    @classmethod
-    def _build(cls, domain: Categories, eps: float, params: Mapping[str, Any]) -> Self:
-        b = params.get("b", 1)
-        # Each sampled bucket costs its index and its bit on the wire; beyond 1000 a report
-        # would outgrow the collector's 8 KiB payload limit.
-        top = min(domain.size, MAX_SAMPLED)
-        if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= top:
-            raise CampaignError(f"dbitflip parameter b must be an integer in [1, {top}]")
-        return cls(domain=domain, eps=eps, b=b)
-
-    def params(self) -> dict[str, Any]:
-        return {"b": self.b}
+    def __post_init__(self) -> None:
+        if self.b > self.d:
+            raise CampaignError(f"dbitflip parameter b must be an integer in [1, {self.d}]")
 
     @property
     def odds(self) -> float:

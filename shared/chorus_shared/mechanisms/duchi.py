@@ -14,16 +14,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
-from chorus_shared.domain import Domain, NumericRange
-from chorus_shared.errors import CampaignError, WireError
-from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
+from chorus_shared.domain import NumericRange
+from chorus_shared.errors import WireError
+from chorus_shared.mechanisms.base import EMPTY, Mechanism
 from chorus_shared.rng import RandomSource, bernoulli
 
 __all__ = ["Duchi", "OneBitMean"]
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Duchi(Mechanism):
     name: ClassVar[str] = "duchi"
     domain_kinds: ClassVar[tuple[str, ...]] = ("numeric",)
@@ -31,14 +31,6 @@ class Duchi(Mechanism):
 
     domain: NumericRange
     eps: float
-
-    @classmethod
-    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
-        check_params(params, (), cls.name)
-        eps = required_epsilon(cls.name, epsilon)
-        if not isinstance(domain, NumericRange):
-            raise CampaignError(f"mechanism {cls.name!r} needs a numeric domain [lo, hi]")
-        return cls(domain=domain, eps=eps)
 
     @property
     def c(self) -> float:
@@ -49,9 +41,6 @@ class Duchi(Mechanism):
     def epsilon(self) -> float:
         # The declared ε; tests check by enumeration that the worst ratio is e^ε.
         return self.eps
-
-    def params(self) -> dict[str, Any]:
-        return {}
 
     def prob_one(self, t: float) -> float:
         """P(b = 1 | t)."""
@@ -108,7 +97,7 @@ class Duchi(Mechanism):
                 "clipped to the nearest bound on the device"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OneBitMean(Duchi):
     """Microsoft's 1BitMean (Ding, Kulkarni, Yekhanin, NeurIPS 2017; MECHANISMS.md §10.1).
 

@@ -27,7 +27,7 @@ def in_block(x: int, y: int) -> bool:
     return (((x + 1) & y).bit_count() & 1) == 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HadamardResponse(PureOracle):
     """Payload: one integer y in [0, K)."""
 

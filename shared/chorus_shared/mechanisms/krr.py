@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from chorus_shared.domain import MAX_CATEGORIES, Categories, Domain
 from chorus_shared.errors import CampaignError, WireError
@@ -24,7 +24,7 @@ from chorus_shared.rng import RandomSource, bernoulli
 __all__ = ["KRR", "BinaryRR"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KRR(PureOracle):
     """k-RR over a closed list of categories; the report is one category index."""
 
@@ -78,7 +78,7 @@ class KRR(PureOracle):
         return {**super().describe(), "p": self.p, "q": self.q}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BinaryRR(KRR):
     """Warner's randomized response: k-RR over exactly two categories.
 
@@ -88,12 +88,12 @@ class BinaryRR(KRR):
     name: ClassVar[str] = "rr"
 
     @classmethod
-    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
+    def check_domain(cls, domain: Domain) -> None:
         if isinstance(domain, Categories) and domain.size != 2:
             raise CampaignError(
                 f"mechanism 'rr' needs exactly 2 categories, got {domain.size}; use 'krr'"
             )
-        return super().resolve(epsilon=epsilon, domain=domain, params=params)
+        super().check_domain(domain)
 
     def encode(self, value: object) -> int:
         # A boolean maps to (first category, second category) = (False, True).

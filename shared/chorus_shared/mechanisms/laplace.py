@@ -24,12 +24,12 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
-from chorus_shared.domain import Domain, NumericRange
+from chorus_shared.domain import NumericRange
 from chorus_shared.errors import CampaignError, WireError
 from chorus_shared.exact import discrete_laplace
-from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
+from chorus_shared.mechanisms.base import EMPTY, IntParam, Mechanism
 from chorus_shared.rng import RandomSource, bernoulli
 
 __all__ = ["LaplaceMechanism"]
@@ -48,7 +48,19 @@ def _fits(resolution: int, eps: float) -> bool:
     return resolution + 2 * _tail(resolution, eps) <= MAX_SPAN
 
 
-@dataclass(frozen=True)
+def _default_resolution(eps: float) -> int:
+    """The coarsest grid that loses nothing: rounding adds at most 1/4 grid step² against
+    2τ² = 2R²/ε², so the grid only has to be fine beside the noise."""
+    resolution = DEFAULT_RESOLUTION
+    while resolution > 1 and not _fits(resolution, eps):
+        resolution //= 2
+    if not _fits(resolution, eps):
+        raise CampaignError(f"ε = {eps:g} is too small for laplace (the noise would not fit "
+                            "64-bit sums); use duchi, whose one-bit reports have no range")
+    return resolution
+
+
+@dataclass(frozen=True, kw_only=True)
 class LaplaceMechanism(Mechanism):
     """Payload: the integer y ∈ [−B, R + B]."""
 
@@ -60,33 +72,16 @@ class LaplaceMechanism(Mechanism):
     eps: float
     resolution: int
 
-    @classmethod
-    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
-        check_params(params, ("resolution",), cls.name)
-        eps = required_epsilon(cls.name, epsilon)
-        if not isinstance(domain, NumericRange):
-            raise CampaignError(f"mechanism {cls.name!r} needs a numeric domain [lo, hi]")
-        if "resolution" in params:
-            resolution = params["resolution"]
-            if isinstance(resolution, bool) or not isinstance(resolution, int) or \
-                    not 1 <= resolution <= MAX_RESOLUTION:
-                raise CampaignError(
-                    f"laplace parameter resolution must be an integer in [1, {MAX_RESOLUTION}]")
-            if not _fits(resolution, eps):
-                raise CampaignError(
-                    f"laplace resolution {resolution} is too fine for ε = {eps:g}: the noise "
-                    f"spans more than {MAX_SPAN} grid steps; choose a smaller resolution")
-        else:
-            # The grid only has to be fine beside the noise: rounding adds at most 1/4 grid
-            # step² against 2τ² = 2R²/ε², so the coarsest default that fits loses nothing.
-            resolution = DEFAULT_RESOLUTION
-            while resolution > 1 and not _fits(resolution, eps):
-                resolution //= 2
-            if not _fits(resolution, eps):
-                raise CampaignError(
-                    f"ε = {eps:g} is too small for laplace (the noise would not fit 64-bit "
-                    "sums); use duchi, whose one-bit reports have no range")
-        return cls(domain=domain, eps=eps, resolution=resolution)
+    parameters: ClassVar[tuple[IntParam, ...]] = (
+        IntParam(name="resolution", help="grid steps over [lo, hi]", lo=1, hi=MAX_RESOLUTION,
+                 default=lambda eps, domain, earlier: _default_resolution(eps)),
+    )
+
+    def __post_init__(self) -> None:
+        if not _fits(self.resolution, self.eps):
+            raise CampaignError(
+                f"laplace resolution {self.resolution} is too fine for ε = {self.eps:g}: the "
+                f"noise spans more than {MAX_SPAN} grid steps; choose a smaller resolution")
 
     @property
     def epsilon(self) -> float:
@@ -101,9 +96,6 @@ class LaplaceMechanism(Mechanism):
     def tail(self) -> int:
         """B: outputs are clamped to [−B, R + B]."""
         return _tail(self.resolution, self.eps)
-
-    def params(self) -> dict[str, Any]:
-        return {"resolution": self.resolution}
 
     def encode(self, value: object) -> float:
         return self.domain.to_unit(value)

@@ -21,15 +21,14 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import product
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
-from chorus_shared.domain import Categories
 from chorus_shared.errors import CampaignError, WireError
-from chorus_shared.mechanisms.base import EMPTY
+from chorus_shared.mechanisms.base import EMPTY, IntParam
 from chorus_shared.mechanisms.pure import PureOracle
 from chorus_shared.rng import RandomSource, bernoulli
 
-__all__ = ["BLH", "OLH", "PRIME", "collision_probability", "local_hash"]
+__all__ = ["BLH", "OLH", "PRIME", "LocalHashing", "best_g", "collision_probability", "local_hash"]
 
 PRIME = 2_147_483_647  # 2³¹ − 1
 
@@ -53,7 +52,7 @@ def _is_prime(n: int) -> bool:
     return all(n % k for k in range(2, math.isqrt(n) + 1)) if n < 10**7 else n == PRIME
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LocalHashing(PureOracle):
     """Payload ``{"a": int, "b": int, "y": int}``."""
 
@@ -62,27 +61,17 @@ class LocalHashing(PureOracle):
     g: int = 2
     prime: int = PRIME
 
-    @classmethod
-    def _extra_params(cls) -> tuple[str, ...]:
-        return ("g", "prime")
+    parameters: ClassVar[tuple[IntParam, ...]] = (
+        IntParam(name="prime", help="the hash family's prime, above d", lo=3, hi=PRIME,
+                 default=PRIME),
+        IntParam(name="g", help="hash range", lo=2, hi=1 << 20, default=2),
+    )
 
-    @classmethod
-    def _default_g(cls, eps: float, d: int, prime: int) -> int:
-        return 2
-
-    @classmethod
-    def _build(cls, domain: Categories, eps: float, params: Mapping[str, Any]) -> Self:
-        prime = params.get("prime", PRIME)
-        if isinstance(prime, bool) or not isinstance(prime, int) or prime <= domain.size \
-                or not _is_prime(prime) or prime > PRIME:
-            raise CampaignError(f"prime must be a prime in ({domain.size}, {PRIME}]")
-        g = params.get("g", cls._default_g(eps, domain.size, prime))
-        if isinstance(g, bool) or not isinstance(g, int) or not 2 <= g <= min(prime, 1 << 20):
+    def __post_init__(self) -> None:
+        if self.prime <= self.d or not _is_prime(self.prime):
+            raise CampaignError(f"prime must be a prime in ({self.d}, {PRIME}]")
+        if self.g > self.prime:
             raise CampaignError("g must be an integer of at least 2 (and below the prime)")
-        return cls(domain=domain, eps=eps, g=g, prime=prime)
-
-    def params(self) -> dict[str, Any]:
-        return {"g": self.g, "prime": self.prime}
 
     @property
     def p(self) -> float:
@@ -139,26 +128,32 @@ class LocalHashing(PureOracle):
         return self.p, c * self.p + (1 - c) * self.q_g
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BLH(LocalHashing):
     name: ClassVar[str] = "blh"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OLH(LocalHashing):
     name: ClassVar[str] = "olh"
 
-    @classmethod
-    def _default_g(cls, eps: float, d: int, prime: int) -> int:
-        """The integer g near e^ε + 1 with the least exact Var* (computed, not rounded: e.g.
-        e^(ln 3) = 3.0000000000000004 must still give g = 4)."""
-        e = math.exp(eps)
-        options = {max(2, math.floor(e) + 1), max(2, math.ceil(e) + 1)}
+    parameters: ClassVar[tuple[IntParam, ...]] = (
+        LocalHashing.parameters[0],
+        IntParam(name="g", help="hash range", lo=2, hi=1 << 20,
+                 default=lambda eps, domain, earlier: best_g(eps, earlier["prime"])),
+    )
 
-        def variance(g: int) -> float:
-            p = e / (e + g - 1)
-            c = collision_probability(prime, g)
-            q_star = c * p + (1 - c) / (e + g - 1)
-            return q_star * (1 - q_star) / (p - q_star) ** 2
 
-        return min(sorted(options), key=variance)
+def best_g(eps: float, prime: int) -> int:
+    """OLH's g: the integer near e^ε + 1 with the least exact Var* (computed, not rounded:
+    e.g. e^(ln 3) = 3.0000000000000004 must still give g = 4)."""
+    e = math.exp(eps)
+    options = {max(2, math.floor(e) + 1), max(2, math.ceil(e) + 1)}
+
+    def variance(g: int) -> float:
+        p = e / (e + g - 1)
+        c = collision_probability(prime, g)
+        q_star = c * p + (1 - c) / (e + g - 1)
+        return q_star * (1 - q_star) / (p - q_star) ** 2
+
+    return min(sorted(options), key=variance)

@@ -52,7 +52,7 @@ def _corner_inputs(d: int) -> list[tuple[float, ...]]:
     return [*corners, (0.0,) * d, tuple(0.5 - 0.3 * i for i in range(d))]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VectorMechanism(Mechanism):
     """What every mechanism over a vector domain shares: D attributes, each clipped and mapped
     to [−1, 1] on the device, the declared ε, and corner inputs for the exhaustive tests."""
@@ -78,7 +78,7 @@ class VectorMechanism(Mechanism):
         return _corner_inputs(self.d)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DuchiMultidim(VectorMechanism):
     """Payload: the sign vector s as a bit mask (bit j set when s_j = +1).
 
@@ -104,13 +104,11 @@ class DuchiMultidim(VectorMechanism):
     max_dimensions: ClassVar[int] = 63
 
     @classmethod
-    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
-        check_params(params, (), cls.name)
+    def check_domain(cls, domain: Domain) -> None:
         vector = _vector_domain(cls.name, domain)
         if vector.size > cls.max_dimensions:
             raise CampaignError(f"duchi_md takes at most {cls.max_dimensions} attributes; for "
                                 "more use harmony, pm_md or hm_md")
-        return cls(domain=vector, eps=required_epsilon(cls.name, epsilon))
 
     @property
     def keep(self) -> float:
@@ -122,9 +120,6 @@ class DuchiMultidim(VectorMechanism):
         """B = C_D·C_ε, the magnitude of every coordinate of t*."""
         e = math.exp(self.eps)
         return duchi_md_scale(self.d) * (e + 1) / (e - 1)
-
-    def params(self) -> dict[str, Any]:
-        return {}
 
     def _dot(self, s: int, v: int) -> int:
         """s·v for two sign vectors given as masks: D − 2·(number of disagreements)."""
@@ -182,7 +177,7 @@ class DuchiMultidim(VectorMechanism):
                 "clipped to its [lo, hi] on the device"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SampledAttributes(VectorMechanism):
     """k of D attributes drawn uniformly, each perturbed by a one-dimensional mechanism at ε/k;
     a report stands for (D/k)·t*_inner at the sampled coordinates and 0 elsewhere.
@@ -281,7 +276,7 @@ class SampledAttributes(VectorMechanism):
                 "clipped to its [lo, hi] on the device"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Harmony(SampledAttributes):
     """Harmony: one attribute, Duchi's bit at the full ε (k = 1 always)."""
 
@@ -302,14 +297,14 @@ class Harmony(SampledAttributes):
         return {"k": 1}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PiecewiseMultidim(SampledAttributes):
     name: ClassVar[str] = "pm_md"
     inner_class: ClassVar[type[Mechanism]] = PiecewiseMechanism
     inner_params: ClassVar[tuple[str, ...]] = ("resolution",)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HybridMultidim(SampledAttributes):
     name: ClassVar[str] = "hm_md"
     inner_class: ClassVar[type[Mechanism]] = HybridMechanism

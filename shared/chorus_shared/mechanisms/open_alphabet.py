@@ -25,7 +25,13 @@ from typing import Any, ClassVar, Self
 from chorus_shared.domain import Domain, OpenStrings
 from chorus_shared.errors import CampaignError, WireError
 from chorus_shared.hashing import MAX_COHORTS, bloom_bits
-from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
+from chorus_shared.mechanisms.base import (
+    EMPTY,
+    IntParam,
+    Mechanism,
+    check_params,
+    required_epsilon,
+)
 from chorus_shared.mechanisms.rappor import MAX_CELLS, Rappor
 from chorus_shared.rng import RandomSource, bernoulli
 
@@ -36,21 +42,29 @@ DEFAULT_BINS = 32
 DEFAULT_COHORTS = 16
 
 
+#: O-RR's and O-RAPPOR's shape: k hash bins (or bits) and m cohorts.
+SHAPE: tuple[IntParam, ...] = (
+    IntParam(name="k", help="bins", lo=2, hi=MAX_BINS, default=DEFAULT_BINS),
+    IntParam(name="m", help="cohorts", lo=1, hi=MAX_COHORTS, default=DEFAULT_COHORTS),
+)
+
+
+def _check_cells(k: int, m: int) -> None:
+    if k * m > MAX_CELLS:
+        raise CampaignError(f"k × m = {k * m} exceeds {MAX_CELLS}; use fewer bins or cohorts")
+
+
 def _shape(name: str, domain: Domain, params: Mapping[str, Any]) -> tuple[int, int]:
     if not isinstance(domain, OpenStrings):
         raise CampaignError(f"mechanism {name!r} needs a strings domain")
-    k, m = params.get("k", DEFAULT_BINS), params.get("m", DEFAULT_COHORTS)
-    if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= MAX_BINS:
-        raise CampaignError(f"{name} parameter k (bins) must be an integer in [2, {MAX_BINS}]")
-    if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_COHORTS:
-        raise CampaignError(f"{name} parameter m (cohorts) must be an integer in "
-                            f"[1, {MAX_COHORTS}]")
-    if k * m > MAX_CELLS:
-        raise CampaignError(f"k × m = {k * m} exceeds {MAX_CELLS}; use fewer bins or cohorts")
-    return k, m
+    values: dict[str, int] = {}
+    for parameter in SHAPE:
+        values[parameter.name] = parameter.read(name, params, 0.0, domain, values)
+    _check_cells(values["k"], values["m"])
+    return values["k"], values["m"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OpenRR(Mechanism):
     """Payload ``{"cohort": c, "y": bin}``."""
 
@@ -66,12 +80,10 @@ class OpenRR(Mechanism):
     k: int
     m: int
 
-    @classmethod
-    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
-        check_params(params, ("k", "m"), cls.name)
-        eps = required_epsilon(cls.name, epsilon)
-        k, m = _shape(cls.name, domain, params)
-        return cls(domain=domain, eps=eps, k=k, m=m)  # type: ignore[arg-type]
+    parameters: ClassVar[tuple[IntParam, ...]] = SHAPE
+
+    def __post_init__(self) -> None:
+        _check_cells(self.k, self.m)
 
     @property
     def epsilon(self) -> float:
@@ -87,9 +99,6 @@ class OpenRR(Mechanism):
     def r0(self) -> float:
         """P(y = j | h_c(x) ≠ j) = q."""
         return 1 / (math.exp(self.eps) + self.k - 1)
-
-    def params(self) -> dict[str, Any]:
-        return {"k": self.k, "m": self.m}
 
     def encode(self, value: object) -> str:
         return self.domain.encode(value)
@@ -136,7 +145,7 @@ class OpenRR(Mechanism):
         return [f"value-{i}" for i in range(8)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OpenRappor(Rappor):
     """O-RAPPOR: RAPPOR with one hash (k bins per cohort) and no PRR. p and q follow from ε
     (p = 1/(e^{ε/2} + 1) = 1 − q); the config carries them, so ε round-trips exactly."""

@@ -19,11 +19,11 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
-from chorus_shared.domain import Domain, NumericRange
-from chorus_shared.errors import CampaignError, WireError
-from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
+from chorus_shared.domain import NumericRange
+from chorus_shared.errors import WireError
+from chorus_shared.mechanisms.base import EMPTY, IntParam, Mechanism
 from chorus_shared.rng import RandomSource, bernoulli
 
 __all__ = ["EPSILON_STAR", "HybridMechanism", "PiecewiseMechanism"]
@@ -39,7 +39,7 @@ def _triangle_mass(a: float, b: float, center: float) -> float:
     return primitive(b) - primitive(a) if b > a else 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PiecewiseMechanism(Mechanism):
     """Payload: the integer grid index k, t* = k·C/K."""
 
@@ -51,17 +51,10 @@ class PiecewiseMechanism(Mechanism):
     eps: float
     resolution: int = DEFAULT_RESOLUTION
 
-    @classmethod
-    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
-        check_params(params, ("resolution",), cls.name)
-        eps = required_epsilon(cls.name, epsilon)
-        if not isinstance(domain, NumericRange):
-            raise CampaignError(f"mechanism {cls.name!r} needs a numeric domain [lo, hi]")
-        resolution = params.get("resolution", DEFAULT_RESOLUTION)
-        if isinstance(resolution, bool) or not isinstance(resolution, int) or \
-                not 4 <= resolution <= DEFAULT_RESOLUTION:
-            raise CampaignError(f"pm parameter resolution must be in [4, {DEFAULT_RESOLUTION}]")
-        return cls(domain=domain, eps=eps, resolution=resolution)
+    parameters: ClassVar[tuple[IntParam, ...]] = (
+        IntParam(name="resolution", help="grid points on (0, C]", lo=4, hi=DEFAULT_RESOLUTION,
+                 default=DEFAULT_RESOLUTION),
+    )
 
     @property
     def epsilon(self) -> float:
@@ -79,9 +72,6 @@ class PiecewiseMechanism(Mechanism):
     def step(self) -> float:
         """Λ, the grid step."""
         return self.c / self.resolution
-
-    def params(self) -> dict[str, Any]:
-        return {"resolution": self.resolution}
 
     def encode(self, value: object) -> float:
         return self.domain.to_unit(value)
@@ -155,7 +145,7 @@ EPSILON_STAR = math.log((-5 + 2 * (6353 - 405 * math.sqrt(241)) ** (1 / 3)
                          + 2 * (6353 + 405 * math.sqrt(241)) ** (1 / 3)) / 27)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HybridMechanism(Mechanism):
     """The Hybrid Mechanism (same ICDE 2019 paper, MECHANISMS.md §9.5): the Piecewise Mechanism
     with probability α = 1 − e^{−ε/2} (for ε > ε* ≈ 0.61, else α = 0), Duchi et al.'s one bit
@@ -175,10 +165,7 @@ class HybridMechanism(Mechanism):
     eps: float
     resolution: int = DEFAULT_RESOLUTION
 
-    @classmethod
-    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
-        pm = PiecewiseMechanism.resolve(epsilon=epsilon, domain=domain, params=params)
-        return cls(domain=pm.domain, eps=pm.eps, resolution=pm.resolution)
+    parameters: ClassVar[tuple[IntParam, ...]] = PiecewiseMechanism.parameters
 
     @cached_property
     def pm(self) -> PiecewiseMechanism:
@@ -206,9 +193,6 @@ class HybridMechanism(Mechanism):
     def _duchi_one(self, t: float) -> float:
         e = math.exp(self.eps)
         return 0.5 + t * (e - 1) / (2 * (e + 1))
-
-    def params(self) -> dict[str, Any]:
-        return self.pm.params()
 
     def encode(self, value: object) -> float:
         return self.pm.encode(value)

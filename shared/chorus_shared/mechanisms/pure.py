@@ -9,20 +9,20 @@ exact variance. :class:`PureOracle` is the common base: category domain, ε-only
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 from chorus_shared.domain import Categories, Domain
 from chorus_shared.errors import CampaignError
-from chorus_shared.mechanisms.base import Mechanism, check_params, required_epsilon
+from chorus_shared.mechanisms.base import Mechanism
 
 __all__ = ["MAX_ENUMERATED_OUTPUTS", "PureOracle"]
 
 MAX_ENUMERATED_OUTPUTS = 1 << 16
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PureOracle(Mechanism):
     domain_kinds: ClassVar[tuple[str, ...]] = ("categories",)
     estimate_kind: ClassVar[str] = "frequency"
@@ -33,23 +33,13 @@ class PureOracle(Mechanism):
     eps: float
 
     @classmethod
-    def _extra_params(cls) -> tuple[str, ...]:
-        return ()
-
-    @classmethod
-    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
-        check_params(params, cls._extra_params(), cls.name)
-        eps = required_epsilon(cls.name, epsilon)
+    def check_domain(cls, domain: Domain) -> None:
+        super().check_domain(domain)
         if not isinstance(domain, Categories) or domain.size < 2:
             raise CampaignError(f"mechanism {cls.name!r} needs at least 2 categories")
         if domain.size > cls.max_categories:
             raise CampaignError(
                 f"mechanism {cls.name!r} takes at most {cls.max_categories} categories")
-        return cls._build(domain, eps, params)
-
-    @classmethod
-    def _build(cls, domain: Categories, eps: float, params: Mapping[str, Any]) -> Self:
-        return cls(domain=domain, eps=eps)
 
     @property
     def d(self) -> int:
@@ -58,9 +48,6 @@ class PureOracle(Mechanism):
     @property
     def epsilon(self) -> float:
         return self.eps
-
-    def params(self) -> dict[str, Any]:
-        return {}
 
     def encode(self, value: object) -> int:
         return self.domain.encode(value)

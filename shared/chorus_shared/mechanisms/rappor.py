@@ -73,7 +73,7 @@ def one_report_epsilon(h: int, f: float, p: float, q: float) -> float:
     return h * math.log(r1 * (1 - r0) / (r0 * (1 - r1)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Rappor(Mechanism):
     """Bloom-filter RAPPOR; payload ``{"cohort": c, "bits": "<hex>"}`` (bit i = 1 << i)."""
 
@@ -302,7 +302,7 @@ class Rappor(Mechanism):
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BasicRappor(Rappor):
     """Basic RAPPOR: no Bloom filter, one bit per category (k = d, h = 1, one cohort).
 
@@ -349,7 +349,7 @@ class BasicRappor(Rappor):
         return self.r1, self.r0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BooleanRappor(BasicRappor):
     """Boolean RAPPOR: two categories in a single bit (1 = the second category).
 

@@ -22,12 +22,12 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import product
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
-from chorus_shared.domain import Domain, OpenStrings
+from chorus_shared.domain import OpenStrings
 from chorus_shared.errors import CampaignError, WireError
 from chorus_shared.hashing import bloom_bits
-from chorus_shared.mechanisms.base import EMPTY, Mechanism, check_params, required_epsilon
+from chorus_shared.mechanisms.base import EMPTY, IntParam, Mechanism
 from chorus_shared.mechanisms.succinct import hadamard_sign
 from chorus_shared.rng import RandomSource, bernoulli, bernoulli_bits
 
@@ -40,7 +40,7 @@ DEFAULT_HASHES = 32
 DEFAULT_WIDTH = 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CountMeanSketch(Mechanism):
     """Payload ``{"j": hash index, "bits": "<hex of m bits>"}`` (bit i = 1 << i means +1)."""
 
@@ -53,27 +53,15 @@ class CountMeanSketch(Mechanism):
     k: int
     m: int
 
-    @classmethod
-    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
-        check_params(params, ("k", "m"), cls.name)
-        eps = required_epsilon(cls.name, epsilon)
-        if not isinstance(domain, OpenStrings):
-            raise CampaignError(f"mechanism {cls.name!r} needs a strings domain")
-        k, m = params.get("k", DEFAULT_HASHES), params.get("m", DEFAULT_WIDTH)
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_HASH_FUNCTIONS:
-            raise CampaignError(f"{cls.name} parameter k (hash functions) must be an integer "
-                                f"in [1, {MAX_HASH_FUNCTIONS}]")
-        if isinstance(m, bool) or not isinstance(m, int) or not 2 <= m <= MAX_WIDTH:
-            raise CampaignError(f"{cls.name} parameter m (sketch width) must be an integer in "
-                                f"[2, {MAX_WIDTH}]")
-        cls._check_width(m)
-        if k * m > MAX_SKETCH_CELLS:
-            raise CampaignError(f"k × m = {k * m} exceeds {MAX_SKETCH_CELLS}")
-        return cls(domain=domain, eps=eps, k=k, m=m)
+    parameters: ClassVar[tuple[IntParam, ...]] = (
+        IntParam(name="k", help="hash functions", lo=1, hi=MAX_HASH_FUNCTIONS,
+                 default=DEFAULT_HASHES),
+        IntParam(name="m", help="sketch width", lo=2, hi=MAX_WIDTH, default=DEFAULT_WIDTH),
+    )
 
-    @classmethod
-    def _check_width(cls, m: int) -> None:
-        return None
+    def __post_init__(self) -> None:
+        if self.k * self.m > MAX_SKETCH_CELLS:
+            raise CampaignError(f"k × m = {self.k * self.m} exceeds {MAX_SKETCH_CELLS}")
 
     @property
     def epsilon(self) -> float:
@@ -89,9 +77,6 @@ class CountMeanSketch(Mechanism):
         """c_ε = (e^{ε/2} + 1)/(e^{ε/2} − 1)."""
         z = math.exp(self.eps / 2)
         return (z + 1) / (z - 1)
-
-    def params(self) -> dict[str, Any]:
-        return {"k": self.k, "m": self.m}
 
     def encode(self, value: object) -> str:
         return self.domain.encode(value)
@@ -148,16 +133,16 @@ class CountMeanSketch(Mechanism):
         return {**super().describe(), "hash_functions": self.k, "sketch_width": self.m}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HadamardCountMeanSketch(CountMeanSketch):
     """Payload ``{"j": hash index, "l": Hadamard row, "b": 0 or 1}`` (b = 1 means +1)."""
 
     name: ClassVar[str] = "hcms"
 
-    @classmethod
-    def _check_width(cls, m: int) -> None:
-        if m & (m - 1):
-            raise CampaignError(f"hcms parameter m must be a power of two, got {m}")
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.m & (self.m - 1):
+            raise CampaignError(f"hcms parameter m must be a power of two, got {self.m}")
 
     @property
     def keep(self) -> float:

@@ -13,11 +13,11 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
-from chorus_shared.domain import Categories
+from chorus_shared.domain import MAX_CATEGORIES, Categories, Domain
 from chorus_shared.errors import CampaignError, WireError
-from chorus_shared.mechanisms.base import EMPTY
+from chorus_shared.mechanisms.base import EMPTY, IntParam
 from chorus_shared.mechanisms.pure import PureOracle
 from chorus_shared.rng import RandomSource, bernoulli
 
@@ -40,7 +40,12 @@ def best_omega(d: int, eps: float) -> int:
     return min(range(1, d), key=lambda omega: (variance(omega), omega))
 
 
-@dataclass(frozen=True)
+def _size(domain: Domain) -> int:
+    assert isinstance(domain, Categories)  # check_domain ran before any default
+    return domain.size
+
+
+@dataclass(frozen=True, kw_only=True)
 class SubsetSelection(PureOracle):
     """Payload: the sorted list of the ω reported category indices."""
 
@@ -48,20 +53,14 @@ class SubsetSelection(PureOracle):
 
     omega: int = 1
 
-    @classmethod
-    def _extra_params(cls) -> tuple[str, ...]:
-        return ("omega",)
+    parameters: ClassVar[tuple[IntParam, ...]] = (
+        IntParam(name="omega", help="subset size, below d", lo=1, hi=MAX_CATEGORIES,
+                 default=lambda eps, domain, earlier: best_omega(_size(domain), eps)),
+    )
 
-    @classmethod
-    def _build(cls, domain: Categories, eps: float, params: Mapping[str, Any]) -> Self:
-        omega = params.get("omega", best_omega(domain.size, eps))
-        if isinstance(omega, bool) or not isinstance(omega, int) or \
-                not 1 <= omega < domain.size:
-            raise CampaignError(f"ss parameter omega must be an integer in [1, {domain.size})")
-        return cls(domain=domain, eps=eps, omega=omega)
-
-    def params(self) -> dict[str, Any]:
-        return {"omega": self.omega}
+    def __post_init__(self) -> None:
+        if not self.omega < self.d:
+            raise CampaignError(f"ss parameter omega must be an integer in [1, {self.d})")
 
     def randomize(self, x: int, rng: RandomSource,
                   assignment: Mapping[str, int] = EMPTY) -> list[int]:

@@ -38,7 +38,7 @@ def hadamard_sign(row: int, column: int) -> int:
     return 1 - ((row & column).bit_count() & 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SuccinctHistogram(PureOracle):
     """Payload ``{"j": row in [0, K), "b": 0 or 1}``; category v is column v + 1 of H_K."""
 

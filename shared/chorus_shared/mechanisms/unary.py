@@ -25,7 +25,7 @@ from chorus_shared.rng import RandomSource, bernoulli, bernoulli_bits
 __all__ = ["OUE", "SUE"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class UnaryEncoding(PureOracle):
     """Payload ``{"bits": "<hex>"}``: bit i (1 << i) is category i."""
 
@@ -85,7 +85,7 @@ class UnaryEncoding(PureOracle):
         return self.p, self.q
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SUE(UnaryEncoding):
     name: ClassVar[str] = "sue"
 
@@ -99,7 +99,7 @@ class SUE(UnaryEncoding):
         return 1 / (math.exp(self.eps / 2) + 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OUE(UnaryEncoding):
     name: ClassVar[str] = "oue"
 
