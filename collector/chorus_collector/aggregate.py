@@ -46,9 +46,7 @@ def map_chunk(config_json: str, payload_jsons: list[str]) -> np.ndarray:
 def _chunks(storage: Storage, campaign_id: int,
             chunk: int) -> Iterator[tuple[int, list[str], int]]:
     """(time bucket, payloads, scrubbed count) in chunks of at most ``chunk`` reports."""
-    rows = storage.connect().execute(
-        "SELECT time, payload FROM reports WHERE campaign_id = ? ORDER BY time",
-        (campaign_id,))
+    rows = storage.report_rows(campaign_id)
     bucket: int | None = None
     payloads: list[str] = []
     scrubbed = 0
@@ -120,9 +118,7 @@ def check_aggregates(storage: Storage, name: str, workers: int | None = None,
     if stored is None:
         raise KeyError(name)
     recomputed, scrubbed = recompute(storage, name, workers, chunk)
-    rows = storage.connect().execute(
-        "SELECT time, n, state FROM aggregates WHERE campaign_id = ? ORDER BY time",
-        (stored.id,)).fetchall()
+    rows = storage.aggregate_rows(stored.id)
     checks = []
     seen = set()
     for time, n, blob in rows:

@@ -91,7 +91,7 @@ def _campaign(name: str) -> StoredCampaign:
 
 @api.get("/healthz")
 def healthz() -> Response:
-    _storage().connect().execute("SELECT 1").fetchone()
+    _storage().ping()
     return jsonify(status="ok")
 
 

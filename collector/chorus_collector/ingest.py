@@ -19,7 +19,6 @@ from typing import Any, Literal
 import numpy as np
 
 from chorus_collector.estimators import estimator_for
-from chorus_collector.shuffled_batches import record_shuffled_batch
 from chorus_collector.storage import Storage, StoredCampaign, StoredReport
 from chorus_shared.campaign import canonical_json
 from chorus_shared.errors import DigestMismatch, WireError
@@ -231,7 +230,7 @@ def _store(storage: Storage,
             }
             storage.add_to_aggregates(conn, campaign_id, partials)
             if shuffled:
-                record_shuffled_batch(conn, campaign_id,
+                Storage.record_shuffled_batch(conn, campaign_id,
                                       {time: len(payloads) for time, payloads in by_time.items()})
 
     # Concurrent requests share one transaction and one fsync (group commit); this call

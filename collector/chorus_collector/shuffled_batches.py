@@ -14,34 +14,16 @@ covers the shuffled reports only.
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from chorus_collector.shuffling import central_privacy
 from chorus_collector.storage import Storage, StoredCampaign
 
-__all__ = ["SHUFFLED_BATCH_HEADER", "ShuffledTotals", "read_shuffled", "record_shuffled_batch",
-           "shuffling_summary"]
+__all__ = ["SHUFFLED_BATCH_HEADER", "ShuffledTotals", "read_shuffled", "shuffling_summary"]
 
 # Sent by the shuffler with the size of its batch; echoed by the collector once recorded.
 SHUFFLED_BATCH_HEADER = "Chorus-Shuffled-Batch"
-
-
-def record_shuffled_batch(conn: sqlite3.Connection, campaign_id: int,
-                          new_reports_by_time: Mapping[int, int]) -> None:
-    """Add one batch to each time bucket it brought new reports to (inside the ingest
-    transaction, so the record commits with the reports)."""
-    for time, count in new_reports_by_time.items():
-        if count <= 0:
-            continue
-        conn.execute(
-            "INSERT INTO shuffled_batches (campaign_id, time, batches, reports, smallest) "
-            "VALUES (?, ?, 1, ?, ?) ON CONFLICT (campaign_id, time) DO UPDATE SET "
-            "batches = batches + 1, reports = reports + excluded.reports, "
-            "smallest = min(smallest, excluded.smallest)",
-            (campaign_id, time, count, count))
 
 
 @dataclass(frozen=True)
@@ -54,17 +36,7 @@ class ShuffledTotals:
 def read_shuffled(storage: Storage, campaign_id: int, start: int | None,
                   end: int | None) -> ShuffledTotals:
     """Shuffled batches of the buckets with start <= time < end."""
-    sql = ("SELECT coalesce(sum(batches), 0), coalesce(sum(reports), 0), min(smallest) "
-           "FROM shuffled_batches WHERE campaign_id = ?")
-    args: list[Any] = [campaign_id]
-    if start is not None:
-        sql += " AND time >= ?"
-        args.append(start)
-    if end is not None:
-        sql += " AND time < ?"
-        args.append(end)
-    batches, reports, smallest = storage.connect().execute(sql, args).fetchone()
-    return ShuffledTotals(batches, reports, smallest)
+    return ShuffledTotals(*storage.shuffled_totals(campaign_id, start, end))
 
 
 def shuffling_summary(storage: Storage, stored: StoredCampaign, n: int, start: int | None,

@@ -108,7 +108,7 @@ def _setting(name: str) -> Any:
 
 @shuffler_api.get("/healthz")
 def healthz() -> Response:
-    _pool().connect().execute("SELECT 1 FROM pool LIMIT 1").fetchall()
+    _pool().ping()
     return jsonify(status="ok")
 
 

@@ -92,6 +92,10 @@ class ShufflerPool:
     def close(self) -> None:
         self._storage.close()
 
+    def ping(self) -> None:
+        """A trivial read of the pool: raises if it cannot be read."""
+        self.connect().execute("SELECT 1 FROM pool LIMIT 1").fetchall()
+
     def connect(self) -> sqlite3.Connection:
         return self._storage.connect()
 

@@ -15,7 +15,7 @@ import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -389,6 +389,56 @@ class Storage:
         return n, total
 
     # -- retention ----------------------------------------------------------------------------
+
+    # -- reads for recomputation, health and the shuffler's batches -----------------------------
+
+    def ping(self) -> None:
+        """A trivial read: raises if the database cannot be read."""
+        self.connect().execute("SELECT 1").fetchone()
+
+    def report_rows(self, campaign_id: int) -> Iterator[tuple[int, str]]:
+        """(time bucket, canonical payload; '' once scrubbed) of every stored report of a
+        campaign, in time order, streamed."""
+        yield from self.connect().execute(
+            "SELECT time, payload FROM reports WHERE campaign_id = ? ORDER BY time",
+            (campaign_id,))
+
+    def aggregate_rows(self, campaign_id: int) -> list[tuple[int, int, bytes]]:
+        """(time bucket, n, state blob) of a campaign's incremental statistics."""
+        rows: list[tuple[int, int, bytes]] = self.connect().execute(
+            "SELECT time, n, state FROM aggregates WHERE campaign_id = ? ORDER BY time",
+            (campaign_id,)).fetchall()
+        return rows
+
+    @staticmethod
+    def record_shuffled_batch(conn: sqlite3.Connection, campaign_id: int,
+                              new_reports_by_time: Mapping[int, int]) -> None:
+        """Add one shuffled batch to each time bucket it brought new reports to (inside the
+        ingest transaction, so the record commits with the reports)."""
+        for time, count in new_reports_by_time.items():
+            if count <= 0:
+                continue
+            conn.execute(
+                "INSERT INTO shuffled_batches (campaign_id, time, batches, reports, smallest) "
+                "VALUES (?, ?, 1, ?, ?) ON CONFLICT (campaign_id, time) DO UPDATE SET "
+                "batches = batches + 1, reports = reports + excluded.reports, "
+                "smallest = min(smallest, excluded.smallest)",
+                (campaign_id, time, count, count))
+
+    def shuffled_totals(self, campaign_id: int, start: int | None,
+                        end: int | None) -> tuple[int, int, int | None]:
+        """(batches, reports, smallest batch) of the buckets with start <= time < end."""
+        sql = ("SELECT coalesce(sum(batches), 0), coalesce(sum(reports), 0), min(smallest) "
+               "FROM shuffled_batches WHERE campaign_id = ?")
+        args: list[Any] = [campaign_id]
+        if start is not None:
+            sql += " AND time >= ?"
+            args.append(start)
+        if end is not None:
+            sql += " AND time < ?"
+            args.append(end)
+        batches, reports, smallest = self.connect().execute(sql, args).fetchone()
+        return int(batches), int(reports), smallest
 
     def scrub_expired(self, now: float) -> int:
         """Erase the payloads of reports older than their campaign's report expiry.
