@@ -117,3 +117,71 @@ def test_every_problem_kind_is_documented_and_every_raised_kind_is_catalogued() 
                 raised.update(v for v in literals if "-" in v)
     assert len(raised) > 25
     assert raised <= set(KINDS), sorted(raised - set(KINDS))
+
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+SKELETON = "<!-- a skeleton: checked for syntax, not run -->"
+
+
+def _python_blocks() -> list[tuple[str, int, str, bool]]:
+    """(page, index, code, skeleton) for every ```python block of the README and docs/."""
+    blocks = []
+    for page in DOC_PAGES:
+        text = page.read_text()
+        for index, match in enumerate(re.finditer(r"([^\n]*)\n```python\n(.*?)```", text,
+                                                  re.S)):
+            skeleton = match.group(1).rstrip().endswith(SKELETON)
+            blocks.append((str(page.relative_to(ROOT)), index, match.group(2), skeleton))
+    return blocks
+
+
+def _shipped_configs() -> dict[str, dict[str, object]]:
+    from chorus_shared import campaign_from_spec
+
+    specs = {
+        "browser": {"mechanism": "krr", "epsilon": 1.0,
+                    "domain": {"kind": "categories", "values": ["chrome", "firefox", "other"],
+                               "other": "other"}},
+        "load_time": {"mechanism": "duchi", "epsilon": 1.0,
+                      "domain": {"kind": "numeric", "lo": 0, "hi": 10}},
+        "startup_seconds": {"mechanism": "duchi", "epsilon": 1.0,
+                            "domain": {"kind": "numeric", "lo": 0, "hi": 60}},
+        "editor_theme": {"mechanism": "krr", "epsilon": 1.0, "domain": ["light", "dark"]},
+        "theme": {"mechanism": "krr", "epsilon": 1.0, "domain": ["light", "dark"]},
+        "cli_command": {"mechanism": "krr", "epsilon": 1.0,
+                        "domain": {"kind": "categories", "values": ["help", "run", "other"],
+                                   "other": "other"}},
+    }
+    return {name: campaign_from_spec({"name": name, **spec}).public_config()
+            for name, spec in specs.items()}
+
+
+@pytest.mark.parametrize(("page", "index", "code", "skeleton"), _python_blocks(),
+                         ids=lambda v: str(v)[:40] if isinstance(v, str | int) else "")
+def test_the_python_blocks_of_the_docs_run(page: str, index: int, code: str, skeleton: bool,
+                                           tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every example in the README and docs/ runs as written, offline: the configs are
+    shipped, so nothing is fetched, and reports are not due before their bucket ends."""
+    import ast
+    import json
+
+    from chorus_client import Client
+
+    ast.parse(code)
+    if skeleton:
+        return
+    configs = _shipped_configs()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "chorus-campaigns.json").write_text(json.dumps(configs))
+    namespace: dict[str, object] = {"SHIPPED_CONFIGS": configs, "CAMPAIGNS": configs,
+                                    "STATE": tmp_path / "state", "__name__": "__docs__"}
+    code = code.replace("/var/lib/", f"{tmp_path}/var/lib/")  # the example's app data
+    try:
+        exec(compile(code, f"{page}, block {index}", "exec"), namespace)
+    finally:
+        for value in namespace.values():
+            if isinstance(value, Client):
+                value.close(timeout=1)
