@@ -128,50 +128,59 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
     seen: dict[str, StoredCampaign | None] = {}
     resolved = [_resolve_campaign(storage, raw, campaign, seen) for raw in raw_reports]
     for index, (raw, stored) in enumerate(zip(raw_reports, resolved, strict=True)):
-        if stored is None:
-            if _digest_is_malformed(raw):
-                statuses[index] = ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
-                                               "invalid-report",
-                                               "digest must be 64 lowercase hex digits")
-                continue
-            statuses[index] = ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
-                                           "unknown-campaign",
-                                           "the report's digest names no campaign here")
+        checked = _check_report(index, raw, stored, now, max_payload_bytes)
+        if isinstance(checked, ReportStatus):
+            statuses[index] = checked
             continue
-        oversize, raw_json = _payload_too_large(raw, max_payload_bytes)
-        if oversize is not None:
-            statuses[index] = ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
-                                           "report-too-large", oversize)
-            continue
-        try:
-            report = parse_report(raw, stored.campaign)
-        except DigestMismatch as error:
-            statuses[index] = ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
-                                           "digest-mismatch", str(error))
-            continue
-        except WireError as error:
-            statuses[index] = ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
-                                           "invalid-report", str(error))
-            continue
-        out_of_window = _check_time(report, stored, now)
-        if out_of_window is not None:
-            statuses[index] = replace(out_of_window, index=index)
-            continue
+        assert stored is not None  # a report without a campaign was refused above
+        report, payload_json = checked
         key = (stored.id, bytes.fromhex(report.report_id))
-        # check_payload returns the canonical form; an integer is its own canonical form.
-        payload_json = raw_json if raw_json is not None and type(report.payload) is int \
-            else canonical_json(report.payload).decode()
         earlier = fresh.get(key)
         if earlier is not None:
             same = (earlier[2].time, earlier[3]) == (report.time, payload_json)
             repeats.append((index, earlier[0], report.report_id, same))
             continue
         fresh[key] = (index, stored, report, payload_json)
-
     if fresh:
         _store(storage, fresh, statuses, shuffled)
-    # A repeat inside the batch shares the fate of its first copy: a duplicate if that one
-    # was accepted or was itself a duplicate, rejected otherwise.
+    _settle_repeats(statuses, repeats)
+    return _labelled(statuses, resolved)
+
+
+def _check_report(index: int, raw: object, stored: StoredCampaign | None, now: float,
+                  max_payload_bytes: int) -> ReportStatus | tuple[Report, str]:
+    """One report's refusal, or the parsed report and its canonical payload JSON."""
+    if stored is None:
+        if _digest_is_malformed(raw):
+            return ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
+                                "invalid-report", "digest must be 64 lowercase hex digits")
+        return ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
+                            "unknown-campaign", "the report's digest names no campaign here")
+    oversize, raw_json = _payload_too_large(raw, max_payload_bytes)
+    if oversize is not None:
+        return ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
+                            "report-too-large", oversize)
+    try:
+        report = parse_report(raw, stored.campaign)
+    except DigestMismatch as error:
+        return ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
+                            "digest-mismatch", str(error))
+    except WireError as error:
+        return ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
+                            "invalid-report", str(error))
+    out_of_window = _check_time(report, stored, now)
+    if out_of_window is not None:
+        return replace(out_of_window, index=index)
+    # check_payload returns the canonical form; an integer is its own canonical form.
+    payload_json = raw_json if raw_json is not None and type(report.payload) is int \
+        else canonical_json(report.payload).decode()
+    return report, payload_json
+
+
+def _settle_repeats(statuses: list[ReportStatus | None],
+                    repeats: list[tuple[int, int, str, bool]]) -> None:
+    """A repeat inside the batch shares the fate of its first copy: a duplicate if that one
+    was accepted or was itself a duplicate, rejected otherwise."""
     for index, first, report_id, same in repeats:
         first_status = statuses[first]
         assert first_status is not None
@@ -181,6 +190,10 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
             statuses[index] = replace(first_status, index=index)
         else:
             statuses[index] = _repeat_status(index, report_id, same=False)
+
+
+def _labelled(statuses: list[ReportStatus | None],
+              resolved: list[StoredCampaign | None]) -> list[ReportStatus]:
     out = []
     for status, stored in zip(statuses, resolved, strict=True):
         if status is not None:

@@ -145,6 +145,21 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
     unknown = set(spec) - _SPEC_FIELDS - {"format", "digest", *DERIVED_FIELDS}
     if unknown:
         raise CampaignError(f"unknown campaign fields: {sorted(unknown)}")
+    envelope = _envelope(spec)
+    mechanism, selection = _mechanism(spec)
+    if warn:
+        for message in privacy_warnings(mechanism.epsilon):
+            warnings.warn(message, PrivacyWarning, stacklevel=2)
+    policy = policy_from_json(spec.get("privacy"), mechanism.epsilon)
+    try:
+        return Campaign(mechanism=mechanism, policy=policy, selection=selection, **envelope)
+    except (ValueError, TypeError, RecursionError) as error:  # from the canonical JSON
+        raise CampaignError(f"the campaign cannot be written as canonical JSON ({error}); "
+                            "NaN and infinity are not allowed") from None
+
+
+def _envelope(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields around the mechanism: name, description, time precision, batch, expiry."""
     name = spec.get("name")
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise CampaignError(
@@ -159,9 +174,15 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
         1 <= precision <= 366 * 86400
     ):
         raise CampaignError("time_precision must be an integer number of seconds in [1, 31622400]")
-    min_batch = _integer_field(spec, "min_batch_size", DEFAULT_MIN_BATCH_SIZE, 1, 10**9)
-    expiry = _integer_field(spec, "report_expiry", DEFAULT_REPORT_EXPIRY, precision,
-                            10 * 366 * 86400)
+    return {"name": name, "description": description, "time_precision": precision,
+            "min_batch_size": _integer_field(spec, "min_batch_size", DEFAULT_MIN_BATCH_SIZE, 1,
+                                             10**9),
+            "report_expiry": _integer_field(spec, "report_expiry", DEFAULT_REPORT_EXPIRY,
+                                            precision, 10 * 366 * 86400)}
+
+
+def _mechanism(spec: Mapping[str, Any]) -> tuple[Mechanism, dict[str, Any] | None]:
+    """The resolved mechanism (``auto`` chosen by exact variance) and the selection record."""
     params = spec.get("params", {})
     if not isinstance(params, Mapping):
         raise CampaignError("params must be an object")
@@ -192,17 +213,7 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
             f"epsilon = {epsilon} is inconsistent with the parameters (they give "
             f"{mechanism.epsilon:.9g})"
         )
-    if warn:
-        for message in privacy_warnings(mechanism.epsilon):
-            warnings.warn(message, PrivacyWarning, stacklevel=2)
-    policy = policy_from_json(spec.get("privacy"), mechanism.epsilon)
-    try:
-        return Campaign(name=name, mechanism=mechanism, time_precision=precision,
-                        min_batch_size=min_batch, report_expiry=expiry,
-                        description=description, policy=policy, selection=selection)
-    except (ValueError, TypeError, RecursionError) as error:  # from the canonical JSON
-        raise CampaignError(f"the campaign cannot be written as canonical JSON ({error}); "
-                            "NaN and infinity are not allowed") from None
+    return mechanism, selection
 
 
 def _normalised(value: Any) -> Any:

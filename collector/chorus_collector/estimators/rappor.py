@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, ClassVar, TypeVar
 
@@ -145,89 +146,27 @@ class BloomDecoder(Estimator[D]):
                  query: Query) -> FrequencyEstimate:
         mechanism = self.mechanism_of(campaign)
         candidates = check_candidates(mechanism, query.candidates)
-        table = state.reshape(mechanism.m, mechanism.k + 1).astype(np.float64)
-        used = np.flatnonzero(table[:, 0] > 0)
-        reports = table[used, 0]
-        share = table[used, 1:] / reports[:, None]
-        gap = mechanism.r1 - mechanism.r0
-        y = ((share - mechanism.r0) / gap).ravel()
-        # Every true bit rate lies in [r0, r1]: clip the plug-in so no variance collapses to 0.
-        rate = np.clip(share, mechanism.r0, mechanism.r1)
-        var_y = (rate * (1 - rate) / (reports[:, None] * gap**2)).ravel()
-        weights = np.repeat(reports, mechanism.k)
-
-        design_rows, columns = len(used) * mechanism.k, len(candidates)
-        lasso = query.postprocessing == "nnls" and columns > 0.8 * design_rows
-        if not lasso and columns > design_rows:
-            raise QueryError(
-                "candidates-not-identifiable",
-                f"{columns} candidates but only {design_rows} cohort bits with reports: query "
-                "fewer candidates, or ask for postprocessing=nnls (LASSO selection first)",
-            )
-        if design_rows * columns > MAX_DESIGN_CELLS or columns > MAX_LASSO_COLUMNS or (
-                not lasso and design_rows * columns**2 > MAX_WORK):
-            raise QueryError(
-                "query-too-large",
-                f"{columns} candidates over {len(used)} cohorts × {mechanism.k} bits is too "
-                "large to decode in one query; query fewer candidates",
-            )
-        x = design_matrix(mechanism, used.tolist(), candidates)
+        bits = _CohortBits.of(mechanism, state)
+        lasso = self._check_size(mechanism, bits, candidates, query)
+        x = design_matrix(mechanism, bits.used.tolist(), candidates)
         _refuse_aliases(x, candidates)
-        support = np.arange(columns)
-        if lasso:
-            root_w = np.sqrt(weights)
-            support = lasso_select(x * root_w[:, None], y * root_w,
-                                   max_nonzero=min(500, int(0.8 * design_rows)))
-        unbiased = np.zeros(columns)
-        beta = np.zeros(columns)
-        std_error = np.full(columns, np.nan)  # NaN (null in JSON): no estimate, no interval
-        total_variance = 0.0
-        if len(support):
-            x_s = x[:, support]
-            gram = x_s.T @ (x_s * weights[:, None])
-            if np.linalg.matrix_rank(gram) < len(support):
-                raise QueryError(
-                    "candidates-not-identifiable",
-                    f"the {len(support)} candidates' Bloom filters are linearly dependent "
-                    f"across the {len(used)} cohorts that have reports (k = {mechanism.k}); "
-                    "query fewer candidates, or collect with more bits or cohorts",
-                )
-            operator = np.linalg.solve(gram, (x_s * weights[:, None]).T)  # M × rows
-            fitted = operator @ y
-            unbiased[support] = fitted
-            if query.postprocessing == "nnls":
-                root_w = np.sqrt(weights)
-                fitted = constrained_fit(x_s * root_w[:, None], y * root_w)
-            variance, total_variance = _variances(
-                operator, x_s, fitted, var_y, reports, mechanism.k,
-                (mechanism.r0, gap) if isinstance(mechanism, OpenRR) else None)
-            beta[support] = fitted
-            std_error[support] = np.sqrt(variance)
+        fit = _fit(mechanism, bits, x, lasso, query.postprocessing == "nnls")
         threshold = NormalDist().inv_cdf(1 - ALPHA / len(candidates))
-        rows = []
-        for c, b, u, se in zip(candidates, beta, unbiased, std_error, strict=True):
-            if se != se:  # not selected by LASSO: 0, with no SE or interval
-                rows.append(FrequencyRow.from_frequency(c, 0.0, math.nan, n, detected=False))
-                continue
-            # Under nnls the interval is the unconstrained fit's (on the selected candidates)
-            # intersected with [0, 1], as for every other post-processing.
-            row = FrequencyRow.from_frequency(c, float(u), float(se), n,
-                                              detected=bool(b > threshold * se))
-            rows.append(row.postprocessed(float(b), n) if query.postprocessing == "nnls"
-                        else row)
-        residual = y - x @ beta
-        informative = var_y > 0
-        chi2 = float(np.sum(residual[informative] ** 2 / var_y[informative]))
+        rows = _rows(candidates, fit, n, threshold, query.postprocessing == "nnls")
+        residual = bits.y - x @ fit.beta
+        informative = bits.var_y > 0
+        chi2 = float(np.sum(residual[informative] ** 2 / bits.var_y[informative]))
+        dof = int(informative.sum()) - len(fit.support)
         extra = {
-            "unexplained_frequency": 1.0 - float(beta.sum()),
-            "unexplained_std_error": float(np.sqrt(total_variance)),
+            "unexplained_frequency": 1.0 - float(fit.beta.sum()),
+            "unexplained_std_error": float(np.sqrt(fit.total_variance)),
             "detection_threshold": f"one-sided z > {threshold:.3f} (Bonferroni, "
                                    f"alpha = {ALPHA} over {len(candidates)} candidates)",
-            "cohorts_with_reports": len(used),
+            "cohorts_with_reports": len(bits.used),
             "residual_chi2": chi2,
-            "residual_dof": int(informative.sum()) - len(support),
-            "candidates_fitted": len(support),
-            "residual_chi2_per_dof": chi2 / max(1, int(informative.sum()) - len(support)),
+            "residual_dof": dof,
+            "candidates_fitted": len(fit.support),
+            "residual_chi2_per_dof": chi2 / max(1, dof),
         }
         label = "none (unbiased weighted least squares)"
         if query.postprocessing == "nnls":
@@ -239,6 +178,112 @@ class BloomDecoder(Estimator[D]):
             rows=rows, variance_model=VARIANCE_MODEL, window=query.window,
             postprocessing=label, extra=extra,
         )
+
+    @staticmethod
+    def _check_size(mechanism: Decodable, bits: _CohortBits, candidates: Sequence[str],
+                    query: Query) -> bool:
+        """Whether LASSO selection comes first; refuses what cannot or should not be solved."""
+        design_rows, columns = len(bits.used) * mechanism.k, len(candidates)
+        lasso = query.postprocessing == "nnls" and columns > 0.8 * design_rows
+        if not lasso and columns > design_rows:
+            raise QueryError(
+                "candidates-not-identifiable",
+                f"{columns} candidates but only {design_rows} cohort bits with reports: query "
+                "fewer candidates, or ask for postprocessing=nnls (LASSO selection first)",
+            )
+        if design_rows * columns > MAX_DESIGN_CELLS or columns > MAX_LASSO_COLUMNS or (
+                not lasso and design_rows * columns**2 > MAX_WORK):
+            raise QueryError(
+                "query-too-large",
+                f"{columns} candidates over {len(bits.used)} cohorts × {mechanism.k} bits is "
+                "too large to decode in one query; query fewer candidates",
+            )
+        return lasso
+
+
+@dataclass(frozen=True)
+class _CohortBits:
+    """Per used cohort and bit: the debiased share y, its plug-in variance and weight."""
+
+    used: np.ndarray  # cohorts with reports
+    reports: np.ndarray  # reports per used cohort
+    y: np.ndarray
+    var_y: np.ndarray
+    weights: np.ndarray
+    r0: float
+    gap: float
+
+    @classmethod
+    def of(cls, mechanism: Decodable, state: np.ndarray) -> _CohortBits:
+        table = state.reshape(mechanism.m, mechanism.k + 1).astype(np.float64)
+        used = np.flatnonzero(table[:, 0] > 0)
+        reports = table[used, 0]
+        share = table[used, 1:] / reports[:, None]
+        gap = mechanism.r1 - mechanism.r0
+        # Every true bit rate lies in [r0, r1]: clip the plug-in so no variance collapses to 0.
+        rate = np.clip(share, mechanism.r0, mechanism.r1)
+        return cls(used=used, reports=reports, y=((share - mechanism.r0) / gap).ravel(),
+                   var_y=(rate * (1 - rate) / (reports[:, None] * gap**2)).ravel(),
+                   weights=np.repeat(reports, mechanism.k), r0=mechanism.r0, gap=gap)
+
+
+@dataclass(frozen=True)
+class _Fit:
+    support: np.ndarray  # the fitted candidates (all, or LASSO's selection)
+    unbiased: np.ndarray
+    beta: np.ndarray  # the reported fit (the unbiased one, or NNLS)
+    std_error: np.ndarray  # NaN where not fitted
+    total_variance: float
+
+
+def _fit(mechanism: Decodable, bits: _CohortBits, x: np.ndarray, lasso: bool,
+         nnls: bool) -> _Fit:
+    columns = x.shape[1]
+    support = np.arange(columns)
+    if lasso:
+        root_w = np.sqrt(bits.weights)
+        support = lasso_select(x * root_w[:, None], bits.y * root_w,
+                               max_nonzero=min(500, int(0.8 * x.shape[0])))
+    unbiased, beta = np.zeros(columns), np.zeros(columns)
+    std_error = np.full(columns, np.nan)  # NaN (null in JSON): no estimate, no interval
+    total_variance = 0.0
+    if len(support):
+        x_s = x[:, support]
+        gram = x_s.T @ (x_s * bits.weights[:, None])
+        if np.linalg.matrix_rank(gram) < len(support):
+            raise QueryError(
+                "candidates-not-identifiable",
+                f"the {len(support)} candidates' Bloom filters are linearly dependent "
+                f"across the {len(bits.used)} cohorts that have reports (k = {mechanism.k}); "
+                "query fewer candidates, or collect with more bits or cohorts",
+            )
+        operator = np.linalg.solve(gram, (x_s * bits.weights[:, None]).T)  # M × rows
+        fitted = operator @ bits.y
+        unbiased[support] = fitted
+        if nnls:
+            root_w = np.sqrt(bits.weights)
+            fitted = constrained_fit(x_s * root_w[:, None], bits.y * root_w)
+        variance, total_variance = _variances(
+            operator, x_s, fitted, bits.var_y, bits.reports, mechanism.k,
+            (bits.r0, bits.gap) if isinstance(mechanism, OpenRR) else None)
+        beta[support] = fitted
+        std_error[support] = np.sqrt(variance)
+    return _Fit(support, unbiased, beta, std_error, total_variance)
+
+
+def _rows(candidates: Sequence[str], fit: _Fit, n: int, threshold: float,
+          nnls: bool) -> list[FrequencyRow]:
+    rows = []
+    for c, b, u, se in zip(candidates, fit.beta, fit.unbiased, fit.std_error, strict=True):
+        if se != se:  # not selected by LASSO: 0, with no SE or interval
+            rows.append(FrequencyRow.from_frequency(c, 0.0, math.nan, n, detected=False))
+            continue
+        # Under nnls the interval is the unconstrained fit's (on the selected candidates)
+        # intersected with [0, 1], as for every other post-processing.
+        row = FrequencyRow.from_frequency(c, float(u), float(se), n,
+                                          detected=bool(b > threshold * se))
+        rows.append(row.postprocessed(float(b), n) if nnls else row)
+    return rows
 
 
 class RapporEstimator(BloomDecoder[Rappor]):
