@@ -1,4 +1,4 @@
-"""``chorus demo``: the whole system on the embedded default, in about a minute.
+"""``chorus demo``: the whole system on the embedded default, in under two minutes.
 
 Starts a collector (the production server, on loopback, on a fresh SQLite file), creates
 three campaigns, simulates users who each report through their own instance of the real
