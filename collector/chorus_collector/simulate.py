@@ -66,7 +66,7 @@ def _local_hashing(mechanism: Mechanism, inputs: np.ndarray,
     a = rng.integers(1, prime, size=n)
     b = rng.integers(0, prime, size=n)
     hashed = (a * inputs + b) % prime % g
-    e = math.exp(mechanism.eps)
+    e = math.exp(mechanism.epsilon)
     keep = rng.random(n) < e / (e + g - 1)
     other = rng.integers(0, g - 1, size=n)
     y = np.where(keep, hashed, other + (other >= hashed))
@@ -85,14 +85,14 @@ def _hadamard(mechanism: Mechanism, inputs: np.ndarray,
     parity = np.array([bin(int(v)).count("1") & 1 for v in (rows & y)])
     inside = np.where(parity == 0, y, partner)
     outside = np.where(parity == 0, partner, y)
-    e = math.exp(mechanism.eps)
+    e = math.exp(mechanism.epsilon)
     result: list[Any] = np.where(rng.random(n) < e / (1 + e), inside, outside).tolist()
     return result
 
 
 def _duchi(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) -> list[Any]:
     assert isinstance(mechanism, Duchi)
-    e = math.exp(mechanism.eps)
+    e = math.exp(mechanism.epsilon)
     result: list[Any] = (rng.random(len(inputs)) < 0.5 + inputs * (e - 1) / (2 * (e + 1))
                          ).astype(np.int64).tolist()
     return result

@@ -217,7 +217,7 @@ def test_duchi_standard_error_is_calibrated_under_iid_sampling(campaign: Campaig
     estimates, variances = [], []
     for _ in range(reps):
         t = 2 * rng.beta(2, 5, size=n) - 1  # a skewed population on [−1, 1]
-        e = np.exp(mechanism.eps)
+        e = np.exp(mechanism.epsilon)
         bits = rng.random(n) < 0.5 + t * (e - 1) / (2 * (e + 1))
         result = estimator.finalize(campaign, n, np.bincount(bits, minlength=2), Query())
         estimates.append([result.mean])
@@ -299,11 +299,11 @@ def test_mean_estimates_are_unbiased_with_the_exact_variance(campaign: Campaign)
 
     assert isinstance(mechanism, PiecewiseMechanism | HybridMechanism)
     piecewise = mechanism if isinstance(mechanism, PiecewiseMechanism) else mechanism.pm
-    z, e = piecewise.z, math.exp(mechanism.eps)
+    z, e = piecewise.z, math.exp(mechanism.epsilon)
     for t, variance in per_level.items():
         if mechanism.name == "pm":  # the paper's t²/(z − 1) + (z + 3)/(3(z − 1)²) + rounding
             paper = t * t / (z - 1) + (z + 3) / (3 * (z - 1) ** 2)
-        elif mechanism.eps > EPSILON_STAR:  # HM: flat in t (§9.5) + rounding
+        elif mechanism.epsilon > EPSILON_STAR:  # HM: flat in t (§9.5) + rounding
             paper = (z + 3) / (3 * z * (z - 1)) + (e + 1) ** 2 / (z * (e - 1) ** 2)
         else:  # HM below ε* is Duchi's C² − t² (no rounding)
             paper = ((e + 1) / (e - 1)) ** 2 - t * t
@@ -322,7 +322,7 @@ def test_one_bit_mean_follows_dky_formulas(campaign: Campaign) -> None:
     for x in (0.0, 0.1 * top, 0.5 * top, top):
         assert mechanism.output_probability(1, mechanism.encode(x)) == pytest.approx(
             mechanism.dky_probability(x), rel=1e-12)
-    ones, n, e = 3_100, 10_000, math.exp(mechanism.eps)
+    ones, n, e = 3_100, 10_000, math.exp(mechanism.epsilon)
     dky = top / n * (ones * (e + 1) - n) / (e - 1)
     result = estimator_for("one_bit_mean").finalize(campaign, n, np.array([n - ones, ones]),
                                                     Query())

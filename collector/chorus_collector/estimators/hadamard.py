@@ -65,7 +65,7 @@ class HadamardEstimator(PureEstimator[HadamardResponse]):
     postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection", "ibu")
 
     def channel(self, mechanism: HadamardResponse) -> Channel:
-        return HadamardChannel(mechanism.d, mechanism.size, math.exp(mechanism.eps))
+        return HadamardChannel(mechanism.d, mechanism.size, math.exp(mechanism.epsilon))
 
     def output_counts(self, mechanism: HadamardResponse, state: np.ndarray) -> np.ndarray | None:
         return state

@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from chorus_shared.domain import Domain, finite_float
 from chorus_shared.errors import CampaignError
@@ -126,7 +126,7 @@ class Mechanism(ABC):
         values: dict[str, int] = {}
         for parameter in cls.parameters:
             values[parameter.name] = parameter.read(cls.name, params, eps, domain, values)
-        return cls(domain=domain, eps=eps, **values)  # type: ignore[call-arg]
+        return cls(domain=domain, epsilon=eps, **values)  # type: ignore[call-arg]
 
     @classmethod
     def check_domain(cls, domain: Domain) -> None:
@@ -139,10 +139,12 @@ class Mechanism(ABC):
         """The resolved parameters, as written into the campaign config."""
         return {p.name: getattr(self, p.name) for p in self.parameters}
 
-    @property
-    @abstractmethod
-    def epsilon(self) -> float:
-        """ε of one report, computed from the resolved parameters."""
+    if TYPE_CHECKING:
+        # ε of one report, under one name everywhere: a field of most mechanisms (the ε they
+        # were resolved for), a property computed from f, p, q for RAPPOR. Declared for the
+        # type checker only: at run time a property here would shadow the dataclass fields.
+        @property
+        def epsilon(self) -> float: ...
 
     @abstractmethod
     def encode(self, value: object) -> Any:

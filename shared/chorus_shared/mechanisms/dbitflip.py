@@ -51,13 +51,13 @@ class DBitFlip(PureOracle):
     @property
     def odds(self) -> float:
         """z = p_bit/(1 − p_bit) = e^{ε/2} (e^ε when b = 1), computed without cancellation."""
-        return math.exp(self.eps / min(self.b, 2))
+        return math.exp(self.epsilon / min(self.b, 2))
 
     @property
     def p_bit(self) -> float:
         """Two values change two bits' distributions only if both buckets are sampled; with
         b = 1 a report holds one of them at most, so each bit may spend all of ε."""
-        z = math.exp(self.eps / min(self.b, 2))
+        z = math.exp(self.epsilon / min(self.b, 2))
         return z / (z + 1)
 
     def randomize(self, x: int, rng: RandomSource,

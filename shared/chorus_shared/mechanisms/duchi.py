@@ -30,21 +30,16 @@ class Duchi(Mechanism):
     estimate_kind: ClassVar[str] = "mean"
 
     domain: NumericRange
-    eps: float
+    epsilon: float
 
     @property
     def c(self) -> float:
         """C_ε: the magnitude of the unbiased per-report value t*."""
-        return (math.exp(self.eps) + 1) / (math.exp(self.eps) - 1)
-
-    @property
-    def epsilon(self) -> float:
-        # The declared ε; tests check by enumeration that the worst ratio is e^ε.
-        return self.eps
+        return (math.exp(self.epsilon) + 1) / (math.exp(self.epsilon) - 1)
 
     def prob_one(self, t: float) -> float:
         """P(b = 1 | t)."""
-        e = math.exp(self.eps)
+        e = math.exp(self.epsilon)
         return 0.5 + t * (e - 1) / (2 * (e + 1))
 
     def encode(self, value: object) -> float:
@@ -113,6 +108,6 @@ class OneBitMean(Duchi):
 
     def dky_probability(self, x: float) -> float:
         """π(x) in DKY's own terms, for x in [lo, hi] (lo plays the role of 0, hi of m)."""
-        e = math.exp(self.eps)
+        e = math.exp(self.epsilon)
         share = (x - self.domain.lo) / (self.domain.hi - self.domain.lo)
         return 1 / (e + 1) + share * (e - 1) / (e + 1)

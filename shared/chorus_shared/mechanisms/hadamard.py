@@ -45,7 +45,7 @@ class HadamardResponse(PureOracle):
         y = rng.randrange(self.size)
         partner = y ^ (1 << ((x + 1).bit_length() - 1))
         inside, outside = (y, partner) if in_block(x, y) else (partner, y)
-        e = math.exp(self.eps)
+        e = math.exp(self.epsilon)
         return inside if bernoulli(rng, e / (1 + e)) else outside
 
     def check_payload(self, payload: object) -> int:
@@ -59,7 +59,7 @@ class HadamardResponse(PureOracle):
         return max(1, (self.size - 1).bit_length())
 
     def output_probability(self, payload: int, x: int) -> float:
-        e = math.exp(self.eps)
+        e = math.exp(self.epsilon)
         return (2 * e if in_block(x, payload) else 2.0) / (self.size * (1 + e))
 
     def outputs(self) -> Iterable[int]:
@@ -69,5 +69,5 @@ class HadamardResponse(PureOracle):
         return {x for x in range(self.d) if in_block(x, payload)}
 
     def support_probabilities(self) -> tuple[float, float]:
-        e = math.exp(self.eps)
+        e = math.exp(self.epsilon)
         return e / (1 + e), 0.5

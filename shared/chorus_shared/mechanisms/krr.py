@@ -34,12 +34,12 @@ class KRR(PureOracle):
     @property
     def p(self) -> float:
         """P(report = true index)."""
-        return math.exp(self.eps) / (math.exp(self.eps) + self.d - 1)
+        return math.exp(self.epsilon) / (math.exp(self.epsilon) + self.d - 1)
 
     @property
     def q(self) -> float:
         """P(report = a given other index)."""
-        return 1.0 / (math.exp(self.eps) + self.d - 1)
+        return 1.0 / (math.exp(self.epsilon) + self.d - 1)
 
 
     def randomize(

@@ -69,7 +69,7 @@ class LaplaceMechanism(Mechanism):
     estimate_kind: ClassVar[str] = "mean"
 
     domain: NumericRange
-    eps: float
+    epsilon: float
     resolution: int
 
     parameters: ClassVar[tuple[IntParam, ...]] = (
@@ -78,24 +78,20 @@ class LaplaceMechanism(Mechanism):
     )
 
     def __post_init__(self) -> None:
-        if not _fits(self.resolution, self.eps):
+        if not _fits(self.resolution, self.epsilon):
             raise CampaignError(
-                f"laplace resolution {self.resolution} is too fine for ε = {self.eps:g}: the "
+                f"laplace resolution {self.resolution} is too fine for ε = {self.epsilon:g}: the "
                 f"noise spans more than {MAX_SPAN} grid steps; choose a smaller resolution")
-
-    @property
-    def epsilon(self) -> float:
-        return self.eps
 
     @property
     def scale(self) -> Fraction:
         """τ = R/ε in grid steps, as the exact rational the sampler uses."""
-        return Fraction(self.resolution) / Fraction(self.eps)
+        return Fraction(self.resolution) / Fraction(self.epsilon)
 
     @property
     def tail(self) -> int:
         """B: outputs are clamped to [−B, R + B]."""
-        return _tail(self.resolution, self.eps)
+        return _tail(self.resolution, self.epsilon)
 
     def encode(self, value: object) -> float:
         return self.domain.to_unit(value)
@@ -130,7 +126,7 @@ class LaplaceMechanism(Mechanism):
 
     def _noise_probability(self, y: int, k: int) -> float:
         """P(clamp(k + Z) = y)."""
-        decay = math.exp(-self.eps / self.resolution)  # e^{−1/τ}
+        decay = math.exp(-self.epsilon / self.resolution)  # e^{−1/τ}
         if y <= -self.tail:
             return decay ** (k + self.tail) / (1 + decay)
         if y >= self.resolution + self.tail:
@@ -154,7 +150,7 @@ class LaplaceMechanism(Mechanism):
 
     def noise_variance(self) -> float:
         """Var[Z] = 2e^{−1/τ}/(1 − e^{−1/τ})² in grid steps² (clamping aside)."""
-        decay = math.exp(-self.eps / self.resolution)
+        decay = math.exp(-self.epsilon / self.resolution)
         return 2 * decay / (1 - decay) ** 2
 
     def per_report_variance(self, t: float) -> float:

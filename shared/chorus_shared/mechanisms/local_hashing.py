@@ -75,11 +75,11 @@ class LocalHashing(PureOracle):
 
     @property
     def p(self) -> float:
-        return math.exp(self.eps) / (math.exp(self.eps) + self.g - 1)
+        return math.exp(self.epsilon) / (math.exp(self.epsilon) + self.g - 1)
 
     @property
     def q_g(self) -> float:
-        return 1 / (math.exp(self.eps) + self.g - 1)
+        return 1 / (math.exp(self.epsilon) + self.g - 1)
 
     def randomize(self, x: int, rng: RandomSource,
                   assignment: Mapping[str, int] = EMPTY) -> dict[str, int]:

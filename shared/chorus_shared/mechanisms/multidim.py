@@ -61,15 +61,11 @@ class VectorMechanism(Mechanism):
     estimate_kind: ClassVar[str] = "means"
 
     domain: NumericVector
-    eps: float
+    epsilon: float
 
     @property
     def d(self) -> int:
         return self.domain.size
-
-    @property
-    def epsilon(self) -> float:
-        return self.eps
 
     def encode(self, value: object) -> tuple[float, ...]:
         return self.domain.to_unit(value)
@@ -112,13 +108,13 @@ class DuchiMultidim(VectorMechanism):
 
     @property
     def keep(self) -> float:
-        e = math.exp(self.eps)
+        e = math.exp(self.epsilon)
         return e / (e + 1)
 
     @property
     def b(self) -> float:
         """B = C_D·C_ε, the magnitude of every coordinate of t*."""
-        e = math.exp(self.eps)
+        e = math.exp(self.epsilon)
         return duchi_md_scale(self.d) * (e + 1) / (e - 1)
 
     def _dot(self, s: int, v: int) -> int:
@@ -208,7 +204,7 @@ class SampledAttributes(VectorMechanism):
         inner = cls.inner_class.resolve(
             epsilon=eps / k, domain=UNIT,
             params={p: params[p] for p in cls.inner_params if p in params})
-        return cls(domain=vector, eps=eps, k=k, inner=inner)
+        return cls(domain=vector, epsilon=eps, k=k, inner=inner)
 
     @property
     def scale(self) -> float:

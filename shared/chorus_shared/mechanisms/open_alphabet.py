@@ -76,7 +76,7 @@ class OpenRR(Mechanism):
     hash: ClassVar[str] = "mmh3"
 
     domain: OpenStrings
-    eps: float
+    epsilon: float
     k: int
     m: int
 
@@ -86,19 +86,15 @@ class OpenRR(Mechanism):
         _check_cells(self.k, self.m)
 
     @property
-    def epsilon(self) -> float:
-        return self.eps
-
-    @property
     def r1(self) -> float:
         """P(y = j | h_c(x) = j) = p."""
-        e = math.exp(self.eps)
+        e = math.exp(self.epsilon)
         return e / (e + self.k - 1)
 
     @property
     def r0(self) -> float:
         """P(y = j | h_c(x) ≠ j) = q."""
-        return 1 / (math.exp(self.eps) + self.k - 1)
+        return 1 / (math.exp(self.epsilon) + self.k - 1)
 
     def encode(self, value: object) -> str:
         return self.domain.encode(value)

@@ -48,7 +48,7 @@ class PiecewiseMechanism(Mechanism):
     estimate_kind: ClassVar[str] = "mean"
 
     domain: NumericRange
-    eps: float
+    epsilon: float
     resolution: int = DEFAULT_RESOLUTION
 
     parameters: ClassVar[tuple[IntParam, ...]] = (
@@ -57,12 +57,8 @@ class PiecewiseMechanism(Mechanism):
     )
 
     @property
-    def epsilon(self) -> float:
-        return self.eps
-
-    @property
     def z(self) -> float:
-        return math.exp(self.eps / 2)
+        return math.exp(self.epsilon / 2)
 
     @property
     def c(self) -> float:
@@ -106,8 +102,8 @@ class PiecewiseMechanism(Mechanism):
 
     def output_probability(self, payload: int, x: float) -> float:
         left, right = self._interval(x)
-        high = (math.exp(self.eps) - self.z) / (2 * self.z + 2)
-        low = high / math.exp(self.eps)
+        high = (math.exp(self.epsilon) - self.z) / (2 * self.z + 2)
+        low = high / math.exp(self.epsilon)
         pieces = ((-self.c, left, low), (left, right, high), (right, self.c, low))
         mass = 0.0
         for a, b, density in pieces:
@@ -162,7 +158,7 @@ class HybridMechanism(Mechanism):
     estimate_kind: ClassVar[str] = "mean"
 
     domain: NumericRange
-    eps: float
+    epsilon: float
     resolution: int = DEFAULT_RESOLUTION
 
     parameters: ClassVar[tuple[IntParam, ...]] = PiecewiseMechanism.parameters
@@ -170,11 +166,8 @@ class HybridMechanism(Mechanism):
     @cached_property
     def pm(self) -> PiecewiseMechanism:
         """The Piecewise part."""
-        return PiecewiseMechanism(domain=self.domain, eps=self.eps, resolution=self.resolution)
-
-    @property
-    def epsilon(self) -> float:
-        return self.eps
+        return PiecewiseMechanism(domain=self.domain, epsilon=self.epsilon,
+                                  resolution=self.resolution)
 
     @property
     def step(self) -> float:
@@ -183,15 +176,15 @@ class HybridMechanism(Mechanism):
 
     @property
     def alpha(self) -> float:
-        return 1 - math.exp(-self.eps / 2) if self.eps > EPSILON_STAR else 0.0
+        return 1 - math.exp(-self.epsilon / 2) if self.epsilon > EPSILON_STAR else 0.0
 
     @property
     def duchi_c(self) -> float:
-        e = math.exp(self.eps)
+        e = math.exp(self.epsilon)
         return (e + 1) / (e - 1)
 
     def _duchi_one(self, t: float) -> float:
-        e = math.exp(self.eps)
+        e = math.exp(self.epsilon)
         return 0.5 + t * (e - 1) / (2 * (e + 1))
 
     def encode(self, value: object) -> float:
@@ -229,7 +222,7 @@ class HybridMechanism(Mechanism):
         the rounding of the Piecewise part; Duchi's C_ε² − t² below ε*."""
         if self.alpha == 0:
             return self.duchi_c**2 - t * t
-        z, e = self.pm.z, math.exp(self.eps)
+        z, e = self.pm.z, math.exp(self.epsilon)
         flat = (z + 3) / (3 * z * (z - 1)) + (e + 1) ** 2 / (z * (e - 1) ** 2)
         return flat + self.alpha * self.step**2 / 4
 

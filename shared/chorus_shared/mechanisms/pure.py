@@ -30,7 +30,7 @@ class PureOracle(Mechanism):
     max_categories: ClassVar[int] = 4096
 
     domain: Categories
-    eps: float
+    epsilon: float
 
     @classmethod
     def check_domain(cls, domain: Domain) -> None:
@@ -44,10 +44,6 @@ class PureOracle(Mechanism):
     @property
     def d(self) -> int:
         return self.domain.size
-
-    @property
-    def epsilon(self) -> float:
-        return self.eps
 
     def encode(self, value: object) -> int:
         return self.domain.encode(value)

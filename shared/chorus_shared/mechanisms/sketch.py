@@ -49,7 +49,7 @@ class CountMeanSketch(Mechanism):
     estimate_kind: ClassVar[str] = "frequency"
 
     domain: OpenStrings
-    eps: float
+    epsilon: float
     k: int
     m: int
 
@@ -64,18 +64,14 @@ class CountMeanSketch(Mechanism):
             raise CampaignError(f"k × m = {self.k * self.m} exceeds {MAX_SKETCH_CELLS}")
 
     @property
-    def epsilon(self) -> float:
-        return self.eps
-
-    @property
     def flip(self) -> float:
         """1/(1 + e^{ε/2}): the probability that one coordinate is flipped."""
-        return 1 / (1 + math.exp(self.eps / 2))
+        return 1 / (1 + math.exp(self.epsilon / 2))
 
     @property
     def c(self) -> float:
         """c_ε = (e^{ε/2} + 1)/(e^{ε/2} − 1)."""
-        z = math.exp(self.eps / 2)
+        z = math.exp(self.epsilon / 2)
         return (z + 1) / (z - 1)
 
     def encode(self, value: object) -> str:
@@ -146,13 +142,13 @@ class HadamardCountMeanSketch(CountMeanSketch):
 
     @property
     def keep(self) -> float:
-        e = math.exp(self.eps)
+        e = math.exp(self.epsilon)
         return e / (e + 1)
 
     @property
     def c(self) -> float:
         """c_ε = (e^ε + 1)/(e^ε − 1)."""
-        e = math.exp(self.eps)
+        e = math.exp(self.epsilon)
         return (e + 1) / (e - 1)
 
     def randomize(self, x: str, rng: RandomSource,

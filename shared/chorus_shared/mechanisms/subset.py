@@ -64,7 +64,7 @@ class SubsetSelection(PureOracle):
 
     def randomize(self, x: int, rng: RandomSource,
                   assignment: Mapping[str, int] = EMPTY) -> list[int]:
-        e = math.exp(self.eps)
+        e = math.exp(self.epsilon)
         include = bernoulli(rng, self.omega * e / (self.omega * e + self.d - self.omega))
         others = rng.sample(range(self.d - 1), self.omega - 1 if include else self.omega)
         chosen = [o + 1 if o >= x else o for o in others]  # skip x
@@ -86,7 +86,7 @@ class SubsetSelection(PureOracle):
         return self.omega * max(1, (self.d - 1).bit_length())
 
     def output_probability(self, payload: list[int], x: int) -> float:
-        e = math.exp(self.eps)
+        e = math.exp(self.epsilon)
         z = math.comb(self.d - 1, self.omega - 1) * e + math.comb(self.d - 1, self.omega)
         return (e if x in payload else 1.0) / z
 
@@ -99,4 +99,4 @@ class SubsetSelection(PureOracle):
         return set(payload)
 
     def support_probabilities(self) -> tuple[float, float]:
-        return subset_support_probabilities(self.d, self.omega, self.eps)
+        return subset_support_probabilities(self.d, self.omega, self.epsilon)

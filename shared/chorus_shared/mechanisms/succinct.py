@@ -52,7 +52,7 @@ class SuccinctHistogram(PureOracle):
 
     @property
     def keep(self) -> float:
-        e = math.exp(self.eps)
+        e = math.exp(self.epsilon)
         return e / (1 + e)
 
     def randomize(self, x: int, rng: RandomSource,

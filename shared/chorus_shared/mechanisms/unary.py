@@ -91,12 +91,12 @@ class SUE(UnaryEncoding):
 
     @property
     def p(self) -> float:
-        z = math.exp(self.eps / 2)
+        z = math.exp(self.epsilon / 2)
         return z / (z + 1)
 
     @property
     def q(self) -> float:
-        return 1 / (math.exp(self.eps / 2) + 1)
+        return 1 / (math.exp(self.epsilon / 2) + 1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,4 +109,4 @@ class OUE(UnaryEncoding):
 
     @property
     def q(self) -> float:
-        return 1 / (math.exp(self.eps) + 1)
+        return 1 / (math.exp(self.epsilon) + 1)
