@@ -22,6 +22,7 @@ from typing import Any
 from chorus_shared.campaign import Campaign
 from chorus_shared.errors import ChorusError
 from chorus_shared.mechanisms import Rappor
+from chorus_shared.wire import Report
 
 __all__ = ["CompatError", "reports_from_google_csv", "spec_from_google_params"]
 
@@ -75,9 +76,7 @@ def reports_from_google_csv(lines: Iterable[str], campaign: Campaign,
         if not 0 <= cohort < mechanism.m:
             raise CompatError(f"line {number}: cohort {cohort} is outside [0, {mechanism.m})")
         identity = f"{campaign.digest}\n{client}\n{number}".encode()
-        yield {
-            "report_id": hashlib.sha256(identity).hexdigest()[:32],
-            "digest": campaign.digest, "time": time,
-            # The first character is the most significant bit: int(irr, 2) gives bit i = 1 << i.
-            "payload": {"cohort": cohort, "bits": mechanism.bits_to_hex(int(irr, 2))},
-        }
+        # The first character is the most significant bit: int(irr, 2) gives bit i = 1 << i.
+        payload = {"cohort": cohort, "bits": mechanism.bits_to_hex(int(irr, 2))}
+        yield Report(report_id=hashlib.sha256(identity).hexdigest()[:32],
+                     digest=campaign.digest, time=time, payload=payload).to_json()
