@@ -309,7 +309,9 @@ def estimates(name: str) -> Response:
     except QueryError as error:
         raise Problem(error.kind, str(error)) from None
     if fmt == "csv":
-        return Response(result.to_csv(), mimetype="text/csv")
+        filename = f"{campaign.name}-estimates.csv"  # campaign names are [a-z0-9_.-]
+        return Response(result.to_csv(), mimetype="text/csv",
+                        headers={"Content-Disposition": f'attachment; filename="{filename}"'})
     body = result.to_json()
     shuffling = shuffling_summary(_storage(), stored, n, query.start, query.end)
     if shuffling is not None:

@@ -117,4 +117,6 @@ def _register_request_log(app: Flask) -> None:
                 metrics.count_rejected_request(reason)
         log.info("%s %s %d %.1fms", request.method, request.path, response.status_code,
                  elapsed * 1000)
+        # Every answer is what its Content-Type says: never sniffed into HTML or script.
+        response.headers["X-Content-Type-Options"] = "nosniff"
         return response

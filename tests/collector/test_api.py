@@ -603,3 +603,36 @@ def test_epsilon_too_small_to_be_useful_is_a_clear_400(http: FlaskClient,
     reply = http.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS)
     assert reply.status_code == 400 and "below" in reply.get_json()["detail"]
     assert http.get("/v1/campaigns", headers=ADMIN_HEADERS).status_code == 200
+
+
+HOSTILE_LABELS = ["=HYPERLINK(\"http://evil.test\")", "+1+1", "-2+3", "@SUM(A1)", "\tTAB",
+                  "\rCR-start", "mid\rCR", "line\nbreak", "plain", "-", "comma,quote\""]
+
+
+def test_csv_cells_never_run_as_formulas_and_rows_never_split(http: FlaskClient) -> None:
+    """Regression (issue 13 #1): 6 of 15 hostile labels came out as live formulas, and a label
+    that began with a bare CR split its row."""
+    import csv
+    import io
+
+    spec = {"name": "labels", "mechanism": "krr", "epsilon": 1.0, "min_batch_size": 1,
+            "domain": HOSTILE_LABELS}
+    config = http.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS).get_json()
+    rng = random.Random(3)
+    reports = [make_report(config, label, rng) for label in HOSTILE_LABELS * 5]
+    assert http.post("/v1/reports", json={"reports": reports}).status_code == 200
+    reply = http.get("/v1/campaigns/labels/estimates?format=csv", headers=ANALYST_HEADERS)
+    assert reply.headers["X-Content-Type-Options"] == "nosniff"
+    assert reply.headers["Content-Disposition"] == 'attachment; filename="labels-estimates.csv"'
+    rows = list(csv.reader(io.StringIO(reply.get_data(as_text=True), newline="")))
+    header, body = rows[0], rows[1:]
+    assert len(body) == len(HOSTILE_LABELS)  # one row per category, none split
+    values = [row[header.index("value")] for row in body]
+    for label, written in zip(HOSTILE_LABELS, values, strict=True):
+        dangerous = label.startswith(("=", "+", "-", "@", "\t", "\r"))
+        assert written == ("'" + label if dangerous else label)
+    for row in body:  # numbers stay numbers, even negative ones; booleans are words
+        float(row[header.index("frequency")])
+        assert row[header.index("detected")] in ("", "true", "false")
+    assert http.get("/healthz").headers["X-Content-Type-Options"] == "nosniff"
+    assert http.get("/nowhere").headers["X-Content-Type-Options"] == "nosniff"
