@@ -42,6 +42,7 @@ __all__ = ["api"]
 api = Blueprint("chorus_api", __name__)
 _DIGITS = re.compile(r"[0-9]{1,13}")
 _QUERY_FIELDS = {"candidates", "start", "end", "format", "postprocessing"}
+_QUERY_PARAMETERS = {"candidate", "start", "end", "format", "postprocessing"}
 
 
 def _storage() -> Storage:
@@ -257,6 +258,12 @@ def _estimate_query(stored: StoredCampaign) -> tuple[Query, str]:
         if not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates):
             raise Problem("invalid-query", "candidates must be a list of strings")
     else:
+        # A misspelt parameter must not silently answer another question (the whole window,
+        # as JSON): refused like an unknown field of a POST body.
+        unknown = set(request.args) - _QUERY_PARAMETERS
+        if unknown:
+            raise Problem("invalid-query", f"unknown query parameters {sorted(unknown)}; "
+                                           f"allowed: {sorted(_QUERY_PARAMETERS)}")
         source = request.args.to_dict()
         candidates = request.args.getlist("candidate")
     if candidates and stored.campaign.domain.kind != "strings":

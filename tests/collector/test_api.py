@@ -636,3 +636,13 @@ def test_csv_cells_never_run_as_formulas_and_rows_never_split(http: FlaskClient)
         assert row[header.index("detected")] in ("", "true", "false")
     assert http.get("/healthz").headers["X-Content-Type-Options"] == "nosniff"
     assert http.get("/nowhere").headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_unknown_query_parameters_are_refused(http: FlaskClient) -> None:
+    """Regression (issue 13 #12): ?strat=...&fromat=csv answered 200 JSON for the whole
+    window."""
+    http.post("/v1/campaigns", json=campaign_spec("q"), headers=ADMIN_HEADERS)
+    reply = http.get("/v1/campaigns/q/estimates?strat=0&fromat=csv", headers=ANALYST_HEADERS)
+    assert reply.status_code == 400
+    assert reply.mimetype == "application/problem+json"
+    assert "fromat" in reply.get_json()["detail"] and "strat" in reply.get_json()["detail"]
