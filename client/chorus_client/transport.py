@@ -83,12 +83,27 @@ class RequestsTransport:
                 content = b"".join(chunks)
         except requests.Timeout as error:
             raise TransportError(f"timed out after {timeout} s: {method} {url}") from error
+        except requests.ConnectionError as error:
+            raise TransportError(f"{method} {url}: {_connection_failure(error)}") from error
         except requests.RequestException as error:
             raise TransportError(f"{method} {url} failed: {error}") from error
         return Response(reply.status_code, content, dict(reply.headers))
 
     def close(self) -> None:
         self.session.close()
+
+
+def _connection_failure(error: requests.ConnectionError) -> str:
+    """urllib3's chain of wrappers, said in a few words."""
+    text = str(error)
+    for marker, words in (("Connection refused", "connection refused"),
+                          ("Name or service not known", "unknown host"),
+                          ("Failed to resolve", "unknown host"),
+                          ("timed out", "timed out"),
+                          ("Network is unreachable", "network unreachable")):
+        if marker in text:
+            return words
+    return "could not connect"
 
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]

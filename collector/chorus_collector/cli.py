@@ -13,15 +13,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from chorus_client.api import CollectorAPI
-from chorus_client.errors import ClientError
+from chorus_client.errors import APIError, ClientError, TransportError
 from chorus_collector.formatting import format_estimates
 
 __all__ = ["main"]
@@ -54,7 +56,8 @@ def serve(bind: str | None, database: str | None, workers: int | None) -> None:
 
     overrides = {k: v for k, v in (("BIND", bind), ("DATABASE", database),
                                    ("WORKERS", workers)) if v is not None}
-    run_server(overrides)
+    with _startup_errors():
+        run_server(overrides)
 
 
 @main.command()
@@ -80,7 +83,7 @@ def shuffler(bind: str | None, database: str | None, flush: bool) -> None:
 
         serve_shuffler(overrides)
     except SettingsError as error:
-        raise click.ClickException(str(error)) from None
+        _fail(str(error))
 
 
 @main.command()
@@ -331,10 +334,35 @@ def _print_comparison(title: str, rows: list[dict[str, Any]], key: str) -> None:
 
 
 def _call(fn: Any) -> Any:
+    """A call to the collector, its failure said in one line that names what to change."""
     try:
         return fn()
+    except TransportError as error:
+        raise click.ClickException(f"cannot reach the collector (check --url or CHORUS_URL): "
+                                   f"{error}") from None
+    except APIError as error:
+        hint = {401: " (set CHORUS_TOKEN or pass --token)",
+                403: " (this token does not grant the call: an analyst or admin token?)"}
+        raise click.ClickException(f"{error}{hint.get(error.status, '')}") from None
     except ClientError as error:
         raise click.ClickException(str(error)) from None
+
+
+def _fail(message: str) -> NoReturn:
+    """A configuration error at start-up: one line and exit status 2, no traceback."""
+    click.echo(f"Error: {message}", err=True)
+    raise SystemExit(2)
+
+
+@contextlib.contextmanager
+def _startup_errors() -> Iterator[None]:
+    from chorus_collector.settings import SettingsError
+    from chorus_collector.storage import SchemaError
+
+    try:
+        yield
+    except (SettingsError, SchemaError) as error:
+        _fail(str(error))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -53,6 +54,7 @@ def serve(config: Mapping[str, Any] | None = None) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("chorus").addHandler(handler)
     app = create_app(config)
+    sys.stderr.write(startup_summary(settings) + "\n")
     options = {
         "bind": settings["BIND"],
         "workers": settings["WORKERS"],
@@ -74,6 +76,17 @@ def serve(config: Mapping[str, Any] | None = None) -> None:
         GunicornApp(app, options).run()
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def startup_summary(settings: Mapping[str, Any]) -> str:
+    """What an operator checks first: where it listens, which file, which secrets are set
+    (never their values)."""
+    secrets = ", ".join(f"{label} {'set' if settings.get(name) else 'unset'}" for name, label in (
+        ("ADMIN_TOKEN", "admin token"), ("ANALYST_TOKEN", "analyst token"),
+        ("INGEST_KEY", "ingest key"), ("METRICS_TOKEN", "metrics token"),
+        ("SHUFFLER_KEY", "shuffler key")))
+    return (f"chorus serve: listening on {settings['BIND']}, database {settings['DATABASE']}, "
+            f"{settings['WORKERS']} workers x {settings['THREADS']} threads; {secrets}")
 
 
 def _remove_stale_metrics_dirs() -> None:

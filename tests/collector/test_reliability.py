@@ -294,3 +294,47 @@ def test_a_failing_metrics_store_never_fails_a_request(make_app: Callable[..., F
     assert reply.status_code == 200 and reply.get_json()["accepted"] == 1
     assert http.post("/v1/reports", data=b"{", content_type="application/json").status_code \
         == 400
+
+
+def test_settings_errors_are_one_line_and_exit_two(tmp_path: Path) -> None:
+    """Regression (issue 13 #13): a wrong setting printed a 25-line traceback."""
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).with_name("chorus")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CHORUS_WORKERS": "many",
+           "CHORUS_DATABASE": str(tmp_path / "x.db")}
+    done = subprocess.run([str(script), "serve"], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith("Error: ") and "WORKERS" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_serve_prints_a_startup_summary_without_secrets() -> None:
+    from chorus_collector.server import startup_summary
+    from chorus_collector.settings import resolve_settings
+
+    summary = startup_summary(resolve_settings({"ADMIN_TOKEN": "s3cret-admin",
+                                                "DATABASE": "/data/chorus.db"}))
+    assert "database /data/chorus.db" in summary and "admin token set" in summary
+    assert "analyst token unset" in summary and "s3cret" not in summary
+
+
+def test_the_cli_says_what_to_fix(tmp_path: Path) -> None:
+    """Regression (issue 13 #13): urllib3's text for an unreachable collector, and a call
+    without a token that did not say which variable to set."""
+    from click.testing import CliRunner
+
+    from chorus_collector.cli import main
+    from chorus_collector.process import CollectorProcess
+
+    runner = CliRunner()
+    down = runner.invoke(main, ["campaign", "list", "--url", "http://127.0.0.1:9"])
+    assert down.exit_code == 1
+    assert "cannot reach the collector (check --url or CHORUS_URL)" in down.output
+    assert "HTTPConnectionPool" not in down.output
+    with CollectorProcess(tmp_path / "c.db", settings={"ADMIN_TOKEN": ADMIN}) as server:
+        tokenless = runner.invoke(main, ["campaign", "list", "--url", server.url],
+                                  env={"CHORUS_TOKEN": ""})
+    assert tokenless.exit_code == 1 and "set CHORUS_TOKEN or pass --token" in tokenless.output
