@@ -32,6 +32,7 @@ from chorus_collector.problems import Problem
 from chorus_collector.ratelimit import RateLimiter
 from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER, shuffling_summary
 from chorus_collector.storage import Storage, StoredCampaign
+from chorus_collector.version import VERSION
 from chorus_shared.campaign import campaign_from_spec
 from chorus_shared.errors import CampaignError, PrivacyWarning
 from chorus_shared.mechanisms import STRING_MECHANISMS
@@ -93,7 +94,7 @@ def _campaign(name: str) -> StoredCampaign:
 @api.get("/healthz")
 def healthz() -> Response:
     _storage().ping()
-    return jsonify(status="ok")
+    return jsonify(status="ok", version=VERSION)
 
 
 @api.get("/v1/campaigns")

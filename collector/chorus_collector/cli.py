@@ -25,6 +25,7 @@ import click
 from chorus_client.api import CollectorAPI
 from chorus_client.errors import APIError, ClientError, TransportError
 from chorus_collector.formatting import format_estimates
+from chorus_collector.version import VERSION
 
 __all__ = ["main"]
 
@@ -42,6 +43,7 @@ token_option = click.option("--token", envvar="CHORUS_TOKEN", default=None,
 
 
 @click.group()
+@click.version_option(VERSION, prog_name="chorus")
 def main() -> None:
     """Chorus: local differential privacy telemetry."""
 

@@ -23,7 +23,9 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 
 class Metrics:
     def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        from chorus_collector.version import VERSION
 
         # One registry per app: tests and several apps in a process do not share counters.
         self.registry = CollectorRegistry()
@@ -37,6 +39,10 @@ class Metrics:
         self.latency = Histogram(
             "chorus_request_duration_seconds", "Request latency by route and status.",
             ["method", "route", "status"], buckets=BUCKETS, registry=self.registry)
+        self.build_info = Gauge(
+            "chorus_build_info", "Always 1; the version of the running collector.",
+            ["version"], registry=self.registry, multiprocess_mode="max")
+        self.build_info.labels(VERSION).set(1)
 
     # Counting is never worth a failed request: a report already committed must not be
     # answered with a 500 because a metrics file is gone (the master removes the directory

@@ -338,3 +338,29 @@ def test_the_cli_says_what_to_fix(tmp_path: Path) -> None:
         tokenless = runner.invoke(main, ["campaign", "list", "--url", server.url],
                                   env={"CHORUS_TOKEN": ""})
     assert tokenless.exit_code == 1 and "set CHORUS_TOKEN or pass --token" in tokenless.output
+
+
+def test_the_version_is_everywhere_an_operator_looks(make_app: Callable[..., Flask]) -> None:
+    """Regression (issue 13 #15): no --version, no version in /healthz or the metrics."""
+    from importlib.metadata import version
+
+    from click.testing import CliRunner
+
+    from chorus_collector.cli import main
+
+    installed = version("chorus-ldp")
+    assert CliRunner().invoke(main, ["--version"]).output.strip() == f"chorus, version {installed}"
+    http = make_app().test_client()
+    assert http.get("/healthz").get_json() == {"status": "ok", "version": installed}
+    metrics = http.get("/metrics").get_data(as_text=True)
+    assert f'chorus_build_info{{version="{installed}"}} 1.0' in metrics
+
+
+def test_the_license_file_matches_the_declared_license() -> None:
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    assert "Apache License" in (root / "LICENSE").read_text()[:200]
+    assert "Version 2.0, January 2004" in (root / "LICENSE").read_text()[:300]
