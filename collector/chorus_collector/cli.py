@@ -206,7 +206,8 @@ def worst_case_line(config: dict[str, Any]) -> str:
 @click.option("--end", type=int, default=None, help="Window end (exclusive).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table")
 @click.option("--postprocessing", default="none", show_default=True,
-              help="none (unbiased), norm-sub, projection, ibu, or nnls (RAPPOR).")
+              help="none (unbiased), norm-sub, projection, ibu (rr, krr, hr, shist), mle "
+                   "(the other frequency oracles) or nnls (RAPPOR-like).")
 @url_option
 @token_option
 def estimates(name: str, candidates: tuple[str, ...], candidates_file: Path | None,

@@ -215,7 +215,8 @@ def _compose_binary() -> str:
 def _compose_config(path: Path, *options: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("COMPOSE_", "DOCKER_"))}
-    env.update({"CHORUS_ADMIN_TOKEN": "a", "CHORUS_ANALYST_TOKEN": "b"})
+    env.update({"CHORUS_ADMIN_TOKEN": "a", "CHORUS_ANALYST_TOKEN": "b",
+                "CHORUS_METRICS_TOKEN": "c"})
     return subprocess.run([_compose_binary(), "-f", str(path), *options, "config", "-q"],
                           env=env, capture_output=True, text=True, timeout=60, cwd=path.parent)
 
@@ -229,6 +230,10 @@ def test_compose_file_is_valid() -> None:
     assert "chorus-data" in compose["volumes"]
     assert any(v.startswith("chorus-data:") for v in service["volumes"])
     assert "${CHORUS_ADMIN_TOKEN" in (ROOT / "docker-compose.yml").read_text()
+    # The published port serves /metrics: compose refuses to start without its token
+    # (issue 13 #18).
+    assert "${CHORUS_METRICS_TOKEN:?" in (ROOT / "docker-compose.yml").read_text()
+    assert service["environment"]["CHORUS_METRICS_TOKEN"].startswith("${CHORUS_METRICS_TOKEN:?")
 
 
 def test_compose_shuffler_service_is_valid_and_shares_the_key() -> None:
