@@ -47,4 +47,5 @@ def format_estimates(result: dict[str, Any], truth: dict[str, float] | None = No
                      f"{extra['unexplained_std_error']:.4f}; residual χ²/dof "
                      f"{extra['residual_chi2_per_dof']:.2f}; detected: "
                      f"{extra['detection_threshold']}")
+    lines.extend(f"  warning: {warning}" for warning in result.get("warnings", []))
     return "\n".join(lines)

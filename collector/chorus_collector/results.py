@@ -107,6 +107,9 @@ class FrequencyEstimate:
     postprocessing: str = "none (unbiased)"
     confidence: float = CONFIDENCE
     extra: dict[str, Any] = field(default_factory=dict)
+    #: What the numbers cannot say by themselves, in words (e.g. candidates that do not
+    #: explain the reports).
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)

@@ -173,3 +173,17 @@ def test_unselected_candidates_have_no_interval_under_nnls() -> None:
     assert all(r.frequency_ci_low != r.frequency_ci_low for r in dropped)  # NaN: null
     kept = [r for r in result.rows if r.frequency_std_error == r.frequency_std_error]
     assert all(0 <= r.frequency_ci_low <= r.frequency_ci_high <= 1 for r in kept)
+
+
+def test_a_fit_that_does_not_explain_the_reports_says_so_in_words() -> None:
+    """Regression (issue 13 #10): χ²/dof of 42.9 and every decoy "detected", with no warning.
+    All candidates: no warning; 10% of the values missing: the χ² warning; and the CLI's
+    table prints it."""
+    from chorus_collector.formatting import format_estimates
+
+    exact, _, _ = _decode("exact", "none")
+    assert exact.warnings == []
+    missing, _, _ = _decode("missing_10%", "none")
+    assert any("do not explain the reports" in w for w in missing.warnings)
+    assert "warning: residual χ²/dof" in format_estimates(missing.to_json())
+    assert missing.to_json()["warnings"] == missing.warnings

@@ -177,6 +177,8 @@ class BloomDecoder(Estimator[D]):
             campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
             rows=rows, variance_model=VARIANCE_MODEL, window=query.window,
             postprocessing=label, extra=extra,
+            warnings=fit_warnings(chi2, dof, 1.0 - float(fit.beta.sum()),
+                                  float(np.sqrt(fit.total_variance))),
         )
 
     @staticmethod
@@ -199,6 +201,30 @@ class BloomDecoder(Estimator[D]):
                 "too large to decode in one query; query fewer candidates",
             )
         return lasso
+
+
+#: A fit diagnostic speaks only when chance alone would say so once in a thousand queries.
+WARNING_ALPHA = 1e-3
+
+
+def fit_warnings(chi2: float, dof: int, unexplained: float, unexplained_se: float) -> list[str]:
+    """The residual χ² and the unexplained share, said in words when they are out of range."""
+    out = []
+    z = NormalDist().inv_cdf(1 - WARNING_ALPHA)
+    if dof > 0:
+        # Wilson–Hilferty: the (1 − α) quantile of χ²_dof, accurate to a few % from dof = 3.
+        upper = dof * (1 - 2 / (9 * dof) + z * math.sqrt(2 / (9 * dof))) ** 3
+        if chi2 > upper:
+            out.append(f"residual χ²/dof = {chi2 / dof:.2f}, above the {upper / dof:.2f} that "
+                       f"chance reaches once in {1 / WARNING_ALPHA:.0f}: the candidates and the "
+                       "campaign's parameters do not explain the reports (a frequent value is "
+                       "missing from the candidates, or the reports were made with other "
+                       "parameters); the estimates and detections are not to be trusted")
+    two_sided = NormalDist().inv_cdf(1 - WARNING_ALPHA / 2)
+    if unexplained_se > 0 and abs(unexplained) > two_sided * unexplained_se:
+        out.append(f"the candidates leave {unexplained:.3f} ± {unexplained_se:.3f} of the "
+                   "reports unexplained: values outside the candidate list are frequent")
+    return out
 
 
 @dataclass(frozen=True)
