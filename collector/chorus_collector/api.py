@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 import warnings
 from collections import Counter
 from typing import Any
@@ -312,10 +313,16 @@ def estimates(name: str) -> Response:
                       f"{campaign.min_batch_size}",
                       headers={"Retry-After": str(campaign.time_precision)}, n=n,
                       min_batch_size=campaign.min_batch_size)
+    gate: threading.BoundedSemaphore = current_app.extensions["chorus.query_gate"]
+    if not gate.acquire(timeout=current_app.config["CHORUS"]["QUERY_WAIT"]):
+        raise Problem("query-busy", "as many estimate queries as this worker computes at once "
+                      "are running; retry shortly", headers={"Retry-After": "5"})
     try:
         result = estimator.finalize(campaign, n, state, query)
     except QueryError as error:
         raise Problem(error.kind, str(error)) from None
+    finally:
+        gate.release()
     if fmt == "csv":
         filename = f"{campaign.name}-estimates.csv"  # campaign names are [a-z0-9_.-]
         return Response(result.to_csv(), mimetype="text/csv",

@@ -8,6 +8,7 @@ registers the API. Tests build their own app on a temporary database.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -58,6 +59,9 @@ def create_app(config: Mapping[str, Any] | None = None, *,
         ingest=settings["INGEST_KEY"], metrics=settings["METRICS_TOKEN"],
         shuffler=settings["SHUFFLER_KEY"])
     app.extensions["chorus.clock"] = clock
+    # Memory per query is bounded by the decoders; memory per worker by this gate.
+    app.extensions["chorus.query_gate"] = threading.BoundedSemaphore(
+        max(1, settings["QUERY_CONCURRENCY"]))
     app.extensions["chorus.metrics"] = Metrics()
     app.extensions["chorus.ratelimit"] = (
         RateLimiter(settings["RATE_LIMIT"], settings["RATE_BURST"], time.monotonic)

@@ -80,6 +80,8 @@ KINDS: Mapping[str, Kind] = MappingProxyType({
     "candidates-not-identifiable": Kind(422, _UNANSWERABLE,
                                         "the candidates cannot be told apart by the reports"),
     "query-too-large": Kind(422, _UNANSWERABLE, "too costly to decode in one query"),
+    "query-busy": Kind(503, "Query busy", "CHORUS_QUERY_CONCURRENCY queries are running in "
+                                          "this worker; see Retry-After"),
     # The service.
     "internal-error": Kind(500, "Internal Server Error", "a bug: logged, never detailed"),
     "storage-unavailable": Kind(503, "Storage unavailable", "the database is busy; retry"),

@@ -43,6 +43,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MAX_PAYLOAD_BYTES", int, 8192,
             "Largest payload of one report (canonical JSON bytes); larger ones are rejected."),
     Setting("MAX_CANDIDATES", int, 10_000, "Most candidate strings in one RAPPOR query."),
+    Setting("QUERY_CONCURRENCY", int, 2,
+            "Estimate queries computed at once per worker process (a RAPPOR decode at the "
+            "candidate limit takes about 0.5 GB); more wait."),
+    Setting("QUERY_WAIT", int, 10,
+            "Seconds a query waits for its turn before a 503 query-busy with Retry-After."),
     Setting("INGEST_KEY", str, None,
             "Optional key apps must send (Authorization: Bearer) to submit reports.",
             secret=True),

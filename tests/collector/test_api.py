@@ -646,3 +646,24 @@ def test_unknown_query_parameters_are_refused(http: FlaskClient) -> None:
     assert reply.status_code == 400
     assert reply.mimetype == "application/problem+json"
     assert "fromat" in reply.get_json()["detail"] and "strat" in reply.get_json()["detail"]
+
+
+def test_estimate_queries_wait_for_their_turn_then_say_busy(make_app: Any) -> None:
+    """Regression (issue 13 #6): memory was bounded per query, not per worker; 16 concurrent
+    RAPPOR decodes would need about 8 GB. A gate lets QUERY_CONCURRENCY run at once."""
+    app = make_app(QUERY_CONCURRENCY=1, QUERY_WAIT=0)
+    http = app.test_client()
+    http.post("/v1/campaigns", json=campaign_spec("busy"), headers=ADMIN_HEADERS)
+    config = http.get("/v1/campaigns/busy").get_json()
+    rng = random.Random(1)
+    http.post("/v1/reports", json={"reports": [make_report(config, "a", rng)
+                                               for _ in range(5)]})
+    gate = app.extensions["chorus.query_gate"]
+    assert gate.acquire(timeout=1)  # a query is running
+    try:
+        busy = http.get("/v1/campaigns/busy/estimates", headers=ANALYST_HEADERS)
+        assert busy.status_code == 503 and busy.headers["Retry-After"] == "5"
+        assert busy.get_json()["type"].endswith("/query-busy")
+    finally:
+        gate.release()
+    assert http.get("/v1/campaigns/busy/estimates", headers=ANALYST_HEADERS).status_code == 200
