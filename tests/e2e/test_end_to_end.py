@@ -47,12 +47,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CollectorProces
 def test_real_client_over_http_estimates_within_four_standard_errors(
         server: CollectorProcess) -> None:
     admin = CollectorAPI(server.url, ADMIN)
+    # A device below stands for 40 users, so each campaign lets one install report 40 times.
+    policy = {"privacy": {"budget": 80.0, "max_reports": 40}}
     specs = [
-        {"name": "e2e-krr", "mechanism": "krr", "epsilon": 2.0, "domain": CATEGORIES},
+        {"name": "e2e-krr", "mechanism": "krr", "epsilon": 2.0, "domain": CATEGORIES, **policy},
         {"name": "e2e-rappor", "mechanism": "rappor", "epsilon": 2.0,
-         "domain": {"kind": "strings"}, "params": {"k": 64, "h": 2, "m": 16, "f": 0.25}},
+         "domain": {"kind": "strings"}, "params": {"k": 64, "h": 2, "m": 16, "f": 0.25},
+         **policy},
         {"name": "e2e-mean", "mechanism": "duchi", "epsilon": 1.0,
-         "domain": {"kind": "numeric", "lo": 0, "hi": 100}},
+         "domain": {"kind": "numeric", "lo": 0, "hi": 100}, **policy},
     ]
     campaigns = {s["name"]: campaign_from_config(admin.create_campaign(s)) for s in specs}
     population = random.Random(42)
@@ -60,20 +63,25 @@ def test_real_client_over_http_estimates_within_four_standard_errors(
     values = [(population.choices(CATEGORIES, [8, 7, 6, 5, 4, 3, 2, 1])[0],
                population.choices(STRINGS, [1 / (i + 1) for i in range(12)])[0],
                population.uniform(0, 100) ** 1.0) for _ in range(users)]
-    transport = RequestsTransport()
+    # 100 simulated devices in one process share a connection pool (a real install reuses
+    # no connection: the default).
+    transport = RequestsTransport(reuse_connections=True)
 
-    def one_user(row: tuple[str, str, float]) -> int:
-        # One simulated install per user, configs pinned; no send delay in a test.
+    def one_device(rows: list[tuple[str, str, float]]) -> int:
+        # Each device stands for 40 users: cohorts, hash seeds and noise are drawn for every
+        # report, so this is one install per user as far as the reports go, with far fewer
+        # requests (one per campaign). Configs pinned; no send delay in a test.
         client = Client(server.url, ephemeral=True, transport=transport, campaigns=campaigns,
-                        send_delay=0.0)
-        client.report("e2e-krr", row[0])
-        client.report("e2e-rappor", row[1])
-        client.report("e2e-mean", row[2])
+                        send_delay=0.0, lifetime_budget=math.inf)
+        for krr_value, url, number in rows:
+            assert client.report("e2e-krr", krr_value) == "queued"
+            assert client.report("e2e-rappor", url) == "queued"
+            assert client.report("e2e-mean", number) == "queued"
         client.flush()
         return client.totals.accepted
 
     with ThreadPoolExecutor(4) as pool:
-        accepted = sum(pool.map(one_user, values))
+        accepted = sum(pool.map(one_device, [values[i:i + 40] for i in range(0, users, 40)]))
     assert accepted == 3 * users >= 10_000
 
     analyst = CollectorAPI(server.url, ANALYST)
@@ -308,7 +316,9 @@ def test_rappor_end_to_end_with_repeated_reports_cli_and_google_import(
                                     "min_batch_size": 1, "privacy": {"budget": 4.0}})
     assert config["derived"]["epsilon_longitudinal"] > config["epsilon"]
     campaign = campaign_from_config(config)
-    transport = RequestsTransport()
+    # 4,000 simulated devices in one process share a connection pool (a real install reuses
+    # no connection: the default).
+    transport = RequestsTransport(reuse_connections=True)
     population = random.Random(8)
     truth: Counter[str] = Counter()
     for _user in range(1500):
