@@ -57,6 +57,25 @@ def _require(role: Role) -> None:
     verifier.check(request.headers.get("Authorization"), role)
 
 
+def report_body(limit: int) -> tuple[bool, list[Any]]:
+    """The reports of a request: one report object, or ``{"reports": [...]}`` of at most
+    ``limit`` (the collector and the shuffler take the same body). (single, raw reports)."""
+    body = json_body()
+    single = isinstance(body, dict) and "reports" not in body
+    if single:
+        raw_reports: list[Any] = [body]
+    elif isinstance(body, dict) and isinstance(body.get("reports"), list) and len(body) == 1:
+        raw_reports = body["reports"]
+    else:
+        raise Problem("invalid-request", 'send one report object, or {"reports": [report, ...]}')
+    if len(raw_reports) > limit:
+        raise Problem("too-many-reports",
+                      f"{len(raw_reports)} reports in one request; at most {limit} are allowed")
+    if not raw_reports:
+        raise Problem("invalid-request", "the batch has no reports")
+    return single, raw_reports
+
+
 def json_body() -> Any:
     if request.mimetype and request.mimetype not in ("application/json", "text/plain") \
             and not request.mimetype.endswith("+json"):
@@ -185,20 +204,7 @@ def _submit(stored: StoredCampaign | None, admitted: bool = False,
             shuffled: bool = False) -> tuple[Response, int]:
     if not admitted:
         _admit_reporter()
-    body = json_body()
-    single = isinstance(body, dict) and "reports" not in body
-    if single:
-        raw_reports: list[Any] = [body]
-    elif isinstance(body, dict) and isinstance(body.get("reports"), list) and len(body) == 1:
-        raw_reports = body["reports"]
-    else:
-        raise Problem("invalid-request", 'send one report object, or {"reports": [report, ...]}')
-    limit = current_app.config["CHORUS"]["MAX_REPORTS_PER_REQUEST"]
-    if len(raw_reports) > limit:
-        raise Problem("too-many-reports",
-                      f"{len(raw_reports)} reports in one request; at most {limit} are allowed")
-    if not raw_reports:
-        raise Problem("invalid-request", "the batch has no reports")
+    single, raw_reports = report_body(current_app.config["CHORUS"]["MAX_REPORTS_PER_REQUEST"])
     if shuffled:
         _check_batch_size(request.headers.get(SHUFFLED_BATCH_HEADER), len(raw_reports))
     now = current_app.extensions["chorus.clock"]()

@@ -56,26 +56,34 @@ def serve(config: Mapping[str, Any] | None = None) -> None:
     app = create_app(config)
     sys.stderr.write(startup_summary(settings) + "\n")
     options = {
-        "bind": settings["BIND"],
-        "workers": settings["WORKERS"],
-        "threads": settings["THREADS"],
-        "worker_class": "gthread",
-        "preload_app": True,
-        "graceful_timeout": 30,
-        "timeout": 60,
-        "keepalive": 5,
-        # No access log: it would record client addresses.
-        "accesslog": None,
-        "errorlog": "-",
-        "loglevel": settings["LOG_LEVEL"].lower(),
-        "proc_name": "chorus-collector",
-        "limit_request_line": 8190,
+        **gunicorn_options(settings, "chorus-collector", timeout=60),
         "child_exit": _child_exit,
     }
     try:
         GunicornApp(app, options).run()
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def gunicorn_options(settings: Mapping[str, Any], name: str, *,
+                     timeout: int) -> dict[str, Any]:
+    """What the collector and the shuffler run gunicorn with: threaded workers, a graceful
+    drain on SIGTERM, and no access log (it would record client addresses)."""
+    return {
+        "bind": settings["BIND"],
+        "workers": settings["WORKERS"],
+        "threads": settings["THREADS"],
+        "worker_class": "gthread",
+        "preload_app": True,
+        "graceful_timeout": 30,
+        "timeout": timeout,
+        "keepalive": 5,
+        "accesslog": None,
+        "errorlog": "-",
+        "loglevel": settings["LOG_LEVEL"].lower(),
+        "proc_name": name,
+        "limit_request_line": 8190,
+    }
 
 
 def startup_summary(settings: Mapping[str, Any]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +72,6 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("THREADS", int, 8, "Threads per worker process."),
     Setting("LOG_LEVEL", str, "INFO", "Python logging level for the collector."),
 )
-_BY_NAME = {s.name: s for s in SETTINGS}
 # CHORUS_* variables read by the CLI and client, not by the collector app.
 _NON_APP_ENV = {"URL", "TOKEN"}
 
@@ -96,31 +95,47 @@ def coerce_setting(setting: Setting, value: object, source: str) -> Any:
     return value
 
 
-def _unknown(name: str, source: str) -> SettingsError:
-    close = difflib.get_close_matches(name, _BY_NAME, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else f"; known: {sorted(_BY_NAME)}"
-    return SettingsError(f"{source}: unknown setting {name!r}{hint}")
+def read_settings(settings: Sequence[Setting], prefix: str, *, config: Mapping[str, Any] | None,
+                  environ: Mapping[str, str], others: Callable[[str], bool],
+                  what: str = "setting", lowercase_config_is_ours: bool = False,
+                  ) -> dict[str, Any]:
+    """Defaults, then ``<prefix><NAME>`` environment variables, then ``config``: an unknown
+    name in the namespace (unless ``others`` says it belongs to another program) or a value
+    of the wrong type stops the start with a hint. The collector and the shuffler share it."""
+    by_name = {s.name: s for s in settings}
+
+    def unknown(name: str, source: str) -> SettingsError:
+        close = difflib.get_close_matches(name, by_name, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; known: {sorted(by_name)}"
+        return SettingsError(f"{source}: unknown {what} {name!r}{hint}")
+
+    values = {s.name: s.default for s in settings}
+    for key, raw in environ.items():
+        if not key.startswith(prefix):
+            continue
+        name = key.removeprefix(prefix)
+        if others(name):
+            continue
+        if name not in by_name:
+            raise unknown(name, f"environment variable {key}")
+        values[name] = coerce_setting(by_name[name], raw, f"environment variable {key}")
+    for name, raw in (config or {}).items():
+        if name in by_name:
+            values[name] = coerce_setting(by_name[name], raw, "config")
+        elif not (lowercase_config_is_ours and not name.isupper()):
+            raise unknown(name, "config")
+    return values
 
 
 def resolve_settings(config: Mapping[str, Any] | None = None,
                      environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Defaults, then ``CHORUS_*`` environment variables, then ``config``."""
-    environ = os.environ if environ is None else environ
-    values = {s.name: s.default for s in SETTINGS}
-    for key, raw in environ.items():
-        if not key.startswith("CHORUS_"):
-            continue
-        name = key.removeprefix("CHORUS_")
-        if name in _NON_APP_ENV or (name.startswith("SHUFFLER_") and name != "SHUFFLER_KEY"):
-            continue  # the CLI's, or the shuffler's own CHORUS_SHUFFLER_* settings
-        if name not in _BY_NAME:
-            raise _unknown(name, f"environment variable {key}")
-        values[name] = coerce_setting(_BY_NAME[name], raw, f"environment variable {key}")
-    for name, raw in (config or {}).items():
-        if name in _BY_NAME:
-            values[name] = coerce_setting(_BY_NAME[name], raw, "config")
-        elif name.isupper():
-            raise _unknown(name, "config")
+    values = read_settings(
+        SETTINGS, "CHORUS_", config=config, environ=os.environ if environ is None else environ,
+        # The CLI's own variables, and the shuffler's CHORUS_SHUFFLER_* settings.
+        others=lambda name: name in _NON_APP_ENV or (name.startswith("SHUFFLER_")
+                                                     and name != "SHUFFLER_KEY"),
+        lowercase_config_is_ours=True)
     if values["SQLITE_SYNCHRONOUS"] not in ("FULL", "NORMAL", "EXTRA"):
         raise SettingsError("SQLITE_SYNCHRONOUS must be FULL, NORMAL or EXTRA")
     for name in ("MAX_BODY_BYTES", "MAX_REPORTS_PER_REQUEST", "MAX_CANDIDATES", "WORKERS",

@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
-from chorus_collector.api import json_body
+from chorus_collector.api import report_body
 from chorus_collector.app import register_error_handlers
 from chorus_collector.auth import TokenVerifier
 from chorus_collector.problems import Problem
@@ -153,20 +153,7 @@ def _check_envelope(raw: object, max_payload_bytes: int) -> _Checked:
 
 @shuffler_api.post("/v1/reports")
 def submit_reports() -> tuple[Response, int]:
-    body = json_body()
-    single = isinstance(body, dict) and "reports" not in body
-    if single:
-        raw_reports: list[Any] = [body]
-    elif isinstance(body, dict) and isinstance(body.get("reports"), list) and len(body) == 1:
-        raw_reports = body["reports"]
-    else:
-        raise Problem("invalid-request", 'send one report object, or {"reports": [report, ...]}')
-    limit = _setting("MAX_REPORTS_PER_REQUEST")
-    if len(raw_reports) > limit:
-        raise Problem("too-many-reports",
-                      f"{len(raw_reports)} reports in one request; at most {limit} are allowed")
-    if not raw_reports:
-        raise Problem("invalid-request", "the batch has no reports")
+    single, raw_reports = report_body(_setting("MAX_REPORTS_PER_REQUEST"))
     checked = [_check_envelope(raw, _setting("MAX_PAYLOAD_BYTES")) for raw in raw_reports]
     first: dict[tuple[str, str], PooledReport] = {}
     repeats: list[bool] = []  # per report: a repeat of an earlier one in this request

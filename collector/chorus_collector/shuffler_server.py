@@ -12,7 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from chorus_collector.server import GunicornApp
+from chorus_collector.server import GunicornApp, gunicorn_options
 from chorus_collector.shuffler import create_shuffler_app, start_background_forwarder
 from chorus_collector.shuffler_forward import BackgroundForwarder
 from chorus_collector.shuffler_settings import resolve_shuffler_settings
@@ -40,19 +40,7 @@ def serve_shuffler(config: Mapping[str, Any] | None = None) -> None:
             thread.stop()
 
     options = {
-        "bind": settings["BIND"],
-        "workers": settings["WORKERS"],
-        "threads": settings["THREADS"],
-        "worker_class": "gthread",
-        "preload_app": True,
-        "graceful_timeout": 30,
-        "timeout": 120,
-        "keepalive": 5,
-        "accesslog": None,
-        "errorlog": "-",
-        "loglevel": settings["LOG_LEVEL"].lower(),
-        "proc_name": "chorus-shuffler",
-        "limit_request_line": 8190,
+        **gunicorn_options(settings, "chorus-shuffler", timeout=120),
         "post_worker_init": post_worker_init,
         "worker_exit": worker_exit,
     }

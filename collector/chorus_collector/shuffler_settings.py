@@ -9,12 +9,11 @@ the shuffler's namespace or a value of the wrong type stops the start with a hin
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from chorus_collector.settings import Setting, SettingsError, coerce_setting
+from chorus_collector.settings import Setting, SettingsError, read_settings
 
 __all__ = ["ENV_PREFIX", "SHUFFLER_SETTINGS", "resolve_shuffler_settings"]
 
@@ -51,35 +50,16 @@ SHUFFLER_SETTINGS: tuple[Setting, ...] = (
     Setting("THREADS", int, 8, "Threads per worker process."),
     Setting("LOG_LEVEL", str, "INFO", "Python logging level for the shuffler."),
 )
-_BY_NAME = {s.name: s for s in SHUFFLER_SETTINGS}
 # In the CHORUS_SHUFFLER_ namespace but read by the collector (CHORUS_SHUFFLER_KEY).
 _NOT_OURS = {"KEY"}
-
-
-def _unknown(name: str, source: str) -> SettingsError:
-    close = difflib.get_close_matches(name, _BY_NAME, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else f"; known: {sorted(_BY_NAME)}"
-    return SettingsError(f"{source}: unknown shuffler setting {name!r}{hint}")
 
 
 def resolve_shuffler_settings(config: Mapping[str, Any] | None = None,
                               environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Defaults, then ``CHORUS_SHUFFLER_*`` environment variables, then ``config``."""
-    environ = os.environ if environ is None else environ
-    values = {s.name: s.default for s in SHUFFLER_SETTINGS}
-    for key, raw in environ.items():
-        if not key.startswith(ENV_PREFIX):
-            continue
-        name = key.removeprefix(ENV_PREFIX)
-        if name in _NOT_OURS:
-            continue
-        if name not in _BY_NAME:
-            raise _unknown(name, f"environment variable {key}")
-        values[name] = coerce_setting(_BY_NAME[name], raw, f"environment variable {key}")
-    for name, raw in (config or {}).items():
-        if name not in _BY_NAME:
-            raise _unknown(name, "config")
-        values[name] = coerce_setting(_BY_NAME[name], raw, "config")
+    values = read_settings(SHUFFLER_SETTINGS, ENV_PREFIX, config=config,
+                           environ=os.environ if environ is None else environ,
+                           others=lambda name: name in _NOT_OURS, what="shuffler setting")
     if not values["SHUFFLER_KEY"]:
         raise SettingsError("the shuffler needs SHUFFLER_KEY (CHORUS_SHUFFLER_SHUFFLER_KEY): "
                             "the collector records a batch as shuffled only with it")
