@@ -22,11 +22,12 @@ import random
 import secrets
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import requests
 
+from chorus_client.transport import Response
 from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER
 from chorus_collector.shuffler_pool import ShufflerPool
 
@@ -38,15 +39,8 @@ USER_AGENT = "chorus-shuffler"
 log = logging.getLogger("chorus.shuffler")
 
 
-@dataclass(frozen=True)
-class UpstreamReply:
-    status: int
-    body: bytes = b""
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-    def header(self, name: str) -> str | None:
-        lowered = name.lower()
-        return next((v for k, v in self.headers.items() if k.lower() == lowered), None)
+# The collector's answer: the client library's Response (status, body, headers).
+UpstreamReply = Response
 
 
 class UpstreamError(Exception):

@@ -373,14 +373,8 @@ class Storage:
     def read_aggregate(self, campaign_id: int, size: int, start: int | None,
                        end: int | None) -> tuple[int, np.ndarray]:
         """Sum of the bucket statistics with start <= time < end: O(buckets × state size)."""
-        sql = "SELECT n, state FROM aggregates WHERE campaign_id = ?"
-        args: list[Any] = [campaign_id]
-        if start is not None:
-            sql += " AND time >= ?"
-            args.append(start)
-        if end is not None:
-            sql += " AND time < ?"
-            args.append(end)
+        sql, args = _in_window("SELECT n, state FROM aggregates WHERE campaign_id = ?",
+                               campaign_id, start, end)
         total = np.zeros(size, dtype=np.int64)
         n = 0
         for count, blob in self.connect().execute(sql, args):
@@ -428,15 +422,9 @@ class Storage:
     def shuffled_totals(self, campaign_id: int, start: int | None,
                         end: int | None) -> tuple[int, int, int | None]:
         """(batches, reports, smallest batch) of the buckets with start <= time < end."""
-        sql = ("SELECT coalesce(sum(batches), 0), coalesce(sum(reports), 0), min(smallest) "
-               "FROM shuffled_batches WHERE campaign_id = ?")
-        args: list[Any] = [campaign_id]
-        if start is not None:
-            sql += " AND time >= ?"
-            args.append(start)
-        if end is not None:
-            sql += " AND time < ?"
-            args.append(end)
+        sql, args = _in_window(
+            "SELECT coalesce(sum(batches), 0), coalesce(sum(reports), 0), min(smallest) "
+            "FROM shuffled_batches WHERE campaign_id = ?", campaign_id, start, end)
         batches, reports, smallest = self.connect().execute(sql, args).fetchone()
         return int(batches), int(reports), smallest
 
@@ -456,3 +444,16 @@ class Storage:
                     "AND payload != ''", (stored.id, cutoff))
                 scrubbed += cursor.rowcount
         return scrubbed
+
+
+def _in_window(sql: str, campaign_id: int, start: int | None,
+               end: int | None) -> tuple[str, list[Any]]:
+    """``sql`` (which selects one campaign's buckets) restricted to start <= time < end."""
+    args: list[Any] = [campaign_id]
+    if start is not None:
+        sql += " AND time >= ?"
+        args.append(start)
+    if end is not None:
+        sql += " AND time < ?"
+        args.append(end)
+    return sql, args
