@@ -514,6 +514,9 @@ class Client:
                 rows = self._state.outbox(size, math.inf if everything else self._clock())
                 if not rows:
                     break
+                # Read, then made durable, then sent: the charges of these rows committed
+                # before they could be read, so none can be undone once they are sent.
+                self._state.make_durable()
                 sent = self._send_batch(rows, result, deadline, sleep)
                 if sent == "split":
                     size = max(1, len(rows) // 2)
