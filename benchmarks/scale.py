@@ -86,10 +86,10 @@ def bench_aggregation(total: int) -> dict[str, Any]:
 
 
 def _stored_campaign(workdir: Path, reports: int) -> tuple[Any, Any]:
-    """A collector database holding ``reports`` k-RR reports over 24 hourly buckets, written
-    directly (raw rows and per-bucket statistics, as ingest would leave them)."""
+    """A collector database holding ``reports`` k-RR reports over 24 hourly buckets, appended
+    directly (as ingest would) and folded into the per-bucket statistics."""
     from chorus_collector import create_app
-    from chorus_collector.estimators import estimator_for
+    from chorus_collector.folding import fold
     from chorus_collector.simulate import simulate
     from chorus_collector.storage import StoredReport
 
@@ -98,7 +98,6 @@ def _stored_campaign(workdir: Path, reports: int) -> tuple[Any, Any]:
     storage = app.extensions["chorus.storage"]
     campaign = _campaign("krr")
     stored, _ = storage.insert_campaign(campaign)
-    estimator = estimator_for("krr")
     rng = np.random.default_rng(5)
     hour0 = campaign.time_bucket(time.time()) - 24 * 3600
     for start in range(0, reports, CHUNK):
@@ -109,12 +108,7 @@ def _stored_campaign(workdir: Path, reports: int) -> tuple[Any, Any]:
             storage.insert_reports(conn, stored.id, [
                 StoredReport(secrets.token_bytes(16), int(hour0 + 3600 * h), json.dumps(p))
                 for p, h in zip(payloads, hours.tolist(), strict=True)])
-            partials = {}
-            for hour in range(24):
-                chosen = [p for p, h in zip(payloads, hours.tolist(), strict=True) if h == hour]
-                partials[int(hour0 + 3600 * hour)] = (len(chosen), estimator.map(
-                    campaign.mechanism, chosen))
-            storage.add_to_aggregates(conn, stored.id, partials)
+    fold(storage)  # as the collector's background folder would
     return app, campaign
 
 

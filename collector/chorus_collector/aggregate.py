@@ -1,8 +1,9 @@
 """Batch aggregation on every core: map in a process pool, merge by addition.
 
-The collector's statistics are updated incrementally at ingest. This module recomputes them
-from the stored raw reports (re-analysis, or checking that the incremental statistics are
-exactly what the reports give) with the same map / merge core the estimators define: a pure
+The collector's statistics are folded incrementally from the appended reports
+(``chorus_collector.folding``). This module recomputes them from the stored raw reports
+(re-analysis, or checking that the folded statistics are exactly what the reports at or
+below the watermark give) with the same map / merge core the estimators define: a pure
 ``map`` from a chunk of payloads to an additive int64 vector, summed per time bucket. The
 chunks run in a process pool (one process per core by default); a distributed engine (Spark,
 Dask, Beam) can run the same ``map_chunk`` and a sum instead.
@@ -43,55 +44,48 @@ def map_chunk(config_json: str, payload_jsons: list[str]) -> np.ndarray:
     return estimator_for(campaign.mechanism.name).map(campaign.mechanism, payloads)
 
 
-def _chunks(storage: Storage, campaign_id: int,
-            chunk: int) -> Iterator[tuple[int, list[str], int]]:
-    """(time bucket, payloads, scrubbed count) in chunks of at most ``chunk`` reports."""
-    rows = storage.report_rows(campaign_id)
+def _chunks(storage: Storage, campaign_id: int, through: int,
+            chunk: int) -> Iterator[tuple[int, list[str]]]:
+    """(time bucket, payloads) in chunks of at most ``chunk`` reports."""
     bucket: int | None = None
     payloads: list[str] = []
-    scrubbed = 0
-    for time, payload in rows:
+    for time, payload in storage.folded_report_rows(campaign_id, through):
         if bucket is not None and (time != bucket or len(payloads) >= chunk):
-            yield bucket, payloads, scrubbed
-            payloads, scrubbed = [], 0
+            yield bucket, payloads
+            payloads = []
         bucket = time
-        if payload:
-            payloads.append(payload)
-        else:
-            scrubbed += 1
+        payloads.append(payload)
     if bucket is not None:
-        yield bucket, payloads, scrubbed
+        yield bucket, payloads
 
 
-def recompute(storage: Storage, name: str, workers: int | None = None,
-              chunk: int = CHUNK) -> tuple[dict[int, tuple[int, np.ndarray]], dict[int, int]]:
-    """Per time bucket (number of reports, statistic) recomputed from the raw reports, and
-    per bucket the number of reports whose payload was scrubbed (expired), which cannot be
-    used."""
+def recompute(storage: Storage, name: str, workers: int | None = None, chunk: int = CHUNK,
+              through: int | None = None) -> dict[int, tuple[int, np.ndarray]]:
+    """Per time bucket (number of reports, statistic) recomputed from the raw reports at or
+    below the watermark ``through`` (default: the current one)."""
     stored = storage.get_campaign(name)
     if stored is None:
         raise KeyError(name)
+    if through is None:
+        through = storage.fold_status().watermark
     config_json = json.dumps(stored.campaign.public_config(), sort_keys=True)
     estimator = estimator_for(stored.campaign.mechanism.name)
     size = estimator.state_size(stored.campaign.mechanism)
     buckets: dict[int, tuple[int, np.ndarray]] = {}
-    skipped: dict[int, int] = {}
     workers = workers or os.cpu_count() or 1
 
     def merge(time: int, count: int, state: np.ndarray) -> None:
         n, total = buckets.get(time, (0, np.zeros(size, dtype=np.int64)))
         buckets[time] = (n + count, total + state)
 
-    chunks: Iterable[tuple[int, list[str], int]] = _chunks(storage, stored.id, chunk)
+    chunks: Iterable[tuple[int, list[str]]] = _chunks(storage, stored.id, through, chunk)
     if workers == 1:
-        for time, payloads, scrubbed in chunks:
-            skipped[time] = skipped.get(time, 0) + scrubbed
+        for time, payloads in chunks:
             merge(time, len(payloads), map_chunk(config_json, payloads))
-        return buckets, skipped
+        return buckets
     with ProcessPoolExecutor(workers) as pool:
         pending: list[tuple[int, int, Future[np.ndarray]]] = []
-        for time, payloads, scrubbed in chunks:
-            skipped[time] = skipped.get(time, 0) + scrubbed
+        for time, payloads in chunks:
             pending.append((time, len(payloads), pool.submit(map_chunk, config_json,
                                                              payloads)))
             while len(pending) >= 2 * workers:  # bounded: stream, never load everything
@@ -99,7 +93,7 @@ def recompute(storage: Storage, name: str, workers: int | None = None,
                 merge(t, count, future.result())
         for t, count, future in pending:
             merge(t, count, future.result())
-    return buckets, skipped
+    return buckets
 
 
 @dataclass(frozen=True)
@@ -107,28 +101,29 @@ class BucketCheck:
     time: int
     stored_n: int
     recomputed_n: int
-    scrubbed: int  # expired payloads: the bucket cannot be recomputed in full
-    matches: bool
+    retired: int  # reports dropped by gc: the bucket's statistic cannot be recomputed
+    matches: bool  # counts add up and, with nothing retired, the statistics are identical
 
 
 def check_aggregates(storage: Storage, name: str, workers: int | None = None,
                      chunk: int = CHUNK) -> list[BucketCheck]:
-    """Compare the incremental statistics with a recomputation from the raw reports."""
+    """Compare the folded statistics with a recomputation from the raw reports they were
+    folded from (those at or below the watermark, read in the same snapshot)."""
     stored = storage.get_campaign(name)
     if stored is None:
         raise KeyError(name)
-    recomputed, scrubbed = recompute(storage, name, workers, chunk)
-    rows = storage.aggregate_rows(stored.id)
+    folded = storage.folded_statistics(stored.id)
+    recomputed = recompute(storage, name, workers, chunk, through=folded.watermark)
     checks = []
     seen = set()
-    for time, n, blob in rows:
+    for time, n, blob in folded.buckets:
         seen.add(time)
-        entry = recomputed.get(time)
-        count = entry[0] if entry else 0
-        same = entry is not None and count == n and bool(
-            np.array_equal(entry[1], state_array(blob)))
-        checks.append(BucketCheck(time, n, count, scrubbed.get(time, 0), same))
+        count, state = recomputed.get(time, (0, None))
+        retired = folded.retired.get(time, 0)
+        same = count + retired == n and (retired > 0 or (
+            state is not None and bool(np.array_equal(state, state_array(blob)))))
+        checks.append(BucketCheck(time, n, count, retired, same))
     for time, (count, _) in recomputed.items():
         if time not in seen:
-            checks.append(BucketCheck(time, 0, count, scrubbed.get(time, 0), False))
+            checks.append(BucketCheck(time, 0, count, folded.retired.get(time, 0), False))
     return sorted(checks, key=lambda c: c.time)

@@ -27,10 +27,12 @@ from flask import Blueprint, Response, current_app, jsonify, request
 
 from chorus_collector.auth import Role, TokenVerifier
 from chorus_collector.estimators import Query, QueryError, estimator_for
+from chorus_collector.folding import EstimateInputs, estimate_inputs
 from chorus_collector.ingest import ReportStatus, ingest_reports, parse_body
 from chorus_collector.metrics import Metrics
 from chorus_collector.problems import Problem
 from chorus_collector.ratelimit import RateLimiter
+from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
 from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER, shuffling_summary
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_collector.version import VERSION
@@ -304,29 +306,21 @@ def _estimate_query(stored: StoredCampaign) -> tuple[Query, str]:
                  postprocessing=method), fmt
 
 
+Estimate = FrequencyEstimate | MeanEstimate | VectorMeanEstimate
+
+
 @api.route("/v1/campaigns/<name>/estimates", methods=["GET", "POST"])
 def estimates(name: str) -> Response:
     _require("analyst")
     stored = _campaign(name)
     query, fmt = _estimate_query(stored)
     campaign = stored.campaign
-    estimator = estimator_for(campaign.mechanism.name)
-    n, state = _storage().read_aggregate(stored.id, estimator.state_size(campaign.mechanism),
-                                         query.start, query.end)
-    if n < campaign.min_batch_size:
-        raise Problem("invalid-batch-size",
-                      f"{n} accepted reports in this window; estimates need at least "
-                      f"{campaign.min_batch_size}",
-                      headers={"Retry-After": str(campaign.time_precision)}, n=n,
-                      min_batch_size=campaign.min_batch_size)
     gate: threading.BoundedSemaphore = current_app.extensions["chorus.query_gate"]
     if not gate.acquire(timeout=current_app.config["CHORUS"]["QUERY_WAIT"]):
         raise Problem("query-busy", "as many estimate queries as this worker computes at once "
                       "are running; retry shortly", headers={"Retry-After": "5"})
     try:
-        result = estimator.finalize(campaign, n, state, query)
-    except QueryError as error:
-        raise Problem(error.kind, str(error)) from None
+        result, inputs = _estimate(stored, query)
     finally:
         gate.release()
     if fmt == "csv":
@@ -334,7 +328,27 @@ def estimates(name: str) -> Response:
         return Response(result.to_csv(), mimetype="text/csv",
                         headers={"Content-Disposition": f'attachment; filename="{filename}"'})
     body = result.to_json()
-    shuffling = shuffling_summary(_storage(), stored, n, query.start, query.end)
+    body["freshness"] = inputs.freshness()
+    shuffling = shuffling_summary(_storage(), stored, inputs.n, query.start, query.end)
     if shuffling is not None:
         body["shuffling"] = shuffling
     return Response(json.dumps(body), mimetype="application/json")
+
+
+def _estimate(stored: StoredCampaign, query: Query) -> tuple[Estimate, EstimateInputs]:
+    """The estimate of one window, from the folded statistics and the unfolded tail."""
+    campaign = stored.campaign
+    inputs = estimate_inputs(_storage(), stored, query.start, query.end)
+    n = inputs.n
+    if n < campaign.min_batch_size:
+        raise Problem("invalid-batch-size",
+                      f"{n} accepted reports in this window; estimates need at least "
+                      f"{campaign.min_batch_size}",
+                      headers={"Retry-After": str(campaign.time_precision)}, n=n,
+                      min_batch_size=campaign.min_batch_size)
+    try:
+        result = estimator_for(campaign.mechanism.name).finalize(campaign, n, inputs.state,
+                                                                 query)
+    except QueryError as error:
+        raise Problem(error.kind, str(error)) from None
+    return result, inputs

@@ -19,13 +19,14 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from chorus_collector.api import api
 from chorus_collector.auth import TokenVerifier
+from chorus_collector.folding import BackgroundFolder
 from chorus_collector.metrics import Metrics
 from chorus_collector.problems import Problem, problem_response
 from chorus_collector.ratelimit import RateLimiter
 from chorus_collector.settings import resolve_settings
 from chorus_collector.storage import Storage
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "start_background_work"]
 
 log = logging.getLogger("chorus.collector")
 
@@ -59,6 +60,8 @@ def create_app(config: Mapping[str, Any] | None = None, *,
         ingest=settings["INGEST_KEY"], metrics=settings["METRICS_TOKEN"],
         shuffler=settings["SHUFFLER_KEY"])
     app.extensions["chorus.clock"] = clock
+    # Started by the server in each worker after the fork (start_background_work).
+    app.extensions["chorus.folder"] = BackgroundFolder(storage, settings["FOLD_INTERVAL"])
     # Memory per query is bounded by the decoders; memory per worker by this gate.
     app.extensions["chorus.query_gate"] = threading.BoundedSemaphore(
         max(1, settings["QUERY_CONCURRENCY"]))
@@ -75,6 +78,13 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     register_error_handlers(app)
     _register_request_log(app)
     return app
+
+
+def start_background_work(app: Flask) -> None:
+    """Start what runs beside the requests in this process: folding new reports into the
+    statistics. Call it in each server process after any fork."""
+    folder: BackgroundFolder = app.extensions["chorus.folder"]
+    folder.start()
 
 
 def register_error_handlers(app: Flask) -> None:

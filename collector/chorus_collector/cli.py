@@ -18,7 +18,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -26,6 +26,9 @@ from chorus_client.api import CollectorAPI
 from chorus_client.errors import APIError, ClientError, TransportError
 from chorus_collector.formatting import format_estimates
 from chorus_collector.version import VERSION
+
+if TYPE_CHECKING:
+    from chorus_collector.storage import Storage
 
 __all__ = ["main"]
 
@@ -88,23 +91,61 @@ def shuffler(bind: str | None, database: str | None, flush: bool) -> None:
         _fail(str(error))
 
 
-@main.command()
-@click.option("--database", envvar="CHORUS_DATABASE", default="chorus.db", show_default=True,
-              help="SQLite file (or CHORUS_DATABASE).")
-def gc(database: str) -> None:
-    """Erase report payloads older than their campaign's expiry (report IDs are kept).
-
-    Safe to run while the collector serves; schedule it (cron) daily.
-    """
-    import time
-
+def _open_storage(database: str) -> Storage:
     from chorus_collector.storage import Storage
 
     if not Path(database).exists():
         raise click.ClickException(f"{database}: no such database")
     storage = Storage(database)
     storage.migrate()
-    click.echo(f"scrubbed {storage.scrub_expired(time.time())} expired report payloads")
+    return storage
+
+
+@main.command()
+@click.option("--database", envvar="CHORUS_DATABASE", default="chorus.db", show_default=True,
+              help="SQLite file (or CHORUS_DATABASE).")
+@click.option("--margin", type=click.IntRange(min=0), default=86_400, show_default=True,
+              help="Seconds past a campaign's report expiry before its reports are dropped "
+                   "(covers clock skew between collectors).")
+def gc(database: str, margin: int) -> None:
+    """Drop reports older than their campaign's expiry (plus a margin), keeping the
+    statistics they fed and a count per time bucket.
+
+    Ingest refuses expired reports, so their IDs protect nothing. Safe to run while the
+    collector serves; schedule it (cron) daily.
+    """
+    import time
+
+    from chorus_collector.folding import fold
+
+    storage = _open_storage(database)
+    fold(storage)  # only folded reports are dropped: fold what is pending first
+    click.echo(f"dropped {storage.drop_expired(time.time(), margin)} expired reports")
+
+
+@main.command()
+@click.option("--database", envvar="CHORUS_DATABASE", default="chorus.db", show_default=True,
+              help="SQLite file (or CHORUS_DATABASE).")
+@click.option("--follow", is_flag=True,
+              help="Keep folding new reports every --interval seconds until interrupted.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True)
+def aggregate(database: str, follow: bool, interval: float) -> None:
+    """Fold appended reports into the per-bucket statistics (the collector's server does
+    this in the background; run it here on demand, or beside servers started with
+    CHORUS_FOLD_INTERVAL=0). Safe beside running servers: folds never count a report twice."""
+    import time
+
+    from chorus_collector.folding import BackgroundFolder
+
+    storage = _open_storage(database)
+    folder = BackgroundFolder(storage, interval)
+    while True:
+        folded = folder.run_once()
+        status = storage.fold_status()
+        click.echo(f"folded {folded} reports; {status.unfolded} waiting")
+        if not follow:
+            return
+        time.sleep(interval)
 
 
 @main.command("check-aggregates")
@@ -116,23 +157,20 @@ def check_aggregates_command(name: str, database: str, workers: int | None) -> N
     """Recompute a campaign's statistics from its raw reports (on every core) and compare
     them with the incremental ones, bucket by bucket. Exit status 1 on any mismatch."""
     from chorus_collector.aggregate import check_aggregates
-    from chorus_collector.storage import Storage
 
-    if not Path(database).exists():
-        raise click.ClickException(f"{database}: no such database")
     if workers is not None and workers < 1:
         raise click.ClickException("--workers must be at least 1")
-    storage = Storage(database)
-    storage.migrate()
+    storage = _open_storage(database)
     try:
         checks = check_aggregates(storage, name, workers)
     except KeyError:
         raise click.ClickException(f"no campaign named {name!r}") from None
-    partial = [c for c in checks if c.scrubbed]
-    bad = [c for c in checks if not c.matches and not c.scrubbed]
+    partial = [c for c in checks if c.retired]
+    bad = [c for c in checks if not c.matches]
     reports = sum(c.recomputed_n for c in checks)
     click.echo(f"{name}: {len(checks)} time buckets, {reports} reports recomputed; "
-               f"{len(partial)} buckets hold expired payloads and were not compared")
+               f"{len(partial)} buckets lost expired reports to gc: their counts were "
+               "checked, their statistics could not be")
     for check in bad:
         click.echo(f"  bucket {check.time}: stored n = {check.stored_n}, recomputed n = "
                    f"{check.recomputed_n}: statistics differ")

@@ -1,4 +1,8 @@
-"""Report ingest: validate, deduplicate, store and update the statistics in one transaction.
+"""Report ingest: validate, deduplicate and append, in one short transaction.
+
+No statistics are computed here: the reports are folded into them later, outside any request
+(``chorus_collector.folding``), so a request holds the write lock only while its own rows are
+inserted, whatever the campaign's mechanism or domain.
 
 A report is *accepted* (stored and counted once), a *duplicate* (the same report ID with the
 same bytes was stored before: acknowledged again, counted once) or *rejected* (with a reason).
@@ -16,9 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-import numpy as np
-
-from chorus_collector.estimators import estimator_for
 from chorus_collector.storage import Storage, StoredCampaign, StoredReport
 from chorus_shared.campaign import canonical_json
 from chorus_shared.errors import DigestMismatch, WireError
@@ -214,37 +215,28 @@ def _repeat_status(index: int, report_id: str, same: bool) -> ReportStatus:
 def _store(storage: Storage,
            fresh: dict[tuple[int, bytes], tuple[int, StoredCampaign, Report, str]],
            statuses: list[ReportStatus | None], shuffled: bool = False) -> None:
-    by_campaign: dict[int, list[tuple[bytes, int, StoredCampaign, Report, str]]] = \
-        defaultdict(list)
-    for (campaign_id, key), (index, stored, report, payload_json) in fresh.items():
-        by_campaign[campaign_id].append((key, index, stored, report, payload_json))
+    by_campaign: dict[int, list[tuple[bytes, int, Report, str]]] = defaultdict(list)
+    for (campaign_id, key), (index, _, report, payload_json) in fresh.items():
+        by_campaign[campaign_id].append((key, index, report, payload_json))
+
     def work(conn: sqlite3.Connection) -> None:
         for campaign_id, items in by_campaign.items():
-            stored = items[0][2]
-            mechanism = stored.campaign.mechanism
             existing = storage.existing_reports(conn, campaign_id, [i[0] for i in items])
             new: list[StoredReport] = []
-            by_time: dict[int, list[Any]] = defaultdict(list)
-            for key, index, _, report, payload_json in items:
+            by_time: dict[int, int] = defaultdict(int)
+            for key, index, report, payload_json in items:
                 if key in existing:
                     same = existing[key] == (report.time, payload_json)
                     statuses[index] = _repeat_status(index, report.report_id, same)
                     continue
                 new.append(StoredReport(key, report.time, payload_json))
-                by_time[report.time].append(report.payload)
+                by_time[report.time] += 1
                 statuses[index] = ReportStatus(index, report.report_id, "accepted")
             if not new:
                 continue
             storage.insert_reports(conn, campaign_id, new)
-            estimator = estimator_for(mechanism.name)
-            partials: dict[int, tuple[int, np.ndarray]] = {
-                time: (len(payloads), estimator.map(mechanism, payloads))
-                for time, payloads in by_time.items()
-            }
-            storage.add_to_aggregates(conn, campaign_id, partials)
             if shuffled:
-                Storage.record_shuffled_batch(conn, campaign_id,
-                                      {time: len(payloads) for time, payloads in by_time.items()})
+                Storage.record_shuffled_batch(conn, campaign_id, by_time)
 
     # Concurrent requests share one transaction and one fsync (group commit); this call
     # returns once the reports are durable.

@@ -20,7 +20,7 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
-from chorus_collector.app import create_app
+from chorus_collector.app import create_app, start_background_work
 from chorus_collector.settings import resolve_settings
 
 __all__ = ["serve"]
@@ -58,6 +58,8 @@ def serve(config: Mapping[str, Any] | None = None) -> None:
     options = {
         **gunicorn_options(settings, "chorus-collector", timeout=60),
         "child_exit": _child_exit,
+        # Threads do not survive the fork: each worker starts its own folder.
+        "post_worker_init": lambda worker: start_background_work(app),
     }
     try:
         GunicornApp(app, options).run()

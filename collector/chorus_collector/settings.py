@@ -67,6 +67,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SQLITE_SYNCHRONOUS", str, "FULL",
             "SQLite synchronous mode: FULL makes every acknowledged report survive power loss; "
             "NORMAL survives process crashes only."),
+    Setting("FOLD_INTERVAL", int, 2,
+            "Seconds between folds of new reports into the statistics, in each server worker "
+            "(0: none; then run `chorus aggregate --follow` beside the servers). Estimates "
+            "are complete either way: they map the unfolded tail at query time."),
     Setting("BIND", str, "127.0.0.1:8000", "Address the production server listens on."),
     Setting("WORKERS", int, 2, "Production server worker processes."),
     Setting("THREADS", int, 8, "Threads per worker process."),
@@ -142,6 +146,7 @@ def resolve_settings(config: Mapping[str, Any] | None = None,
                  "THREADS", "MAX_PAYLOAD_BYTES", "RATE_BURST"):
         if values[name] < 1:
             raise SettingsError(f"{name} must be at least 1")
-    if values["RATE_LIMIT"] < 0 or values["PROXY_HOPS"] < 0:
-        raise SettingsError("RATE_LIMIT and PROXY_HOPS must be 0 (off) or positive")
+    if values["RATE_LIMIT"] < 0 or values["PROXY_HOPS"] < 0 or values["FOLD_INTERVAL"] < 0:
+        raise SettingsError("RATE_LIMIT, PROXY_HOPS and FOLD_INTERVAL must be 0 (off) or "
+                            "positive")
     return values

@@ -6,13 +6,24 @@ failing mid-transaction), STRICT tables and a versioned schema (``sqlite_utils.M
 A database that has migrations this version does not know is refused at startup.
 
 What is stored is deliberately minimal: for each report its campaign, its 16-byte ID, its
-time bucket and its perturbed payload. No arrival time, no address, no user agent.
+time bucket, its perturbed payload and its place in the append order. No arrival time, no
+address, no user agent. (The append order can show which reports came in one request; an
+install's reports are already charged to one budget, so linking them reveals nothing the
+budget does not cover, and a request's rows are appended in random order.)
+
+Ingest only appends (``insert_reports``): every report gets the next ``seq``, and the write
+transaction holds nothing but the request's own rows. The per-bucket statistics are folded
+from the appended reports later, by a resumable job (``chorus_collector.folding``) that moves
+one watermark: the statistics and the watermark change in one transaction, so a crash at any
+step leaves both as they were. A read of a window (``window_snapshot``) takes the folded
+statistics, the watermark and the not-yet-folded tail in one snapshot.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import random
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,7 +41,8 @@ from chorus_shared.campaign import (
     canonical_json,
 )
 
-__all__ = ["SchemaError", "Storage", "StoredReport", "migrations"]
+__all__ = ["FoldStatus", "FoldedStatistics", "SchemaError", "Storage", "StoredReport",
+           "WindowSnapshot", "migrations"]
 
 migrations = Migrations("chorus")
 
@@ -59,7 +71,7 @@ def m001_initial(db: sqlite_utils.Database) -> None:
         ) STRICT, WITHOUT ROWID"""
     )
     # Sufficient statistics per campaign and time bucket: an additive int64 vector whose
-    # layout the campaign's estimator defines. Updated in the same transaction as the reports.
+    # layout the campaign's estimator defines. Since m004 folded from the appended reports.
     db.execute(
         """CREATE TABLE aggregates (
             campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
@@ -109,7 +121,60 @@ def m003_policies_without_memoization(db: sqlite_utils.Database) -> None:
                        (canonical_json(campaign.config).decode(), campaign.digest, campaign_id))
 
 
+@migrations()
+def m004_append_only_reports(db: sqlite_utils.Database) -> None:
+    """Reports get an append sequence (the fold watermark's unit), ordered as they are laid
+    out; the statistics stored so far already count every report, so the watermark starts at
+    the last one. Payloads scrubbed by ``gc`` before this version are retired (dropped, with
+    their count kept per bucket, as ``gc`` now does)."""
+    db.execute(
+        """CREATE TABLE retired (
+            campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+            time INTEGER NOT NULL,
+            reports INTEGER NOT NULL,
+            PRIMARY KEY (campaign_id, time)
+        ) STRICT, WITHOUT ROWID"""
+    )
+    db.execute(
+        """INSERT INTO retired (campaign_id, time, reports)
+           SELECT campaign_id, time, count(*) FROM reports WHERE payload = ''
+           GROUP BY campaign_id, time"""
+    )
+    # AUTOINCREMENT: a seq is never reused, even after gc dropped the newest rows, so a new
+    # report can never land at or below the watermark.
+    db.execute(
+        """CREATE TABLE reports_appended (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+            report_id BLOB NOT NULL,
+            time INTEGER NOT NULL,
+            payload TEXT NOT NULL,
+            UNIQUE (campaign_id, report_id)
+        ) STRICT"""
+    )
+    db.execute(
+        """INSERT INTO reports_appended (campaign_id, report_id, time, payload)
+           SELECT campaign_id, report_id, time, payload FROM reports WHERE payload != ''
+           ORDER BY time, campaign_id"""
+    )
+    db.execute("DROP TABLE reports")
+    db.execute("ALTER TABLE reports_appended RENAME TO reports")
+    # gc drops expired buckets by time; estimates of a window read the tail by seq.
+    db.execute("CREATE INDEX reports_by_time ON reports (campaign_id, time)")
+    db.execute(
+        """CREATE TABLE fold_state (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            seq INTEGER NOT NULL,
+            folded_at REAL,
+            holder TEXT,
+            lease_until REAL NOT NULL DEFAULT 0
+        ) STRICT"""
+    )
+    db.execute("INSERT INTO fold_state (id, seq) SELECT 1, coalesce(max(seq), 0) FROM reports")
+
+
 T = TypeVar("T")
+_SHUFFLE = random.SystemRandom()
 
 
 class _GroupItem:
@@ -138,6 +203,28 @@ class StoredReport:
     payload_json: str
 
 
+@dataclass(frozen=True)
+class FoldStatus:
+    watermark: int  # the last folded report's seq
+    folded_at: float | None  # when a fold last moved the watermark (None: never)
+    unfolded: int  # reports appended past the watermark
+
+
+@dataclass(frozen=True)
+class WindowSnapshot:
+    n: int  # folded reports in the window
+    state: np.ndarray  # their summed statistics
+    tail: list[tuple[int, str]]  # (time bucket, payload) of the window's unfolded reports
+    folded_at: float | None
+
+
+@dataclass(frozen=True)
+class FoldedStatistics:
+    watermark: int
+    buckets: list[tuple[int, int, bytes]]  # (time bucket, n, state blob)
+    retired: dict[int, int]  # time bucket → reports dropped by gc
+
+
 def state_bytes(state: np.ndarray) -> bytes:
     return np.ascontiguousarray(state, dtype="<i8").tobytes()
 
@@ -155,6 +242,7 @@ class Storage:
         self._local = threading.local()
         self._campaigns: dict[str, StoredCampaign] = {}
         self._names_by_digest: dict[str, str] = {}
+        self._names_by_id: dict[int, str] = {}
         self._campaigns_lock = threading.Lock()
         self._group_mutex = threading.Lock()
         self._group_queue: list[_GroupItem] = []
@@ -321,6 +409,21 @@ class Storage:
                 self._names_by_digest[digest] = name
         return self.get_campaign(name)
 
+    def get_campaign_by_id(self, campaign_id: int) -> StoredCampaign:
+        """The campaign a stored report belongs to (reports reference existing campaigns)."""
+        name = self._names_by_id.get(campaign_id)
+        if name is None:
+            row = self.connect().execute("SELECT name FROM campaigns WHERE id = ?",
+                                         (campaign_id,)).fetchone()
+            if row is None:
+                raise KeyError(campaign_id)
+            name = row[0]
+            with self._campaigns_lock:
+                self._names_by_id[campaign_id] = name
+        stored = self.get_campaign(name)
+        assert stored is not None
+        return stored
+
     def list_campaigns(self) -> list[StoredCampaign]:
         names = [r[0] for r in self.connect().execute("SELECT name FROM campaigns ORDER BY id")]
         return [c for c in (self.get_campaign(n) for n in names) if c is not None]
@@ -345,42 +448,108 @@ class Storage:
 
     def insert_reports(self, conn: sqlite3.Connection, campaign_id: int,
                        reports: Sequence[StoredReport]) -> None:
+        """Append reports (in random order: the order within a request is not kept)."""
+        rows = [(campaign_id, r.report_id, r.time, r.payload_json) for r in reports]
+        _SHUFFLE.shuffle(rows)
         conn.executemany(
             "INSERT INTO reports (campaign_id, report_id, time, payload) VALUES (?, ?, ?, ?)",
-            [(campaign_id, r.report_id, r.time, r.payload_json) for r in reports],
-        )
+            rows)
 
-    def add_to_aggregates(self, conn: sqlite3.Connection, campaign_id: int,
-                          partials: dict[int, tuple[int, np.ndarray]]) -> None:
-        """Merge per-bucket partial statistics (count, state vector) into the stored ones."""
-        for time, (count, state) in partials.items():
-            row = conn.execute(
-                "SELECT n, state FROM aggregates WHERE campaign_id = ? AND time = ?",
-                (campaign_id, time),
-            ).fetchone()
-            if row is None:
-                conn.execute(
-                    "INSERT INTO aggregates (campaign_id, time, n, state) VALUES (?, ?, ?, ?)",
-                    (campaign_id, time, count, state_bytes(state)),
-                )
-            else:
-                merged = state_array(row[1]) + state
-                conn.execute(
-                    "UPDATE aggregates SET n = ?, state = ? WHERE campaign_id = ? AND time = ?",
-                    (row[0] + count, state_bytes(merged), campaign_id, time),
-                )
+    # -- folding: the statistics job's reads and its one write ---------------------------------
 
-    def read_aggregate(self, campaign_id: int, size: int, start: int | None,
-                       end: int | None) -> tuple[int, np.ndarray]:
-        """Sum of the bucket statistics with start <= time < end: O(buckets × state size)."""
-        sql, args = _in_window("SELECT n, state FROM aggregates WHERE campaign_id = ?",
-                               campaign_id, start, end)
-        total = np.zeros(size, dtype=np.int64)
-        n = 0
-        for count, blob in self.connect().execute(sql, args):
-            n += count
-            total += state_array(blob)
-        return n, total
+    def unfolded(self, limit: int) -> tuple[int, list[tuple[int, int, int, str]]]:
+        """The watermark and up to ``limit`` reports past it, in append order: (seq,
+        campaign id, time bucket, payload), read in one snapshot."""
+        conn = self.connect()
+        conn.execute("BEGIN")
+        try:
+            watermark = conn.execute("SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
+            rows = conn.execute(
+                "SELECT seq, campaign_id, time, payload FROM reports WHERE seq > ? "
+                "ORDER BY seq LIMIT ?", (watermark, limit)).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        return int(watermark), rows
+
+    def claim_fold(self, holder: str, now: float, lease: float) -> bool:
+        """Take the fold lease unless another holder's is still running. The lease only
+        saves duplicate work; ``commit_fold``'s watermark check is what keeps folds exact."""
+        with self.write() as conn:
+            cursor = conn.execute(
+                "UPDATE fold_state SET holder = ?, lease_until = ? "
+                "WHERE id = 1 AND (lease_until < ? OR holder = ?)",
+                (holder, now + lease, now, holder))
+            return cursor.rowcount == 1
+
+    def release_fold(self, holder: str) -> None:
+        with self.write() as conn:
+            conn.execute("UPDATE fold_state SET lease_until = 0 WHERE id = 1 AND holder = ?",
+                         (holder,))
+
+    def commit_fold(self, expected: int, through: int,
+                    partials: Mapping[tuple[int, int], tuple[int, np.ndarray]], now: float,
+                    step: Callable[[str], None] = lambda _: None) -> bool:
+        """Add partial statistics per (campaign id, time bucket) and move the watermark from
+        ``expected`` to ``through``, in one transaction. Returns False, changing nothing, if
+        the watermark is no longer ``expected`` (another fold got there first).
+
+        ``step`` is called between the steps (fault injection in the tests)."""
+        with self.write() as conn:
+            step("begin")
+            current = conn.execute("SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
+            if current != expected:
+                return False
+            for (campaign_id, time), (count, state) in partials.items():
+                row = conn.execute(
+                    "SELECT n, state FROM aggregates WHERE campaign_id = ? AND time = ?",
+                    (campaign_id, time)).fetchone()
+                if row is None:
+                    conn.execute(
+                        "INSERT INTO aggregates (campaign_id, time, n, state) "
+                        "VALUES (?, ?, ?, ?)", (campaign_id, time, count, state_bytes(state)))
+                else:
+                    merged = state_array(row[1]) + state
+                    conn.execute(
+                        "UPDATE aggregates SET n = ?, state = ? "
+                        "WHERE campaign_id = ? AND time = ?",
+                        (row[0] + count, state_bytes(merged), campaign_id, time))
+                step("merge")
+            conn.execute("UPDATE fold_state SET seq = ?, folded_at = ? WHERE id = 1",
+                         (through, now))
+            step("watermark")
+        return True
+
+    def fold_status(self) -> FoldStatus:
+        row = self.connect().execute(
+            "SELECT seq, folded_at, (SELECT count(*) FROM reports WHERE seq > fold_state.seq) "
+            "FROM fold_state WHERE id = 1").fetchone()
+        return FoldStatus(watermark=row[0], folded_at=row[1], unfolded=row[2])
+
+    def window_snapshot(self, campaign_id: int, size: int, start: int | None,
+                        end: int | None) -> WindowSnapshot:
+        """The folded statistics of the buckets with start <= time < end (summed: O(buckets ×
+        state size)), and the reports of those buckets past the watermark, in one snapshot:
+        a fold committing meanwhile can neither double-count nor hide a report."""
+        conn = self.connect()
+        conn.execute("BEGIN")
+        try:
+            watermark, folded_at = conn.execute(
+                "SELECT seq, folded_at FROM fold_state WHERE id = 1").fetchone()
+            sql, args = _in_window("SELECT n, state FROM aggregates WHERE campaign_id = ?",
+                                   campaign_id, start, end)
+            total = np.zeros(size, dtype=np.int64)
+            n = 0
+            for count, blob in conn.execute(sql, args):
+                n += count
+                total += state_array(blob)
+            # "+campaign_id": walk the tail by seq, not the campaign's whole index.
+            sql, args = _in_window("SELECT time, payload FROM reports "
+                                   "WHERE +campaign_id = ? AND seq > ?", campaign_id,
+                                   start, end, watermark)
+            tail = conn.execute(sql, args).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        return WindowSnapshot(n, total, tail, folded_at)
 
     # -- retention ----------------------------------------------------------------------------
 
@@ -390,19 +559,29 @@ class Storage:
         """A trivial read: raises if the database cannot be read."""
         self.connect().execute("SELECT 1").fetchone()
 
-    def report_rows(self, campaign_id: int) -> Iterator[tuple[int, str]]:
-        """(time bucket, canonical payload; '' once scrubbed) of every stored report of a
-        campaign, in time order, streamed."""
+    def folded_report_rows(self, campaign_id: int,
+                           through: int) -> Iterator[tuple[int, str]]:
+        """(time bucket, canonical payload) of a campaign's stored reports at or below the
+        watermark ``through``, in time order, streamed."""
         yield from self.connect().execute(
-            "SELECT time, payload FROM reports WHERE campaign_id = ? ORDER BY time",
-            (campaign_id,))
+            "SELECT time, payload FROM reports WHERE campaign_id = ? AND seq <= ? "
+            "ORDER BY time", (campaign_id, through))
 
-    def aggregate_rows(self, campaign_id: int) -> list[tuple[int, int, bytes]]:
-        """(time bucket, n, state blob) of a campaign's incremental statistics."""
-        rows: list[tuple[int, int, bytes]] = self.connect().execute(
-            "SELECT time, n, state FROM aggregates WHERE campaign_id = ? ORDER BY time",
-            (campaign_id,)).fetchall()
-        return rows
+    def folded_statistics(self, campaign_id: int) -> FoldedStatistics:
+        """A campaign's folded statistics per bucket, its retired counts per bucket and the
+        watermark they correspond to, in one snapshot."""
+        conn = self.connect()
+        conn.execute("BEGIN")
+        try:
+            watermark = conn.execute("SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
+            rows = conn.execute(
+                "SELECT time, n, state FROM aggregates WHERE campaign_id = ? ORDER BY time",
+                (campaign_id,)).fetchall()
+            retired = dict(conn.execute(
+                "SELECT time, reports FROM retired WHERE campaign_id = ?", (campaign_id,)))
+        finally:
+            conn.execute("COMMIT")
+        return FoldedStatistics(watermark, rows, retired)
 
     @staticmethod
     def record_shuffled_batch(conn: sqlite3.Connection, campaign_id: int,
@@ -428,28 +607,49 @@ class Storage:
         batches, reports, smallest = self.connect().execute(sql, args).fetchone()
         return int(batches), int(reports), smallest
 
-    def scrub_expired(self, now: float) -> int:
-        """Erase the payloads of reports older than their campaign's report expiry.
+    def drop_expired(self, now: float, margin: float, batch: int = 10_000) -> int:
+        """Drop whole the folded reports of buckets older than their campaign's report
+        expiry plus ``margin``; returns how many.
 
-        The report IDs stay, so a replay is still recognised; such a replay is also refused
-        as expired before it reaches the ID check. Statistics already counted stay too: they
-        are aggregates, not reports. Nothing younger than the expiry is touched.
+        Ingest refuses a report older than the expiry, so an expired report's ID protects
+        nothing: a replay is refused as expired before any ID check. The margin covers the
+        clock skew between replicas. The statistics the reports fed stay, and each bucket
+        keeps the count of its dropped reports (``retired``) so that ``check-aggregates``
+        knows it cannot be recomputed. Only reports at or below the watermark are dropped
+        (unfolded ones have fed nothing yet), in transactions of at most ``batch`` rows so
+        that ingest never waits long for the write lock.
         """
-        scrubbed = 0
+        dropped = 0
         for stored in self.list_campaigns():
-            cutoff = now - stored.campaign.report_expiry
-            with self.write() as conn:
-                cursor = conn.execute(
-                    "UPDATE reports SET payload = '' WHERE campaign_id = ? AND time < ? "
-                    "AND payload != ''", (stored.id, cutoff))
-                scrubbed += cursor.rowcount
-        return scrubbed
+            cutoff = now - stored.campaign.report_expiry - margin
+            while True:
+                with self.write() as conn:
+                    watermark = conn.execute(
+                        "SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
+                    seqs = [row[0] for row in conn.execute(
+                        "SELECT seq FROM reports WHERE campaign_id = ? AND time < ? "
+                        "AND seq <= ? LIMIT ?", (stored.id, cutoff, watermark, batch))]
+                    if not seqs:
+                        break
+                    marks = ",".join("?" * len(seqs))
+                    counts = conn.execute(
+                        f"SELECT time, count(*) FROM reports WHERE seq IN ({marks}) "
+                        "GROUP BY time", seqs).fetchall()
+                    conn.execute(f"DELETE FROM reports WHERE seq IN ({marks})", seqs)
+                    conn.executemany(
+                        "INSERT INTO retired (campaign_id, time, reports) VALUES (?, ?, ?) "
+                        "ON CONFLICT (campaign_id, time) DO UPDATE SET "
+                        "reports = reports + excluded.reports",
+                        [(stored.id, time, count) for time, count in counts])
+                    dropped += len(seqs)
+        return dropped
 
 
-def _in_window(sql: str, campaign_id: int, start: int | None,
-               end: int | None) -> tuple[str, list[Any]]:
-    """``sql`` (which selects one campaign's buckets) restricted to start <= time < end."""
-    args: list[Any] = [campaign_id]
+def _in_window(sql: str, campaign_id: int, start: int | None, end: int | None,
+               *more: Any) -> tuple[str, list[Any]]:
+    """``sql`` (which selects one campaign's buckets; ``more`` binds its other
+    placeholders) restricted to start <= time < end."""
+    args: list[Any] = [campaign_id, *more]
     if start is not None:
         sql += " AND time >= ?"
         args.append(start)

@@ -1,5 +1,5 @@
 """Batch recomputation of the statistics from raw reports, on a process pool, equals the
-incremental statistics the collector keeps at ingest (map / merge: order and chunking free)."""
+statistics folded from the appended reports (map / merge: order and chunking free)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from flask import Flask
 
 from chorus_collector.aggregate import check_aggregates, recompute
 from chorus_collector.cli import main as cli
+from chorus_collector.folding import fold
 from chorus_collector.storage import Storage
-from helpers.support import ADMIN_HEADERS, FakeClock, make_report
+from helpers.support import ADMIN_HEADERS, ANALYST_HEADERS, FakeClock, make_report
 
 SPECS: list[dict[str, Any]] = [
     {"name": "k", "mechanism": "krr", "epsilon": 1.0, "domain": ["a", "b", "c"]},
@@ -42,6 +43,7 @@ def filled(make_app: Any, clock: FakeClock, db_path: Path) -> Path:
                                    now=clock.now - 3600 * hour) for _ in range(130)]
             reply = http.post("/v1/reports", json={"reports": reports})
             assert reply.get_json()["accepted"] == 130, reply.get_json()
+    assert fold(Storage(str(db_path)), limit=97) == 4 * 3 * 130
     return db_path
 
 
@@ -52,8 +54,8 @@ def test_recomputed_statistics_equal_the_incremental_ones(filled: Path, workers:
         checks = check_aggregates(storage, spec["name"], workers=workers, chunk=37)
         assert len(checks) == 3
         assert all(c.matches and c.stored_n == c.recomputed_n == 130 for c in checks)
-    buckets, skipped = recompute(storage, "k", workers=workers, chunk=1000)
-    assert sum(n for n, _ in buckets.values()) == 390 and not any(skipped.values())
+    buckets = recompute(storage, "k", workers=workers, chunk=1000)
+    assert sum(n for n, _ in buckets.values()) == 390
 
 
 def test_a_corrupted_statistic_is_reported_and_fails_the_cli(filled: Path) -> None:
@@ -70,12 +72,40 @@ def test_a_corrupted_statistic_is_reported_and_fails_the_cli(filled: Path) -> No
     assert missing.exit_code != 0 and "no campaign" in missing.output
 
 
-def test_expired_payloads_are_skipped_not_miscounted(filled: Path) -> None:
-    with sqlite3.connect(filled) as conn:
-        conn.execute("UPDATE reports SET payload = '' WHERE time = (SELECT MIN(time) FROM "
-                     "reports)")
-    checks = check_aggregates(Storage(str(filled)), "r", workers=1)
-    assert [c.scrubbed for c in checks] == [130, 0, 0]
-    assert [c.matches for c in checks] == [False, True, True]
+def test_buckets_dropped_by_gc_are_counted_not_miscounted(filled: Path,
+                                                          clock: FakeClock) -> None:
+    storage = Storage(str(filled))
+    oldest = clock.now - 2 * 3600
+    expiry = storage.get_campaign("r").campaign.report_expiry  # type: ignore[union-attr]
+    # Just past the oldest bucket's expiry (plus a margin of one hour): only it goes.
+    dropped = storage.drop_expired(oldest - oldest % 3600 + expiry + 3600 + 1, margin=3600)
+    assert dropped == 4 * 130  # the oldest bucket of each of the four campaigns
+    checks = check_aggregates(storage, "r", workers=1)
+    assert [(c.stored_n, c.recomputed_n, c.retired) for c in checks] == [
+        (130, 0, 130), (130, 130, 0), (130, 130, 0)]
+    assert all(c.matches for c in checks)
     result = CliRunner().invoke(cli, ["check-aggregates", "r", "--database", str(filled)])
-    assert result.exit_code == 0 and "1 buckets hold expired payloads" in result.output
+    assert result.exit_code == 0, result.output
+    assert "1 buckets lost expired reports to gc" in result.output
+    # A retired count that does not add up is a mismatch like any other.
+    with sqlite3.connect(filled) as conn:
+        conn.execute("UPDATE retired SET reports = reports - 1")
+    assert not check_aggregates(storage, "r", workers=1)[0].matches
+
+
+def test_gc_drops_only_folded_reports(make_app: Any, clock: FakeClock, db_path: Path) -> None:
+    app: Flask = make_app()
+    http = app.test_client()
+    config = http.post("/v1/campaigns", json={**SPECS[0], "min_batch_size": 1},
+                       headers=ADMIN_HEADERS).get_json()
+    rng = random.Random(5)
+    reports = [make_report(config, "a", rng) for _ in range(20)]
+    assert http.post("/v1/reports", json={"reports": reports}).get_json()["accepted"] == 20
+    storage = Storage(str(db_path))
+    far_future = clock.now + 10 * 365 * 86400
+    assert storage.drop_expired(far_future, margin=0) == 0  # not folded: they fed nothing yet
+    fold(storage, limit=7)
+    assert storage.drop_expired(far_future, margin=0) == 20
+    assert storage.folded_statistics(1).retired == {reports[0]["time"]: 20}
+    estimate = http.get("/v1/campaigns/k/estimates", headers=ANALYST_HEADERS).get_json()
+    assert estimate["n"] == 20  # the statistics they fed stay

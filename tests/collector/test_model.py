@@ -1,13 +1,15 @@
 """A property-based model of the collector (after Janus's simulation tests).
 
 Random sequences of uploads, replays, conflicting replays, invalid reports, lost responses,
-clock advances, retention runs and queries, checked against a model. Every report's payload
+clock advances, retention runs, folds (some crashing at a random step) and queries, checked
+against a model. Every report's payload
 is unique (an index into a large k-RR domain), so the collector's aggregate must be exactly
 the indicator of the accepted set: any entry above one is a replay or a double count.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import tempfile
 from pathlib import Path
@@ -19,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from chorus_collector import create_app
+from chorus_collector.folding import estimate_inputs, fold_once
 from chorus_shared import campaign_from_config, new_report_id
 from helpers.support import (
     ADMIN,
@@ -31,6 +34,7 @@ from helpers.support import (
 )
 
 HOUR = 3600
+FOLD_STEPS = ["read", "map", "begin", "merge", "watermark", "commit"]
 DOMAIN = 600
 EXPIRY = 3 * HOUR
 
@@ -135,7 +139,22 @@ class CollectorModel(RuleBasedStateMachine):
 
     @rule()
     def collect_garbage(self) -> None:
-        self.app.extensions["chorus.storage"].scrub_expired(self.clock.now)
+        # No margin: the tightest the rule allows (dropped exactly when ingest refuses them).
+        self.app.extensions["chorus.storage"].drop_expired(self.clock.now, margin=0)
+
+    @rule(limit=st.integers(1, 5))
+    def fold_some(self, limit: int) -> None:
+        fold_once(self.app.extensions["chorus.storage"], limit=limit, clock=self.clock)
+
+    @rule(limit=st.integers(1, 5), at=st.sampled_from(FOLD_STEPS))
+    def fold_and_crash(self, limit: int, at: str) -> None:
+        def crash(step: str) -> None:
+            if step == at:
+                raise RuntimeError(f"injected crash at {step}")
+
+        with contextlib.suppress(RuntimeError):
+            fold_once(self.app.extensions["chorus.storage"], limit=limit, clock=self.clock,
+                      step=crash)
 
     @rule()
     def query_twice(self) -> None:
@@ -156,7 +175,8 @@ class CollectorModel(RuleBasedStateMachine):
             return
         storage = self.app.extensions["chorus.storage"]
         stored = storage.get_campaign("m")
-        n, state = storage.read_aggregate(stored.id, DOMAIN, None, None)
+        inputs = estimate_inputs(storage, stored, None, None)
+        n, state = inputs.n, inputs.state
         expected = np.zeros(DOMAIN, dtype=np.int64)
         for report in self.accepted.values():
             expected[report["payload"]] += 1

@@ -16,6 +16,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from chorus_client import Client
+from chorus_collector.folding import fold
 from helpers.support import (
     ADMIN,
     ADMIN_HEADERS,
@@ -159,29 +160,36 @@ def test_logs_carry_no_tokens_payloads_or_addresses(http: FlaskClient, create: C
         assert secret not in text  # …without any of these
 
 
-def test_gc_scrubs_expired_payloads_but_keeps_ids(http: FlaskClient, create: Create,
-                                                  rng: random.Random, clock: FakeClock,
-                                                  app: Flask, db_path: Path) -> None:
+def test_gc_drops_expired_reports_and_keeps_their_statistics(
+        http: FlaskClient, create: Create, rng: random.Random, clock: FakeClock, app: Flask,
+        db_path: Path) -> None:
     config = create("browser", report_expiry=86400)
     old = [make_report(config, "a", rng, time=int(NOW) - 86400) for _ in range(3)]
     new = [make_report(config, "b", rng) for _ in range(2)]
     http.post("/v1/reports", json={"reports": old + new})
     before = http.get("/v1/campaigns/browser/estimates", headers=ANALYST_HEADERS).get_data()
     storage = app.extensions["chorus.storage"]
-    assert storage.scrub_expired(clock.now) == 0  # exactly at the expiry: kept
+    fold(storage)
+    assert storage.drop_expired(clock.now, margin=0) == 0  # exactly at the expiry: kept
     clock.now += 1
-    assert storage.scrub_expired(clock.now) == 3
-    assert storage.scrub_expired(clock.now) == 0
+    replay = http.post("/v1/reports", json=old[0])  # refused before its ID is looked up
+    assert replay.status_code == 400
+    assert replay.get_json()["type"].endswith("report-expired")
+    assert storage.drop_expired(clock.now, margin=60) == 0  # within the margin: kept
+    clock.now += 60
+    assert storage.drop_expired(clock.now, margin=60) == 3
+    assert storage.drop_expired(clock.now, margin=60) == 0
     with sqlite3.connect(db_path) as conn:
-        rows = dict(conn.execute("SELECT hex(report_id), payload FROM reports").fetchall())
-    assert len(rows) == 5
-    assert all(rows[r["report_id"].upper()] == "" for r in old)
-    assert all(rows[r["report_id"].upper()] != "" for r in new)
+        ids = {row[0] for row in conn.execute("SELECT hex(report_id) FROM reports")}
+    assert ids == {r["report_id"].upper() for r in new}  # the expired rows are gone whole
     replay = http.post("/v1/reports", json=old[0])
     assert replay.status_code == 400
     assert replay.get_json()["type"].endswith("report-expired")
     after = http.get("/v1/campaigns/browser/estimates", headers=ANALYST_HEADERS).get_data()
     assert json.loads(after)["n"] == json.loads(before)["n"] == 5
+    assert json.loads(after)["rows"] == json.loads(before)["rows"]
+    assert json.loads(before)["freshness"]["unfolded_reports"] == 5
+    assert json.loads(after)["freshness"]["unfolded_reports"] == 0
 
 
 def test_gc_command(tmp_path: Path) -> None:
@@ -198,7 +206,7 @@ def test_gc_command(tmp_path: Path) -> None:
     Storage(str(tmp_path / "x.db")).migrate()
     result = CliRunner().invoke(main, ["gc", "--database", str(tmp_path / "x.db")])
     assert result.exit_code == 0
-    assert "scrubbed 0" in result.output
+    assert "dropped 0 expired reports" in result.output
 
 
 def test_a_database_of_another_application_is_refused(tmp_path: Path) -> None:
@@ -264,7 +272,8 @@ def test_campaigns_stored_with_memoization_are_migrated_and_keep_their_reports(
     with sqlite3.connect(path) as db:
         db.execute("INSERT INTO campaigns (id, name, digest, config) VALUES (7, 'lat', ?, ?)",
                    ("ab" * 32, json.dumps(legacy)))
-        db.execute("INSERT INTO reports VALUES (7, x'00112233', 0, '1')")
+        db.execute("INSERT INTO reports (campaign_id, report_id, time, payload) "
+                   "VALUES (7, x'00112233', 0, '1')")
         db.execute("DELETE FROM _sqlite_migrations WHERE name = "
                    "'m003_policies_without_memoization'")
     storage = Storage(str(path))
@@ -273,7 +282,8 @@ def test_campaigns_stored_with_memoization_are_migrated_and_keep_their_reports(
     assert stored is not None and stored.id == 7
     assert stored.campaign.digest == modern.digest
     assert [s.campaign.name for s in storage.list_campaigns()] == ["lat"]
-    assert storage.scrub_expired(now=10**10) == 1  # the old report is still attached
+    assert fold(storage) == 1
+    assert storage.drop_expired(now=10**10, margin=0) == 1  # the old report is still attached
 
 
 def test_a_failing_metrics_store_never_fails_a_request(make_app: Callable[..., Flask],
