@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,55 @@ from flask.testing import FlaskClient
 
 from chorus_collector import create_app
 from helpers.support import ADMIN, ADMIN_HEADERS, ANALYST, FakeClock, campaign_spec
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--backend", choices=BACKENDS, default="sqlite",
+                     help="storage the collector tests run on (postgresql: a real server "
+                          "started for the session)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # On PostgreSQL only the storage-facing suites run, minus the tests that read the SQLite
+    # file itself (marked sqlite_only): the rest does not touch storage.
+    if config.getoption("--backend") != "postgresql":
+        return
+    selected, deselected = [], []
+    for item in items:
+        path = item.path.as_posix()
+        relevant = "/tests/collector/" in path or "/tests/e2e/" in path
+        if relevant and item.get_closest_marker("sqlite_only") is None:
+            selected.append(item)
+        else:
+            deselected.append(item)
+    config.hook.pytest_deselected(items=deselected)
+    items[:] = selected
+
+
+@pytest.fixture(scope="session")
+def postgres(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A PostgreSQL server for the session (started on first use, stopped at the end)."""
+    from helpers.postgres import running_postgres
+
+    with running_postgres() as server:
+        yield server
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.config.getoption("--backend"))
+
+
+@pytest.fixture
+def database(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> str:
+    """The collector's DATABASE setting for this test: a SQLite file, or a fresh schema on
+    the session's PostgreSQL server."""
+    if backend == "postgresql":
+        server = request.getfixturevalue("postgres")
+        return str(server.new_schema())
+    return str(tmp_path / "chorus.db")
 
 
 @pytest.fixture(autouse=True)
@@ -28,9 +77,9 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def make_app(tmp_path: Path, clock: FakeClock) -> Callable[..., Flask]:
+def make_app(database: str, clock: FakeClock) -> Callable[..., Flask]:
     def factory(**config: Any) -> Flask:
-        settings = {"DATABASE": str(tmp_path / "chorus.db"), "ADMIN_TOKEN": ADMIN,
+        settings = {"DATABASE": database, "ADMIN_TOKEN": ADMIN,
                     "ANALYST_TOKEN": ANALYST, **config}
         return create_app(settings, clock=clock)
 

@@ -24,7 +24,7 @@ from chorus_collector.metrics import Metrics
 from chorus_collector.problems import Problem, problem_response
 from chorus_collector.ratelimit import RateLimiter
 from chorus_collector.settings import resolve_settings
-from chorus_collector.storage import Storage
+from chorus_collector.storage import open_storage
 
 __all__ = ["create_app", "start_background_work"]
 
@@ -51,7 +51,7 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     app.config["CHORUS"] = safe
     logging.getLogger("chorus").setLevel(settings["LOG_LEVEL"])
 
-    storage = Storage(settings["DATABASE"], synchronous=settings["SQLITE_SYNCHRONOUS"])
+    storage = open_storage(settings["DATABASE"], synchronous=settings["SQLITE_SYNCHRONOUS"])
     storage.migrate()
     storage.close()  # no connection may cross a fork into server workers
     app.extensions["chorus.storage"] = storage

@@ -92,18 +92,19 @@ def shuffler(bind: str | None, database: str | None, flush: bool) -> None:
 
 
 def _open_storage(database: str) -> Storage:
-    from chorus_collector.storage import Storage
+    from chorus_collector.storage import open_storage
+    from chorus_collector.storage_postgres import is_postgres_url
 
-    if not Path(database).exists():
+    if not is_postgres_url(database) and not Path(database).exists():
         raise click.ClickException(f"{database}: no such database")
-    storage = Storage(database)
+    storage = open_storage(database)
     storage.migrate()
     return storage
 
 
 @main.command()
 @click.option("--database", envvar="CHORUS_DATABASE", default="chorus.db", show_default=True,
-              help="SQLite file (or CHORUS_DATABASE).")
+              help="SQLite file or postgresql:// URL (or CHORUS_DATABASE).")
 @click.option("--margin", type=click.IntRange(min=0), default=86_400, show_default=True,
               help="Seconds past a campaign's report expiry before its reports are dropped "
                    "(covers clock skew between collectors).")
@@ -125,7 +126,7 @@ def gc(database: str, margin: int) -> None:
 
 @main.command()
 @click.option("--database", envvar="CHORUS_DATABASE", default="chorus.db", show_default=True,
-              help="SQLite file (or CHORUS_DATABASE).")
+              help="SQLite file or postgresql:// URL (or CHORUS_DATABASE).")
 @click.option("--follow", is_flag=True,
               help="Keep folding new reports every --interval seconds until interrupted.")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True)
@@ -151,7 +152,7 @@ def aggregate(database: str, follow: bool, interval: float) -> None:
 @main.command("check-aggregates")
 @click.argument("name")
 @click.option("--database", envvar="CHORUS_DATABASE", default="chorus.db", show_default=True,
-              help="SQLite file (or CHORUS_DATABASE).")
+              help="SQLite file or postgresql:// URL (or CHORUS_DATABASE).")
 @click.option("--workers", type=int, default=None, help="Processes (default: one per core).")
 def check_aggregates_command(name: str, database: str, workers: int | None) -> None:
     """Recompute a campaign's statistics from its raw reports (on every core) and compare

@@ -150,6 +150,7 @@ class BackgroundFolder:
 
     def run_once(self) -> int:
         """Fold what is pending if no other folder holds the lease; how many were folded."""
+        self.storage.maintain(self.clock())
         if self.storage.fold_status().unfolded == 0:
             return 0  # nothing to do: no write transaction for the lease
         folded = 0

@@ -236,11 +236,19 @@ def _store(storage: Storage,
                 continue
             storage.insert_reports(conn, campaign_id, new)
             if shuffled:
-                Storage.record_shuffled_batch(conn, campaign_id, by_time)
+                storage.record_shuffled_batch(conn, campaign_id, by_time)
 
     # Concurrent requests share one transaction and one fsync (group commit); this call
-    # returns once the reports are durable.
-    storage.grouped_write(work)
+    # returns once the reports are durable. A report ID another collector inserted since
+    # the lookup (several collectors on one PostgreSQL) fails this request's savepoint:
+    # look again, and it is a duplicate or a conflict like any other.
+    for attempt in range(3):
+        try:
+            storage.grouped_write(work)
+            return
+        except storage.integrity_errors:
+            if attempt == 2:
+                raise
 
 
 MAX_INTEGER_DIGITS = 19  # every accepted integer fits in SQLite's 64-bit integers

@@ -30,7 +30,9 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("DATABASE", str, "chorus.db", "Path of the SQLite database file (created if absent)."),
+    Setting("DATABASE", str, "chorus.db",
+            "Path of the SQLite database file (created if absent), or a postgresql:// URL "
+            "that several collectors share."),
     Setting("ADMIN_TOKEN", str, None,
             "Bearer token for creating and listing campaigns; unset disables admin calls.",
             secret=True),

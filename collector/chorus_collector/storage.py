@@ -26,6 +26,7 @@ import json
 import random
 import sqlite3
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -42,7 +43,7 @@ from chorus_shared.campaign import (
 )
 
 __all__ = ["FoldStatus", "FoldedStatistics", "SchemaError", "Storage", "StoredReport",
-           "WindowSnapshot", "migrations"]
+           "WindowSnapshot", "migrations", "open_storage"]
 
 migrations = Migrations("chorus")
 
@@ -263,6 +264,30 @@ class Storage:
             self._local.conn = conn
         return conn
 
+    # -- what another engine overrides (storage_postgres.py) ----------------------------------
+
+    integrity_errors: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
+
+    def _begin_write(self, conn: Any) -> None:
+        # IMMEDIATE: take the write lock at once, so writers queue instead of failing later.
+        conn.execute("BEGIN IMMEDIATE")
+
+    def _begin_read(self, conn: Any) -> None:
+        conn.execute("BEGIN")  # in WAL mode: one snapshot from the first read on
+
+    @staticmethod
+    def _in_transaction(conn: Any) -> bool:
+        return bool(conn.in_transaction)
+
+    def _fold_horizon(self) -> int | None:
+        """The highest seq a fold may read (None: any). One writer at a time commits
+        SQLite's seqs in order, so every seq a reader sees has all smaller ones committed."""
+        return None
+
+    def maintain(self, now: float) -> None:
+        """Periodic upkeep the background folder runs (PostgreSQL: partitions ahead)."""
+        del now
+
     def db(self) -> sqlite_utils.Database:
         return sqlite_utils.Database(self.connect())
 
@@ -292,7 +317,7 @@ class Storage:
     def write(self) -> Iterator[sqlite3.Connection]:
         """A write transaction: BEGIN IMMEDIATE … COMMIT, rolled back on any exception."""
         conn = self.connect()
-        conn.execute("BEGIN IMMEDIATE")
+        self._begin_write(conn)
         try:
             yield conn
         except BaseException:
@@ -331,7 +356,7 @@ class Storage:
             group, self._group_queue = self._group_queue, []
         conn = self.connect()
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin_write(conn)
             for number, item in enumerate(group):
                 conn.execute(f"SAVEPOINT w{number}")
                 try:
@@ -343,7 +368,7 @@ class Storage:
                     item.error = error
             conn.execute("COMMIT")
         except BaseException as error:  # BEGIN or COMMIT failed: nothing here is durable
-            if conn.in_transaction:
+            if self._in_transaction(conn):
                 conn.execute("ROLLBACK")
             for item in group:
                 item.result, item.error = None, item.error or error
@@ -369,18 +394,18 @@ class Storage:
         """
         config_json = canonical_json(campaign.config).decode()
         with self.write() as conn:
+            # ON CONFLICT: two collectors creating the same campaign at once both succeed.
+            created = conn.execute(
+                "INSERT INTO campaigns (name, digest, config) VALUES (?, ?, ?) "
+                "ON CONFLICT DO NOTHING RETURNING id",
+                (campaign.name, campaign.digest, config_json)).fetchone()
+            if created is not None:
+                return StoredCampaign(created[0], campaign), True
             row = conn.execute("SELECT id, digest FROM campaigns WHERE name = ?",
                                (campaign.name,)).fetchone()
-            if row is not None:
-                if row[1] != campaign.digest:
-                    raise FileExistsError(campaign.name)
-                return StoredCampaign(row[0], campaign), False
-            cursor = conn.execute(
-                "INSERT INTO campaigns (name, digest, config) VALUES (?, ?, ?)",
-                (campaign.name, campaign.digest, config_json),
-            )
-            assert cursor.lastrowid is not None
-            return StoredCampaign(cursor.lastrowid, campaign), True
+            if row is None or row[1] != campaign.digest:
+                raise FileExistsError(campaign.name)
+            return StoredCampaign(row[0], campaign), False
 
     def get_campaign(self, name: str) -> StoredCampaign | None:
         cached = self._campaigns.get(name)
@@ -460,16 +485,20 @@ class Storage:
     def unfolded(self, limit: int) -> tuple[int, list[tuple[int, int, int, str]]]:
         """The watermark and up to ``limit`` reports past it, in append order: (seq,
         campaign id, time bucket, payload), read in one snapshot."""
+        horizon = self._fold_horizon()
         conn = self.connect()
-        conn.execute("BEGIN")
+        self._begin_read(conn)
         try:
             watermark = conn.execute("SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
-            rows = conn.execute(
-                "SELECT seq, campaign_id, time, payload FROM reports WHERE seq > ? "
-                "ORDER BY seq LIMIT ?", (watermark, limit)).fetchall()
+            sql = "SELECT seq, campaign_id, time, payload FROM reports WHERE seq > ?"
+            args: list[Any] = [watermark]
+            if horizon is not None:
+                sql += " AND seq <= ?"
+                args.append(horizon)
+            rows = conn.execute(sql + " ORDER BY seq LIMIT ?", (*args, limit)).fetchall()
         finally:
             conn.execute("COMMIT")
-        return int(watermark), rows
+        return int(watermark), [tuple(row) for row in rows]
 
     def claim_fold(self, holder: str, now: float, lease: float) -> bool:
         """Take the fold lease unless another holder's is still running. The lease only
@@ -496,8 +525,12 @@ class Storage:
         ``step`` is called between the steps (fault injection in the tests)."""
         with self.write() as conn:
             step("begin")
-            current = conn.execute("SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
-            if current != expected:
+            # Compare-and-set first: the row lock it takes serializes folds on any engine,
+            # and a fold that lost the race changes nothing.
+            moved = conn.execute(
+                "UPDATE fold_state SET seq = ?, folded_at = ? WHERE id = 1 AND seq = ?",
+                (through, now, expected)).rowcount
+            if moved != 1:
                 return False
             for (campaign_id, time), (count, state) in partials.items():
                 row = conn.execute(
@@ -514,8 +547,6 @@ class Storage:
                         "WHERE campaign_id = ? AND time = ?",
                         (row[0] + count, state_bytes(merged), campaign_id, time))
                 step("merge")
-            conn.execute("UPDATE fold_state SET seq = ?, folded_at = ? WHERE id = 1",
-                         (through, now))
             step("watermark")
         return True
 
@@ -531,7 +562,7 @@ class Storage:
         state size)), and the reports of those buckets past the watermark, in one snapshot:
         a fold committing meanwhile can neither double-count nor hide a report."""
         conn = self.connect()
-        conn.execute("BEGIN")
+        self._begin_read(conn)
         try:
             watermark, folded_at = conn.execute(
                 "SELECT seq, folded_at FROM fold_state WHERE id = 1").fetchone()
@@ -571,7 +602,7 @@ class Storage:
         """A campaign's folded statistics per bucket, its retired counts per bucket and the
         watermark they correspond to, in one snapshot."""
         conn = self.connect()
-        conn.execute("BEGIN")
+        self._begin_read(conn)
         try:
             watermark = conn.execute("SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
             rows = conn.execute(
@@ -583,8 +614,7 @@ class Storage:
             conn.execute("COMMIT")
         return FoldedStatistics(watermark, rows, retired)
 
-    @staticmethod
-    def record_shuffled_batch(conn: sqlite3.Connection, campaign_id: int,
+    def record_shuffled_batch(self, conn: sqlite3.Connection, campaign_id: int,
                               new_reports_by_time: Mapping[int, int]) -> None:
         """Add one shuffled batch to each time bucket it brought new reports to (inside the
         ingest transaction, so the record commits with the reports)."""
@@ -595,7 +625,8 @@ class Storage:
                 "INSERT INTO shuffled_batches (campaign_id, time, batches, reports, smallest) "
                 "VALUES (?, ?, 1, ?, ?) ON CONFLICT (campaign_id, time) DO UPDATE SET "
                 "batches = batches + 1, reports = reports + excluded.reports, "
-                "smallest = min(smallest, excluded.smallest)",
+                "smallest = CASE WHEN excluded.smallest < shuffled_batches.smallest "
+                "THEN excluded.smallest ELSE shuffled_batches.smallest END",
                 (campaign_id, time, count, count))
 
     def shuffled_totals(self, campaign_id: int, start: int | None,
@@ -632,17 +663,27 @@ class Storage:
                     if not seqs:
                         break
                     marks = ",".join("?" * len(seqs))
-                    counts = conn.execute(
-                        f"SELECT time, count(*) FROM reports WHERE seq IN ({marks}) "
-                        "GROUP BY time", seqs).fetchall()
-                    conn.execute(f"DELETE FROM reports WHERE seq IN ({marks})", seqs)
+                    # RETURNING: count what this transaction deleted, not what it selected
+                    # (a concurrent gc may have deleted some first).
+                    times = [row[0] for row in conn.execute(
+                        f"DELETE FROM reports WHERE seq IN ({marks}) RETURNING time", seqs)]
+                    counts = Counter(times)
                     conn.executemany(
                         "INSERT INTO retired (campaign_id, time, reports) VALUES (?, ?, ?) "
                         "ON CONFLICT (campaign_id, time) DO UPDATE SET "
-                        "reports = reports + excluded.reports",
-                        [(stored.id, time, count) for time, count in counts])
-                    dropped += len(seqs)
+                        "reports = retired.reports + excluded.reports",
+                        [(stored.id, time, count) for time, count in counts.items()])
+                    dropped += len(times)
         return dropped
+
+
+def open_storage(database: str, *, synchronous: str = "FULL") -> Storage:
+    """The storage a database setting names: a ``postgresql://`` URL, or a SQLite file."""
+    from chorus_collector.storage_postgres import PostgresStorage, is_postgres_url
+
+    if is_postgres_url(database):
+        return PostgresStorage(database, synchronous=synchronous)
+    return Storage(database, synchronous=synchronous)
 
 
 def _in_window(sql: str, campaign_id: int, start: int | None, end: int | None,

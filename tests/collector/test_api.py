@@ -21,6 +21,7 @@ from helpers.support import (
     FakeClock,
     campaign_spec,
     make_report,
+    query,
 )
 
 PROBLEM = "application/problem+json"
@@ -37,10 +38,9 @@ def assert_problem(reply: Any, status: int, kind: str) -> dict[str, Any]:
     return body
 
 
-def row_counts(db: Path) -> tuple[int, int, int]:
-    with sqlite3.connect(db) as conn:
-        return tuple(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # type: ignore[return-value]
-                     for t in ("campaigns", "reports", "aggregates"))
+def row_counts(database: str) -> tuple[int, int, int]:
+    return tuple(query(database, f"SELECT count(*) FROM {t}")[0][0]  # type: ignore[return-value]
+                 for t in ("campaigns", "reports", "aggregates"))
 
 
 # -- campaigns ----------------------------------------------------------------------------------
@@ -68,21 +68,21 @@ def test_creating_the_same_campaign_again_is_idempotent(http: FlaskClient) -> No
     assert first.get_json()["digest"] == again.get_json()["digest"]
 
 
-def test_campaigns_are_immutable(http: FlaskClient, db_path: Path) -> None:
+def test_campaigns_are_immutable(http: FlaskClient, database: str) -> None:
     http.post("/v1/campaigns", json=campaign_spec("browser"), headers=ADMIN_HEADERS)
-    before = row_counts(db_path)
+    before = row_counts(database)
     changed = campaign_spec("browser", epsilon=2.0)
     body = assert_problem(http.post("/v1/campaigns", json=changed, headers=ADMIN_HEADERS),
                           409, "campaign-exists")
     assert "immutable" in body["detail"]
-    assert row_counts(db_path) == before
+    assert row_counts(database) == before
 
 
-def test_invalid_campaign_is_a_400_that_says_why(http: FlaskClient, db_path: Path) -> None:
+def test_invalid_campaign_is_a_400_that_says_why(http: FlaskClient, database: str) -> None:
     body = assert_problem(http.post("/v1/campaigns", json=campaign_spec("x", epsilon=-1),
                                     headers=ADMIN_HEADERS), 400, "invalid-campaign")
     assert "epsilon" in body["detail"]
-    assert row_counts(db_path) == (0, 0, 0)
+    assert row_counts(database) == (0, 0, 0)
 
 
 def test_large_epsilon_is_created_with_a_warning(http: FlaskClient) -> None:
@@ -206,17 +206,17 @@ def test_digest_of_another_campaign_version_is_rejected(http: FlaskClient, creat
     ({"extra": 1}, "unknown fields"),
 ])
 def test_malformed_reports_are_rejected_with_reasons(http: FlaskClient, create: Create,
-                                                     rng: random.Random, db_path: Path,
+                                                     rng: random.Random, database: str,
                                                      change: dict[str, Any],
                                                      fragment: str) -> None:
     config = create("browser")
     report = make_report(config, "a", rng)
     report.update(change)
-    before = row_counts(db_path)
+    before = row_counts(database)
     body = assert_problem(http.post("/v1/campaigns/browser/reports", json=report), 400,
                           "invalid-report")
     assert fragment in body["detail"]
-    assert row_counts(db_path) == before
+    assert row_counts(database) == before
 
 
 @pytest.mark.parametrize("mechanism", ["rappor", "duchi", "rr"])
@@ -263,14 +263,14 @@ def test_report_time_window_boundaries(http: FlaskClient, create: Create, rng: r
     (b'{"reports": [], "more": 1}', "invalid-request"),
     (b'{"reports": []}', "invalid-request"),
 ])
-def test_bad_bodies_are_400_and_write_nothing(http: FlaskClient, create: Create, db_path: Path,
+def test_bad_bodies_are_400_and_write_nothing(http: FlaskClient, create: Create, database: str,
                                               body: bytes, kind: str) -> None:
     create("browser")
-    before = row_counts(db_path)
+    before = row_counts(database)
     reply = http.post("/v1/campaigns/browser/reports", data=body,
                       content_type="application/json")
     assert_problem(reply, 400, kind)
-    assert row_counts(db_path) == before
+    assert row_counts(database) == before
 
 
 def test_wrong_content_type_is_415(http: FlaskClient, create: Create) -> None:
@@ -281,7 +281,7 @@ def test_wrong_content_type_is_415(http: FlaskClient, create: Create) -> None:
 
 
 def test_body_size_limit_boundary(make_app: Callable[..., Flask], rng: random.Random,
-                                  db_path: Path) -> None:
+                                  database: str) -> None:
     app = make_app(MAX_BODY_BYTES=2000)
     http = app.test_client()
     config = http.post("/v1/campaigns", json=campaign_spec("b"), headers=ADMIN_HEADERS).get_json()
@@ -292,25 +292,25 @@ def test_body_size_limit_boundary(make_app: Callable[..., Flask], rng: random.Ra
                      content_type="application/json").status_code == 201
     over = json.dumps(make_report(config, "a", rng)).encode()
     over += b" " * (2001 - len(over))
-    before = row_counts(db_path)
+    before = row_counts(database)
     body_problem = assert_problem(http.post("/v1/campaigns/b/reports", data=over,
                                             content_type="application/json"),
                                   413, "body-too-large")
     assert "2000 bytes" in body_problem["detail"]
-    assert row_counts(db_path) == before
+    assert row_counts(database) == before
 
 
 def test_reports_per_request_limit_boundary(make_app: Callable[..., Flask],
-                                            rng: random.Random, db_path: Path) -> None:
+                                            rng: random.Random, database: str) -> None:
     http = make_app(MAX_REPORTS_PER_REQUEST=5).test_client()
     config = http.post("/v1/campaigns", json=campaign_spec("b"), headers=ADMIN_HEADERS).get_json()
     five = [make_report(config, "a", rng) for _ in range(5)]
     assert http.post("/v1/campaigns/b/reports", json={"reports": five}).status_code == 200
-    before = row_counts(db_path)
+    before = row_counts(database)
     six = [make_report(config, "a", rng) for _ in range(6)]
     assert_problem(http.post("/v1/campaigns/b/reports", json={"reports": six}), 413,
                    "too-many-reports")
-    assert row_counts(db_path) == before
+    assert row_counts(database) == before
 
 
 # -- estimates ----------------------------------------------------------------------------------
@@ -436,6 +436,7 @@ def test_healthz(http: FlaskClient) -> None:
     assert reply.status_code == 200 and reply.get_json()["status"] == "ok"
 
 
+@pytest.mark.sqlite_only
 def test_the_database_stores_no_client_metadata(http: FlaskClient, create: Create,
                                                 rng: random.Random, db_path: Path) -> None:
     config = create("browser")
@@ -496,13 +497,13 @@ def test_a_category_nobody_reported_still_has_a_positive_standard_error(
     b'{"reports": [{"time": -1' + b"0" * 30 + b"}]}",
 ])
 def test_lone_surrogates_and_huge_integers_are_400(http: FlaskClient, create: Create,
-                                                   db_path: Path, body: bytes) -> None:
+                                                   database: str, body: bytes) -> None:
     create("browser")
-    before = row_counts(db_path)
+    before = row_counts(database)
     for path in ("/v1/reports", "/v1/campaigns/browser/reports"):
         reply = http.post(path, data=body, content_type="application/json")
         assert_problem(reply, 400, "malformed-json")
-    assert row_counts(db_path) == before
+    assert row_counts(database) == before
 
 
 @pytest.mark.parametrize("spec_text", [

@@ -4,9 +4,7 @@ response lost after the commit. The client retries the same bytes; every report 
 from __future__ import annotations
 
 import math
-import sqlite3
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from flask import Flask
@@ -19,12 +17,13 @@ from helpers.support import (
     FaultInjector,
     FlaskBridge,
     campaign_spec,
+    query,
 )
 
 
 @pytest.mark.parametrize("mode", ["before", "after"])
 def test_a_lost_request_or_response_never_double_counts(make_app: Callable[..., Flask],
-                                                        clock: FakeClock, db_path: Path,
+                                                        clock: FakeClock, database: str,
                                                         mode: str) -> None:
     app = make_app()
     http = app.test_client()
@@ -46,7 +45,6 @@ def test_a_lost_request_or_response_never_double_counts(make_app: Callable[..., 
         assert (result.accepted, result.duplicate) == (0, 8)  # stored by the first attempt
     else:
         assert (result.accepted, result.duplicate) == (8, 0)
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT count(*) FROM reports").fetchone()[0] == 8
+    assert query(database, "SELECT count(*) FROM reports") == [(8,)]
     estimate = http.get("/v1/campaigns/b/estimates", headers=ANALYST_HEADERS).get_json()
     assert estimate["n"] == 8

@@ -10,7 +10,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from chorus_collector.aggregate import check_aggregates
 from chorus_collector.cli import main as cli
 from chorus_collector.estimators import estimator_for
 from chorus_collector.folding import BackgroundFolder, estimate_inputs, fold, fold_once
-from chorus_collector.storage import Storage, migrations
+from chorus_collector.storage import Storage, migrations, open_storage
 from helpers.support import (
     ADMIN,
     ADMIN_HEADERS,
@@ -64,33 +63,37 @@ def _fill(http: FlaskClient, clock: FakeClock, seed: int = 7, per_bucket: int = 
     return total
 
 
-def _statistics(db: Path) -> list[tuple[int, int, int, bytes]]:
-    with sqlite3.connect(db) as conn:
-        return conn.execute("SELECT campaign_id, time, n, state FROM aggregates "
-                            "ORDER BY campaign_id, time").fetchall()
+def _statistics(database: str) -> list[tuple[int, int, int, bytes]]:
+    rows = open_storage(database).connect().execute(
+        "SELECT campaign_id, time, n, state FROM aggregates ORDER BY campaign_id, time")
+    return [(c, t, n, bytes(state)) for c, t, n, state in rows]
 
 
 @pytest.fixture
-def filled(make_app: Callable[..., Flask], clock: FakeClock, db_path: Path) -> Path:
+def filled(make_app: Callable[..., Flask], clock: FakeClock, database: str) -> str:
     _fill(make_app().test_client(), clock)
-    return db_path
+    return database
 
 
 @pytest.fixture
-def clean_statistics(tmp_path: Path, clock: FakeClock) -> list[tuple[int, int, int, bytes]]:
-    """What an uninterrupted fold of the same reports leaves (same seeds, another file)."""
+def clean_statistics(tmp_path: Path, clock: FakeClock,
+                     request: pytest.FixtureRequest) -> list[tuple[int, int, int, bytes]]:
+    """What an uninterrupted fold of the same reports leaves (same seeds, another database
+    on the same backend)."""
     from chorus_collector import create_app
 
-    db = tmp_path / "clean.db"
-    app = create_app({"DATABASE": str(db), "ADMIN_TOKEN": ADMIN, "ANALYST_TOKEN": ANALYST},
+    database = request.getfixturevalue("database")
+    other = (request.getfixturevalue("postgres").new_schema()
+             if database.startswith("postgresql:") else str(tmp_path / "clean.db"))
+    app = create_app({"DATABASE": other, "ADMIN_TOKEN": ADMIN, "ANALYST_TOKEN": ANALYST},
                      clock=clock)
     _fill(app.test_client(), clock)
-    assert fold(Storage(str(db))) == 240
-    return _statistics(db)
+    assert fold(open_storage(other)) == 240
+    return _statistics(other)
 
 
 def test_ingest_appends_and_computes_no_statistics(
-        make_app: Callable[..., Flask], clock: FakeClock, db_path: Path,
+        make_app: Callable[..., Flask], clock: FakeClock, database: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
     def no_map(*args: object) -> None:
         raise AssertionError("ingest mapped reports to statistics")
@@ -99,15 +102,15 @@ def test_ingest_appends_and_computes_no_statistics(
         monkeypatch.setattr(estimator_for(spec["mechanism"]), "map", no_map)
     app = make_app()
     total = _fill(app.test_client(), clock)
-    assert _statistics(db_path) == []
-    assert Storage(str(db_path)).fold_status().unfolded == total
+    assert _statistics(database) == []
+    assert open_storage(database).fold_status().unfolded == total
 
 
 def test_estimates_are_complete_before_during_and_after_folding(
-        make_app: Callable[..., Flask], clock: FakeClock, db_path: Path) -> None:
+        make_app: Callable[..., Flask], clock: FakeClock, database: str) -> None:
     http = make_app().test_client()
     _fill(http, clock)
-    storage = Storage(str(db_path))
+    storage = open_storage(database)
 
     def estimate() -> dict[str, Any]:
         reply = http.get("/v1/campaigns/o/estimates", headers=ANALYST_HEADERS)
@@ -131,8 +134,8 @@ def test_estimates_are_complete_before_during_and_after_folding(
 
 @pytest.mark.parametrize("step", STEPS)
 def test_a_fold_that_fails_at_any_step_changes_nothing_and_the_rerun_is_exact(
-        filled: Path, clean_statistics: list[Any], step: str) -> None:
-    storage = Storage(str(filled))
+        filled: str, clean_statistics: list[Any], step: str) -> None:
+    storage = open_storage(filled)
 
     def crash(at: str) -> None:
         if at == step:
@@ -157,27 +160,27 @@ def _fold_and_die(db: str, step: str) -> None:
         if at == step:
             os._exit(9)  # no cleanup, no rollback: as a kill -9
 
-    fold_once(Storage(db), limit=50, step=die)
+    fold_once(open_storage(db), limit=50, step=die)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("step", ["map", "merge", "watermark", "commit"])
 def test_a_process_killed_mid_fold_leaves_consistent_statistics(
-        filled: Path, clean_statistics: list[Any], step: str) -> None:
+        filled: str, clean_statistics: list[Any], step: str) -> None:
     context = multiprocessing.get_context("spawn")
     child = context.Process(target=_fold_and_die, args=(str(filled), step))
     child.start()
     child.join(60)
     assert child.exitcode == 9
-    storage = Storage(str(filled))
+    storage = open_storage(filled)
     assert storage.fold_status().watermark == (50 if step == "commit" else 0)
     assert fold(storage) == (190 if step == "commit" else 240)
     assert _statistics(filled) == clean_statistics
 
 
-def test_racing_folders_never_count_a_report_twice(filled: Path,
+def test_racing_folders_never_count_a_report_twice(filled: str,
                                                    clean_statistics: list[Any]) -> None:
-    storage = Storage(str(filled))
+    storage = open_storage(filled)
     watermark, rows = storage.unfolded(30)
     assert fold_once(storage, limit=30) == 30
     # A fold that read the same reports loses the race: its commit changes nothing.
@@ -186,7 +189,7 @@ def test_racing_folders_never_count_a_report_twice(filled: Path,
     results: list[int] = []
 
     def worker() -> None:
-        results.append(fold(Storage(str(filled)), limit=7))
+        results.append(fold(open_storage(filled), limit=7))
 
     threads = [threading.Thread(target=worker) for _ in range(4)]
     for thread in threads:
@@ -197,8 +200,8 @@ def test_racing_folders_never_count_a_report_twice(filled: Path,
     assert _statistics(filled) == clean_statistics
 
 
-def test_the_lease_keeps_a_second_folder_idle(filled: Path) -> None:
-    storage = Storage(str(filled))
+def test_the_lease_keeps_a_second_folder_idle(filled: str) -> None:
+    storage = open_storage(filled)
     assert storage.claim_fold("first", now=100.0, lease=60.0)
     assert not storage.claim_fold("second", now=130.0, lease=60.0)
     assert BackgroundFolder(storage, 1, clock=lambda: 130.0).run_once() == 0
@@ -208,8 +211,8 @@ def test_the_lease_keeps_a_second_folder_idle(filled: Path) -> None:
     assert BackgroundFolder(storage, 1, clock=lambda: 212.0).run_once() == 240
 
 
-def test_the_background_folder_catches_up_and_stops(filled: Path) -> None:
-    storage = Storage(str(filled))
+def test_the_background_folder_catches_up_and_stops(filled: str) -> None:
+    storage = open_storage(filled)
     folder = BackgroundFolder(storage, 0.05)
     folder.start()
     try:
@@ -222,14 +225,15 @@ def test_the_background_folder_catches_up_and_stops(filled: Path) -> None:
     assert folder._thread is not None and not folder._thread.is_alive()
 
 
-def test_aggregate_command_folds_on_demand(filled: Path) -> None:
-    result = CliRunner().invoke(cli, ["aggregate", "--database", str(filled)])
+def test_aggregate_command_folds_on_demand(filled: str) -> None:
+    result = CliRunner().invoke(cli, ["aggregate", "--database", filled])
     assert result.exit_code == 0, result.output
     assert "folded 240 reports; 0 waiting" in result.output
-    again = CliRunner().invoke(cli, ["aggregate", "--database", str(filled)])
+    again = CliRunner().invoke(cli, ["aggregate", "--database", filled])
     assert "folded 0 reports; 0 waiting" in again.output
 
 
+@pytest.mark.sqlite_only
 def test_a_database_of_the_previous_schema_keeps_its_statistics(
         make_app: Callable[..., Flask], clock: FakeClock, tmp_path: Path) -> None:
     """Before m004 the statistics were updated at ingest: after the upgrade the watermark

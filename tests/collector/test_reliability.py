@@ -27,6 +27,7 @@ from helpers.support import (
     FlaskBridge,
     campaign_spec,
     make_report,
+    query,
 )
 
 Create = Callable[..., dict[str, Any]]
@@ -162,7 +163,7 @@ def test_logs_carry_no_tokens_payloads_or_addresses(http: FlaskClient, create: C
 
 def test_gc_drops_expired_reports_and_keeps_their_statistics(
         http: FlaskClient, create: Create, rng: random.Random, clock: FakeClock, app: Flask,
-        db_path: Path) -> None:
+        database: str) -> None:
     config = create("browser", report_expiry=86400)
     old = [make_report(config, "a", rng, time=int(NOW) - 86400) for _ in range(3)]
     new = [make_report(config, "b", rng) for _ in range(2)]
@@ -179,9 +180,8 @@ def test_gc_drops_expired_reports_and_keeps_their_statistics(
     clock.now += 60
     assert storage.drop_expired(clock.now, margin=60) == 3
     assert storage.drop_expired(clock.now, margin=60) == 0
-    with sqlite3.connect(db_path) as conn:
-        ids = {row[0] for row in conn.execute("SELECT hex(report_id) FROM reports")}
-    assert ids == {r["report_id"].upper() for r in new}  # the expired rows are gone whole
+    ids = {bytes(row[0]).hex() for row in query(database, "SELECT report_id FROM reports")}
+    assert ids == {r["report_id"] for r in new}  # the expired rows are gone whole
     replay = http.post("/v1/reports", json=old[0])
     assert replay.status_code == 400
     assert replay.get_json()["type"].endswith("report-expired")
@@ -256,7 +256,6 @@ def test_campaigns_stored_with_memoization_are_migrated_and_keep_their_reports(
     """Configs written before memoization was withdrawn (privacy.memoize, Duchi's buckets)
     still load after the upgrade, with their reports; listing and scrubbing work."""
     import json
-    import sqlite3
 
     from chorus_collector.storage import Storage
     from chorus_shared import campaign_from_spec

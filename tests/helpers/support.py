@@ -158,3 +158,16 @@ class FaultInjector:
                 chunks.close()
         start_response("500 Internal Server Error", [("Content-Type", "text/plain")])
         return [b"injected fault"]
+
+
+def query(database: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """Run one statement on a test's database, SQLite file or PostgreSQL URL (autocommit),
+    with ``?`` placeholders; returns its rows (none for a write)."""
+    from chorus_collector.storage import open_storage
+
+    storage = open_storage(database)
+    try:
+        cursor = storage.connect().execute(sql, args)
+        return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
+    finally:
+        storage.close()
