@@ -6,12 +6,12 @@ STAMP := $(VENV)/.installed-stamp
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 
-.PHONY: demo test quick lint bench clean
+.PHONY: demo test quick lint bench clean postgresql
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[collector,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[collector,dev,postgresql]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -21,8 +21,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: lint
+# Debian's PostgreSQL server binaries, for the suite's second backend: the tests start a
+# throwaway cluster themselves (as the postgres user, on 127.0.0.1) and stop it at the end.
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+
+# Everything on SQLite, then the storage-facing suites (collector, end to end) on PostgreSQL.
+test: lint postgresql
 	$(BIN)/pytest
+	$(BIN)/pytest -q --backend postgresql
 
 # The edit loop: everything but the tests marked slow (servers, many simulated users, long
 # statistical runs). `make test` runs them all, as CI does.

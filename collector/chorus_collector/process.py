@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Mapping
@@ -33,7 +34,8 @@ class CollectorProcess:
     """``with CollectorProcess(db) as server: server.url`` – started, healthy, then stopped."""
 
     def __init__(self, database: str | Path, *, settings: Mapping[str, str] | None = None,
-                 port: int | None = None, startup_timeout: float = 30.0) -> None:
+                 port: int | None = None, startup_timeout: float = 30.0,
+                 log_path: Path | None = None) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("CHORUS_")}
@@ -41,7 +43,14 @@ class CollectorProcess:
         env.update({f"CHORUS_{k}": v for k, v in (settings or {}).items()})
         self.env = env
         self.startup_timeout = startup_timeout
-        self.log_path = Path(database).with_suffix(".log")
+        if log_path is None:
+            if "://" in str(database):  # a database URL: the log goes beside nothing
+                handle, name = tempfile.mkstemp(prefix="chorus-collector-", suffix=".log")
+                os.close(handle)
+                log_path = Path(name)
+            else:
+                log_path = Path(database).with_suffix(".log")
+        self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:

@@ -1,10 +1,11 @@
 """A property-based model of the collector (after Janus's simulation tests).
 
-Random sequences of uploads, replays, conflicting replays, invalid reports, lost responses,
-clock advances, retention runs, folds (some crashing at a random step) and queries, checked
-against a model. Every report's payload
-is unique (an index into a large k-RR domain), so the collector's aggregate must be exactly
-the indicator of the accepted set: any entry above one is a replay or a double count.
+Two collector replicas share one database. Random sequences of uploads, replays,
+conflicting replays, invalid reports, lost responses, clock advances, retention runs, folds
+(some crashing at a random step), replica switches and queries are checked against a model.
+Every report's payload is unique (an index into a large k-RR domain), so the collector's
+aggregate must be exactly the indicator of the accepted set: any entry above one is a replay
+or a double count.
 """
 
 from __future__ import annotations
@@ -12,13 +13,22 @@ from __future__ import annotations
 import contextlib
 import random
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from chorus_collector import create_app
 from chorus_collector.folding import estimate_inputs, fold_once
@@ -40,16 +50,23 @@ EXPIRY = 3 * HOUR
 
 
 class CollectorModel(RuleBasedStateMachine):
+    # Set by the test below: a new, empty database per example (a SQLite file or a
+    # PostgreSQL schema), which two replicas of the collector share.
+    new_database: Callable[[], str]
+
     @initialize()
     def start(self) -> None:
         self.tmp = tempfile.TemporaryDirectory()
         self.clock = FakeClock(NOW)
-        self.app = create_app({"DATABASE": str(Path(self.tmp.name) / "m.db"),
-                               "ADMIN_TOKEN": ADMIN, "ANALYST_TOKEN": ANALYST},
-                              clock=self.clock)
-        self.faults = FaultInjector(self.app.wsgi_app)
-        self.app.wsgi_app = self.faults  # type: ignore[method-assign]
-        self.http = self.app.test_client()
+        database = type(self).new_database()
+        self.replicas = []
+        for _ in range(2):
+            app = create_app({"DATABASE": database, "ADMIN_TOKEN": ADMIN,
+                              "ANALYST_TOKEN": ANALYST}, clock=self.clock)
+            faults = FaultInjector(app.wsgi_app)
+            app.wsgi_app = faults  # type: ignore[method-assign]
+            self.replicas.append((app, faults, app.test_client()))
+        self.app, self.faults, self.http = self.replicas[0]
         spec = {"name": "m", "mechanism": "krr", "epsilon": 1.0, "min_batch_size": 1,
                 "domain": [f"v{i}" for i in range(DOMAIN)], "report_expiry": EXPIRY}
         config = self.http.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS).get_json()
@@ -57,6 +74,12 @@ class CollectorModel(RuleBasedStateMachine):
         self.accepted: dict[str, dict[str, Any]] = {}  # report_id → report
         self.next_payload = 0
         self.rng = random.Random(0)
+
+    @rule(replica=st.integers(0, 1))
+    def switch_replica(self, replica: int) -> None:
+        """Later operations go to the other collector (each has its own group commit,
+        connections and campaign cache; they share only the database)."""
+        self.app, self.faults, self.http = self.replicas[replica]
 
     def teardown(self) -> None:
         self.tmp.cleanup()
@@ -194,6 +217,14 @@ class CollectorModel(RuleBasedStateMachine):
         assert window["n"] == sum(r["time"] == t for r in self.accepted.values())
 
 
-CollectorModel.TestCase.settings = settings(max_examples=30, stateful_step_count=25,
-                                            deadline=None)
-TestCollectorModel = CollectorModel.TestCase
+def test_collector_model(database: str, request: pytest.FixtureRequest,
+                         tmp_path: Path) -> None:
+    """Two replicas sharing one database, on the backend the suite runs on."""
+    if database.startswith("postgresql:"):
+        server = request.getfixturevalue("postgres")
+        CollectorModel.new_database = staticmethod(server.new_schema)  # type: ignore[method-assign]
+    else:
+        paths = (str(tmp_path / f"m{i}.db") for i in range(10**6))
+        CollectorModel.new_database = staticmethod(lambda: next(paths))  # type: ignore[method-assign]
+    run_state_machine_as_test(CollectorModel, settings=settings(
+        max_examples=30, stateful_step_count=25, deadline=None))

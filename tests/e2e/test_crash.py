@@ -2,7 +2,8 @@
 
 Clients upload in parallel and remember every report the collector acknowledged. The server
 is then killed (SIGKILL to the master and all workers) or stopped (SIGTERM). After a restart
-on the same file: every acknowledged report is present exactly once, the folded statistics
+on the same database (with --backend postgresql: two replicas sharing it, the load spread
+over both, both killed): every acknowledged report is present exactly once, the folded statistics
 match the reports below the watermark (the background folders run during the load, so the
 kill lands at any step of a fold), and SQLite's integrity check passes. The load is bounded
 in count and time.
@@ -11,10 +12,8 @@ in count and time.
 from __future__ import annotations
 
 import signal
-import sqlite3
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,9 +23,9 @@ import requests
 from chorus_collector.aggregate import check_aggregates
 from chorus_collector.folding import estimate_inputs
 from chorus_collector.process import CollectorProcess
-from chorus_collector.storage import Storage
+from chorus_collector.storage import open_storage
 from chorus_shared import campaign_from_config, new_report_id
-from helpers.support import ADMIN, ADMIN_HEADERS
+from helpers.support import ADMIN, ADMIN_HEADERS, query
 
 pytestmark = pytest.mark.slow
 DOMAIN = 50_000
@@ -35,15 +34,16 @@ DOMAIN = 50_000
 class Load:
     """Threads posting batches of unique reports until stopped (or their budget runs out)."""
 
-    def __init__(self, url: str, config: dict[str, Any], threads: int = 6) -> None:
-        self.url = url
+    def __init__(self, urls: list[str], config: dict[str, Any], threads: int = 6) -> None:
+        self.urls = urls  # one per replica: thread i posts to replica i mod len(urls)
         self.campaign = campaign_from_config(config)
         self.acked: set[str] = set()
         self.errors_5xx = 0
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.counter = iter(range(DOMAIN))
-        self.threads = [threading.Thread(target=self.run) for _ in range(threads)]
+        self.threads = [threading.Thread(target=self.run, args=(urls[i % len(urls)],))
+                        for i in range(threads)]
 
     def batch(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -52,14 +52,14 @@ class Load:
         return [{"report_id": new_report_id(), "digest": self.campaign.digest, "time": bucket,
                  "payload": p} for p in payloads]
 
-    def run(self) -> None:
+    def run(self, url: str) -> None:
         session = requests.Session()
         deadline = time.monotonic() + 30
         for _ in range(300):  # bounded in count and in time
             if self.stop.is_set() or time.monotonic() > deadline:
                 return
             try:
-                reply = session.post(f"{self.url}/v1/reports", json={"reports": self.batch()},
+                reply = session.post(f"{url}/v1/reports", json={"reports": self.batch()},
                                      timeout=10)
             except requests.RequestException:
                 continue  # the server is going down: nothing was acknowledged
@@ -89,71 +89,77 @@ class Load:
         assert len(self.acked) >= count, "the load did not get going"
 
 
-def _start(db: Path) -> tuple[CollectorProcess, dict[str, Any]]:
-    server = CollectorProcess(db, settings={"ADMIN_TOKEN": ADMIN, "WORKERS": "2",
-                                            "THREADS": "4", "FOLD_INTERVAL": "1"}).start()
+SETTINGS = {"ADMIN_TOKEN": ADMIN, "WORKERS": "2", "THREADS": "4", "FOLD_INTERVAL": "1"}
+
+
+def _start(database: str, replicas: int) -> tuple[list[CollectorProcess], dict[str, Any]]:
+    servers = [CollectorProcess(database, settings=SETTINGS).start() for _ in range(replicas)]
     spec = {"name": "crash", "mechanism": "krr", "epsilon": 1.0, "min_batch_size": 1,
             "domain": [f"v{i}" for i in range(DOMAIN)]}
-    config = requests.post(f"{server.url}/v1/campaigns", json=spec, headers=ADMIN_HEADERS,
+    config = requests.post(f"{servers[0].url}/v1/campaigns", json=spec, headers=ADMIN_HEADERS,
                            timeout=30).json()
-    return server, config
+    return servers, config
 
 
-def _wait_for_a_fold(db: Path, timeout: float = 15) -> None:
-    """Until the server's background folders have folded something (bounded in time)."""
-    storage = Storage(str(db))
+def _replicas(backend: str) -> int:
+    """SQLite is one collector's file; on PostgreSQL two replicas share the database."""
+    return 2 if backend == "postgresql" else 1
+
+
+def _wait_for_a_fold(database: str, timeout: float = 15) -> None:
+    """Until the servers' background folders have folded something (bounded in time)."""
+    storage = open_storage(database)
     deadline = time.monotonic() + timeout
     while storage.fold_status().watermark == 0 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert storage.fold_status().watermark > 0, "the server's folder never ran"
+    assert storage.fold_status().watermark > 0, "the servers' folders never ran"
     storage.close()
 
 
-def _check_database(db: Path, acked: set[str]) -> None:
-    with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        rows = conn.execute("SELECT lower(hex(report_id)), payload FROM reports").fetchall()
-    stored = [r[0] for r in rows]
+def _check_database(database: str, acked: set[str]) -> None:
+    storage = open_storage(database)
+    if not database.startswith("postgresql:"):
+        assert query(database, "PRAGMA integrity_check") == [("ok",)]
+    stored = [bytes(row[0]).hex() for row in query(database, "SELECT report_id FROM reports")]
     assert len(stored) == len(set(stored))
     assert acked <= set(stored), f"{len(acked - set(stored))} acknowledged reports lost"
     # The folded statistics are exactly the reports below the watermark (whatever step a
     # fold was killed at), and with the unfolded tail each unique payload counts once.
-    storage = Storage(str(db))
     assert all(check.matches for check in check_aggregates(storage, "crash", workers=1))
     stored_campaign = storage.get_campaign("crash")
     assert stored_campaign is not None
     inputs = estimate_inputs(storage, stored_campaign, None, None)
-    assert inputs.n == len(rows)
+    assert inputs.n == len(stored)
     assert int(np.max(inputs.state)) == 1
-    assert int(inputs.state.sum()) == len(rows)
+    assert int(inputs.state.sum()) == len(stored)
     storage.close()
 
 
-def test_kill_9_under_load_loses_no_acknowledged_report(tmp_path: Path) -> None:
-    db = tmp_path / "crash.db"
-    server, config = _start(db)
-    with Load(server.url, config) as load:
+def test_kill_9_under_load_loses_no_acknowledged_report(database: str, backend: str) -> None:
+    servers, config = _start(database, _replicas(backend))
+    with Load([server.url for server in servers], config) as load:
         load.wait_for(400)
-        _wait_for_a_fold(db)
+        _wait_for_a_fold(database)
         load.wait_for(len(load.acked) + 400)  # killed while appending and folding
-        server.kill()
-    assert load.errors_5xx == 0
-    restarted = CollectorProcess(db, settings={"ADMIN_TOKEN": ADMIN}).start()
+        for server in servers:
+            server.kill()
+    assert load.errors_5xx == 0, "\n".join(server.log()[-3000:] for server in servers)
+    restarted = CollectorProcess(database, settings={"ADMIN_TOKEN": ADMIN}).start()
     try:
-        _check_database(db, load.acked)
+        _check_database(database, load.acked)
         reply = requests.get(f"{restarted.url}/v1/campaigns/crash", timeout=10)
         assert reply.status_code == 200
     finally:
         restarted.stop()
 
 
-def test_sigterm_under_load_drains_and_exits_cleanly(tmp_path: Path) -> None:
-    db = tmp_path / "term.db"
-    server, config = _start(db)
-    with Load(server.url, config) as load:
+def test_sigterm_under_load_drains_and_exits_cleanly(database: str, backend: str) -> None:
+    servers, config = _start(database, _replicas(backend))
+    with Load([server.url for server in servers], config) as load:
         load.wait_for(400)
-        assert server.stop(signal.SIGTERM, timeout=40) == 0
+        for server in servers:
+            assert server.stop(signal.SIGTERM, timeout=40) == 0
     # On failure, the server's log says why (it once showed a metrics file removed by the
     # master while a draining worker still answered: a 500 for a committed report).
-    assert load.errors_5xx == 0, server.log_path.read_text()[-6000:]
-    _check_database(db, load.acked)
+    assert load.errors_5xx == 0, "\n".join(server.log()[-6000:] for server in servers)
+    _check_database(database, load.acked)
