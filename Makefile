@@ -42,10 +42,11 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[collector,dev,bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) postgresql
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/peers.py
 	$(BIN)/python benchmarks/scale.py
+	$(BIN)/python benchmarks/ingest.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

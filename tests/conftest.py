@@ -23,8 +23,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # On PostgreSQL only the storage-facing suites run, minus the tests that read the SQLite
-    # file itself (marked sqlite_only): the rest does not touch storage.
+    # file itself (marked sqlite_only): the rest does not touch storage. Tests of what only
+    # PostgreSQL does (postgresql_only) run in that pass only.
     if config.getoption("--backend") != "postgresql":
+        only_postgres = [item for item in items if item.get_closest_marker("postgresql_only")]
+        if only_postgres:
+            config.hook.pytest_deselected(items=only_postgres)
+            items[:] = [item for item in items if item not in only_postgres]
         return
     selected, deselected = [], []
     for item in items:

@@ -18,8 +18,10 @@ and it says how fresh the folded part is.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -39,6 +41,7 @@ log = logging.getLogger("chorus.folding")
 
 FOLD_CHUNK = 20_000  # reports per fold transaction: bounds the job's memory and lock time
 LEASE_SECONDS = 120.0
+FOLDER_NICENESS = 10
 
 
 def _no_fault(step: str) -> None:
@@ -163,6 +166,10 @@ class BackgroundFolder:
         return folded
 
     def _run(self) -> None:
+        # Folding is background work: on Linux a thread has its own nice value (and the
+        # threads it starts inherit it), so requests keep the cores when both want them.
+        with contextlib.suppress(AttributeError, OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), FOLDER_NICENESS)
         while not self._stop.wait(self.interval):
             try:
                 self.run_once()

@@ -25,6 +25,7 @@ same instant on two replicas (then both count, as two reports would).
 from __future__ import annotations
 
 import contextlib
+import random
 import re
 import threading
 import time
@@ -34,6 +35,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from chorus_collector.storage import SchemaError, Storage
+
+_SHUFFLE = random.SystemRandom()
 
 __all__ = ["PostgresStorage", "is_postgres_url"]
 
@@ -240,6 +243,25 @@ class PostgresStorage(Storage):
                 continue
             with self._partitions_lock:
                 self._partitions.add(day)
+
+    def existing_reports(self, conn: Any, campaign_id: int,
+                         report_ids: Sequence[bytes]) -> dict[bytes, tuple[int, str]]:
+        # One array parameter, not an IN list of hundreds: planned once for every partition.
+        rows = conn.raw.execute(
+            "SELECT report_id, time, payload FROM reports "
+            "WHERE campaign_id = %s AND report_id = ANY(%s)", (campaign_id, list(report_ids)))
+        return {bytes(report_id): (time, payload) for report_id, time, payload in rows}
+
+    def insert_reports(self, conn: Any, campaign_id: int, reports: Sequence[Any]) -> None:
+        # COPY: one stream for the whole batch instead of a statement per report. A report ID
+        # another replica inserted since the lookup fails the COPY with a unique violation,
+        # which ingest answers by looking again (as for INSERT).
+        rows = [(campaign_id, r.report_id, r.time, r.payload_json) for r in reports]
+        _SHUFFLE.shuffle(rows)  # the order within a request is not kept
+        with conn.raw.cursor() as cursor, cursor.copy(
+                "COPY reports (campaign_id, report_id, time, payload) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
 
     def maintain(self, now: float) -> None:
         self.ensure_partitions(now)

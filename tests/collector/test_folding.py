@@ -26,7 +26,13 @@ from flask.testing import FlaskClient
 from chorus_collector.aggregate import check_aggregates
 from chorus_collector.cli import main as cli
 from chorus_collector.estimators import estimator_for
-from chorus_collector.folding import BackgroundFolder, estimate_inputs, fold, fold_once
+from chorus_collector.folding import (
+    FOLDER_NICENESS,
+    BackgroundFolder,
+    estimate_inputs,
+    fold,
+    fold_once,
+)
 from chorus_collector.storage import Storage, migrations, open_storage
 from helpers.support import (
     ADMIN,
@@ -220,6 +226,10 @@ def test_the_background_folder_catches_up_and_stops(filled: str) -> None:
         while storage.fold_status().unfolded and time.monotonic() < deadline:
             time.sleep(0.05)
         assert storage.fold_status().unfolded == 0
+        native_id = folder._thread.native_id if folder._thread else None
+        assert native_id is not None
+        # Background work yields the cores to requests (a thread's own nice value on Linux).
+        assert os.getpriority(os.PRIO_PROCESS, native_id) >= FOLDER_NICENESS
     finally:
         folder.stop()
     assert folder._thread is not None and not folder._thread.is_alive()

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# The benchmarks choose their own storage (ingest.py starts its own PostgreSQL): once is enough.
+pytestmark = pytest.mark.sqlite_only
 
 
 @pytest.mark.slow
@@ -58,3 +60,19 @@ def test_scale_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
     for row in results["aggregation"].values():
         assert row["reports"] == 100_000 and row["peak_rss_mb"] > 0
     assert results["estimates"]["100000"]["stored_reports"] == 100_000
+
+
+@pytest.mark.slow
+def test_ingest_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/ingest.py --quick: the write-lock probe, both backends, bytes per report."""
+    out = tmp_path / "ingest.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ingest.py"), "--quick",
+                          "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    results = json.loads(out.read_text())
+    probe = results["write_lock_probe"]
+    assert probe["batch_status"] == 200 and probe["victim_5xx"] == 0
+    assert probe["victim_requests"] > 0
+    for backend in ("sqlite", "postgresql"):
+        assert results[backend]["reports"] == 20_000  # every batch acknowledged in full
+        assert results[backend]["bytes_per_report"] > 16  # at least the report ID

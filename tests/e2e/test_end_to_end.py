@@ -220,11 +220,12 @@ def _compose_binary() -> str:
     return found
 
 
-def _compose_config(path: Path, *options: str) -> subprocess.CompletedProcess[str]:
+def _compose_config(path: Path, *options: str,
+                    extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("COMPOSE_", "DOCKER_"))}
     env.update({"CHORUS_ADMIN_TOKEN": "a", "CHORUS_ANALYST_TOKEN": "b",
-                "CHORUS_METRICS_TOKEN": "c"})
+                "CHORUS_METRICS_TOKEN": "c", **(extra_env or {})})
     return subprocess.run([_compose_binary(), "-f", str(path), *options, "config", "-q"],
                           env=env, capture_output=True, text=True, timeout=60, cwd=path.parent)
 
@@ -268,6 +269,32 @@ def test_compose_shuffler_service_is_valid_and_shares_the_key() -> None:
     assert settings["COLLECTOR_URL"] == "http://collector:8000"
     assert settings["DATABASE"].startswith("/data/")
     assert service["depends_on"]["collector"]["condition"] == "service_healthy"
+
+
+def test_compose_postgresql_profile_runs_two_replicas_behind_nginx() -> None:
+    from chorus_collector.settings import resolve_settings
+
+    env_extra = {"CHORUS_POSTGRES_PASSWORD": "p"}
+    result = _compose_config(ROOT / "docker-compose.yml", "--profile", "postgresql",
+                             extra_env=env_extra)
+    assert result.returncode == 0, result.stderr
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services: dict[str, Any] = compose["services"]
+    replicas = [services["collector-a"], services["collector-b"]]
+    assert replicas[0] == replicas[1]  # one definition, two replicas
+    for name in ("postgres", "collector-a", "collector-b", "proxy"):
+        assert services[name]["profiles"] == ["postgresql"]
+    env = replicas[0]["environment"]
+    settings = resolve_settings(  # raises on an unknown CHORUS_* name
+        environ={k: v if not v.startswith("${") else "token" for k, v in env.items()})
+    assert settings["DATABASE"].startswith("postgresql://chorus:")
+    assert settings["DATABASE"].endswith("@postgres:5432/chorus")
+    assert settings["PROXY_HOPS"] == 1  # behind nginx: the client address is forwarded
+    assert "ports" not in replicas[0]  # only the proxy faces clients
+    nginx = (ROOT / "deploy" / "nginx-replicas.conf").read_text()
+    assert "server collector-a:8000" in nginx and "server collector-b:8000" in nginx
+    assert services["proxy"]["ports"] == ["8080:8080"]
+    assert any("nginx-replicas.conf" in volume for volume in services["proxy"]["volumes"])
 
 
 def test_compose_validator_rejects_a_broken_file(tmp_path: Path) -> None:
