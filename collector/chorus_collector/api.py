@@ -238,7 +238,11 @@ def _count_outcomes(statuses: list[ReportStatus]) -> None:
 @api.get("/metrics")
 def metrics() -> Response:
     _require("metrics")
-    body, content_type = current_app.extensions["chorus.metrics"].render()
+    metrics: Metrics = current_app.extensions["chorus.metrics"]
+    body, content_type = metrics.render()
+    status = _storage().fold_status()
+    body += metrics.render_fold_state(status.unfolded, status.folded_at,
+                                      current_app.extensions["chorus.clock"]())
     return Response(body, content_type=content_type)
 
 

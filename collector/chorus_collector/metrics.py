@@ -64,6 +64,26 @@ class Metrics:
             log.warning("metrics update failed (%s: %s); the request is unaffected",
                         type(error).__name__, error)
 
+    @staticmethod
+    def render_fold_state(unfolded: int, folded_at: float | None, now: float) -> bytes:
+        """The fold job's lag, read from the database at scrape time (the same answer from
+        every worker and replica, so never summed across processes)."""
+        from prometheus_client import CollectorRegistry, generate_latest
+        from prometheus_client.core import GaugeMetricFamily
+
+        class FoldState:
+            def collect(self) -> Any:
+                yield GaugeMetricFamily(
+                    "chorus_reports_unfolded", "Reports appended but not yet folded into the "
+                    "per-bucket statistics (estimates map them at query time).", unfolded)
+                yield GaugeMetricFamily(
+                    "chorus_fold_age_seconds", "Seconds since a fold last moved the watermark "
+                    "(NaN: never).", float("nan") if folded_at is None else now - folded_at)
+
+        registry = CollectorRegistry()
+        registry.register(FoldState())  # type: ignore[arg-type]
+        return generate_latest(registry)
+
     def render(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 

@@ -129,6 +129,23 @@ def test_metrics_count_outcomes_per_campaign(http: FlaskClient, create: Create,
     assert _metric(text, "chorus_requests_rejected_total", reason="malformed-json") == 1
     assert _metric(text, "chorus_request_duration_seconds_count", method="POST",
                    route="/v1/reports", status="200") == 1
+    # The fold job's lag: three reports appended, none folded yet, never folded.
+    assert _metric(text, "chorus_reports_unfolded") == 3
+    assert "chorus_fold_age_seconds NaN" in text
+
+
+def test_metrics_show_how_far_the_fold_job_lags(http: FlaskClient, create: Create,
+                                               rng: random.Random, app: Flask,
+                                               clock: FakeClock) -> None:
+    config = create("browser")
+    http.post("/v1/reports", json={"reports": [make_report(config, "a", rng)
+                                               for _ in range(4)]})
+    fold(app.extensions["chorus.storage"], clock=clock)
+    clock.now += 90
+    http.post("/v1/reports", json=make_report(config, "b", rng))
+    text = http.get("/metrics").get_data(as_text=True)
+    assert _metric(text, "chorus_reports_unfolded") == 1
+    assert _metric(text, "chorus_fold_age_seconds") == 90
 
 
 def test_metrics_token_when_configured(make_app: Callable[..., Flask]) -> None:
