@@ -21,6 +21,7 @@ import argparse
 import http.client
 import json
 import math
+import os
 import random
 import secrets
 import socket
@@ -42,6 +43,7 @@ import requests
 
 from chorus_collector import create_app
 from chorus_collector.estimators import estimator_for
+from chorus_collector.estimators.local_hashing import support_counts
 from chorus_collector.ingest import ingest_reports
 from chorus_collector.process import CollectorProcess, free_port
 from chorus_shared import Campaign, campaign_from_spec, new_report_id
@@ -160,6 +162,57 @@ def bench_aggregation(camps: dict[str, Campaign], n: int) -> dict[str, Any]:
         rate = n / (time.perf_counter() - start)
         out[name] = {"reports_per_s": rate, "ratio_to_bincount": rate / baseline}
     return out
+
+
+def _on_every_core(n: int, block: int, work: Callable[[range], object]) -> float:
+    """Seconds for ``work`` over the blocks of ``block`` of n reports, dealt round-robin to
+    one thread per core (each thread gets the starts of its blocks)."""
+    workers = os.cpu_count() or 1
+    shares = [range(k * block, n, workers * block) for k in range(workers)]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(work, shares))
+    return time.perf_counter() - start
+
+
+def bench_olh_support(n: int, d: int = 1024) -> dict[str, Any]:
+    """OLH support counting (ε = 1, so g = 4, P = 2³¹ − 1) of n reports at d categories on
+    every core, beside two numpy evaluations of the same n × d cells on the same threads:
+    the hash family as MECHANISMS.md §4 writes it, ((a·v + b) % P) % g in int64 in blocks of
+    256 reports, with no comparison and no counting (the issue's ceiling), and a single
+    uint32 comparison per cell, less than any numpy method that looks at every cell does."""
+    campaign = campaign_from_spec({"name": "olh", "mechanism": "olh", "epsilon": 1.0,
+                                   "domain": [f"c{i}" for i in range(d)]})
+    prime, g = campaign.mechanism.prime, campaign.mechanism.g
+    rng = np.random.default_rng(5)
+    a, b = rng.integers(1, prime, size=n), rng.integers(0, prime, size=n)
+    y = rng.integers(0, g, size=n)
+    start = time.perf_counter()
+    support_counts(a, b, y, d, prime, g, workers=os.cpu_count() or 1)
+    counting = time.perf_counter() - start
+
+    block, values = 256, np.arange(d, dtype=np.int64)
+
+    def hashes(starts: range) -> None:
+        for lo in starts:
+            (a[lo:lo + block, None] * values + b[lo:lo + block, None]) % prime % g
+
+    cells = ((a[:block, None] * values + b[:block, None]) % prime).astype(np.uint32)
+    bounds = b.astype(np.uint32)
+
+    def one_comparison(starts: range) -> None:
+        flags = np.empty((block, d), dtype=bool)
+        for lo in starts:
+            bound = bounds[lo:lo + block, None]
+            np.greater_equal(cells[:len(bound)], bound, out=flags[:len(bound)])
+
+    bare = _on_every_core(n, block, hashes)
+    floor = _on_every_core(n, block, one_comparison)
+    return {"d": d, "g": g, "prime": prime, "reports": n, "threads": os.cpu_count() or 1,
+            "reports_per_s": n / counting, "bare_numpy_hash_reports_per_s": n / bare,
+            "ratio_to_bare_numpy_hash": bare / counting,
+            "one_comparison_per_cell_reports_per_s": n / floor,
+            "ratio_to_one_comparison_per_cell": floor / counting}
 
 
 def bench_ingest(camps: dict[str, Campaign], n: int, workdir: Path) -> dict[str, Any]:
@@ -384,6 +437,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["client"] = bench_client(camps, 200 if quick else 20_000)
         results["client_sdk"] = bench_client_sdk(camps, 200 if quick else 5_000, workdir)
         results["aggregation"] = bench_aggregation(camps, 2_000 if quick else 200_000)
+        results["olh_support"] = bench_olh_support(5_000 if quick else 1_000_000)
         results["ingest"] = bench_ingest(camps, 2_000 if quick else 50_000, workdir)
         results["estimates"] = bench_estimates(camps, [100, 1_000] if quick
                                                else [1_000, 100_000], workdir)
@@ -416,6 +470,14 @@ def print_table(results: dict[str, Any]) -> None:
           f"{sdk['interpreter_start_ms']:.0f} ms")
     print(f"baselines: one CSPRNG draw {results['client']['baseline_us']:.2f} µs; "
           f"np.bincount {results['aggregation']['baseline_bincount_reports_per_s']:,.0f} rep/s")
+    olh = results["olh_support"]
+    print(f"OLH support counts, d = {olh['d']:,}, g = {olh['g']}, {olh['reports']:,} reports, "
+          f"{olh['threads']} threads: {olh['reports_per_s']:,.0f} reports/s; bare numpy "
+          f"((a·v + b) % P) % g in int64, no comparison or count, same threads: "
+          f"{olh['bare_numpy_hash_reports_per_s']:,.0f} reports/s (ratio "
+          f"{olh['ratio_to_bare_numpy_hash']:.1f}); one uint32 comparison per cell: "
+          f"{olh['one_comparison_per_cell_reports_per_s']:,.0f} reports/s (ratio "
+          f"{olh['ratio_to_one_comparison_per_cell']:.2f})")
     for label in ("batch_1000", "single"):
         row = results["http"][label]
         print(f"HTTP {label:<11} {row['reports_per_s']:>10,.0f} reports/s "
