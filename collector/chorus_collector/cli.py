@@ -156,7 +156,7 @@ def aggregate(database: str, follow: bool, interval: float) -> None:
 @click.option("--workers", type=int, default=None, help="Processes (default: one per core).")
 def check_aggregates_command(name: str, database: str, workers: int | None) -> None:
     """Recompute a campaign's statistics from its raw reports (on every core) and compare
-    them with the incremental ones, bucket by bucket. Exit status 1 on any mismatch."""
+    them with the folded ones, bucket by bucket. Exit status 1 on any mismatch."""
     from chorus_collector.aggregate import check_aggregates
 
     if workers is not None and workers < 1:

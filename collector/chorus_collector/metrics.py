@@ -81,7 +81,7 @@ class Metrics:
                     "(NaN: never).", float("nan") if folded_at is None else now - folded_at)
 
         registry = CollectorRegistry()
-        registry.register(FoldState())  # type: ignore[arg-type]
+        registry.register(FoldState())
         return generate_latest(registry)
 
     def render(self) -> tuple[bytes, str]:
