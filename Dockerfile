@@ -1,4 +1,5 @@
-# The Chorus collector: gunicorn serving the Flask app, SQLite on a volume at /data.
+# The Chorus collector: gunicorn serving the Flask app, SQLite on a volume at /data. The dask
+# extra makes the same image a Dask scheduler or worker too (docker compose --profile dask).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -11,7 +12,7 @@ COPY pyproject.toml README.md ./
 COPY client ./client
 COPY collector ./collector
 COPY shared ./shared
-RUN pip install --no-cache-dir ".[collector]" \
+RUN pip install --no-cache-dir ".[collector,dask]" \
     && useradd --system --uid 10001 --home-dir /data chorus \
     && mkdir -p /data && chown chorus /data
 

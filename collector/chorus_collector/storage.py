@@ -644,6 +644,27 @@ class Storage:
                     dropped += len(seqs)
         return dropped
 
+    # -- reads for jobs that run elsewhere (chorus_collector.distributed) ----------------------
+
+    def report_range(self, after_seq: int, through_seq: int, campaign_id: int | None = None,
+                     limit: int | None = None) -> list[tuple[int, int, int, str]]:
+        """(seq, campaign id, time bucket, payload) of the reports with after_seq < seq <=
+        through_seq (of one campaign if given; at most ``limit``), in append order.
+
+        A job that splits the append order into ranges reads each range with this from a
+        connection of its own (a Dask task on another process or host), so no connection and
+        no payload travels through the job's driver."""
+        # "+campaign_id": walk the seq range, not the campaign's whole index.
+        sql = ("SELECT seq, campaign_id, time, payload FROM reports WHERE seq > ? AND seq <= ?"
+               + ("" if campaign_id is None else " AND +campaign_id = ?") + " ORDER BY seq")
+        args: list[Any] = [after_seq, through_seq]
+        if campaign_id is not None:
+            args.append(campaign_id)
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        return self.connect().execute(sql, args).fetchall()
+
 
 def _in_window(sql: str, campaign_id: int, start: int | None, end: int | None,
                *more: Any) -> tuple[str, list[Any]]:
