@@ -38,6 +38,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/peers.py
 	$(BIN)/python benchmarks/scale.py
+	$(BIN)/python benchmarks/dask_aggregation.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -58,3 +58,17 @@ def test_scale_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
     for row in results["aggregation"].values():
         assert row["reports"] == 100_000 and row["peak_rss_mb"] > 0
     assert results["estimates"]["100000"]["stored_reports"] == 100_000
+
+
+def test_dask_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/dask_aggregation.py: the cluster and the pool, checked equal by the script."""
+    out = tmp_path / "dask.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dask_aggregation.py"),
+                          "--reports", "20000", "--repeat", "1", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(out.read_text())
+    assert result["reports"] == 20_000 and result["workers"] >= 1
+    for key in ("pool_recompute_s", "dask_recompute_s", "in_process_fold_s", "dask_fold_s"):
+        assert result[key] > 0
+    assert "recompute Dask / pool" in run.stdout
