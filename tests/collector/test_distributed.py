@@ -9,6 +9,7 @@ import json
 import random
 import socket
 import sqlite3
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -271,3 +272,12 @@ def test_an_unreachable_scheduler_is_named(appended: Reports,
                                       "--scheduler", address])
     assert result.exit_code == 1
     assert f"cannot reach the Dask scheduler at {address}" in result.output
+
+
+def test_the_collector_imports_neither_dask_nor_pyarrow_until_a_job_needs_them() -> None:
+    code = ("import sys, chorus_collector.cli, chorus_collector.distributed, "
+            "chorus_collector.export; print(' '.join(sorted(sys.modules)))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert "chorus_collector.distributed" in loaded
+    assert {m.split(".")[0] for m in loaded} & {"dask", "distributed", "pyarrow"} == set()
