@@ -1,5 +1,6 @@
 # The Chorus collector: gunicorn serving the Flask app, SQLite on a volume at /data (or a
-# PostgreSQL database named by CHORUS_DATABASE=postgresql://...).
+# PostgreSQL database named by CHORUS_DATABASE=postgresql://...). The dask extra makes the
+# same image a Dask scheduler or worker too (docker compose --profile dask).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -12,7 +13,7 @@ COPY pyproject.toml README.md ./
 COPY client ./client
 COPY collector ./collector
 COPY shared ./shared
-RUN pip install --no-cache-dir ".[collector,postgresql]" \
+RUN pip install --no-cache-dir ".[collector,postgresql,dask]" \
     && useradd --system --uid 10001 --home-dir /data chorus \
     && mkdir -p /data && chown chorus /data
 

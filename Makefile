@@ -1,4 +1,5 @@
-# Everything sets itself up: a virtual environment in .venv with the collector and dev extras.
+# Everything sets itself up: a virtual environment in .venv with the collector, dev and dask
+# extras (the tests run the aggregation job on a local Dask cluster).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +12,7 @@ BENCH_STAMP := $(VENV)/.bench-stamp
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[collector,dev,postgresql]'
+	$(BIN)/python -m pip install --quiet -e '.[collector,dev,postgresql,dask]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -39,7 +40,7 @@ quick: $(STAMP)
 	$(BIN)/pytest -m "not slow" -x -q
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[collector,dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[collector,dev,dask,bench]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP) postgresql
@@ -47,6 +48,7 @@ bench: $(BENCH_STAMP) postgresql
 	$(BIN)/python benchmarks/peers.py
 	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/ingest.py
+	$(BIN)/python benchmarks/dask_aggregation.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

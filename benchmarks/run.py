@@ -383,10 +383,12 @@ def bench_http(camps: dict[str, Campaign], batches: int, singles: int, seconds: 
                     acked.add(json.loads(reply)["report_id"])
             sent += len(answers) * size
             out[label] = _summary(answers, elapsed, size)
+    # The server's folders stop with it, a few seconds' reports behind: fold the rest as
+    # `chorus aggregate` would, so that every stored report must be counted exactly once.
     from chorus_collector.folding import fold
     from chorus_collector.storage import Storage
 
-    fold(Storage(str(database)))  # what the server's folders had not folded yet
+    fold(Storage(str(database)))
     with sqlite3.connect(database) as conn:
         stored = [r[0] for r in conn.execute("SELECT lower(hex(report_id)) FROM reports")]
         counted = conn.execute("SELECT coalesce(sum(n), 0) FROM aggregates").fetchone()[0]

@@ -5,8 +5,9 @@ The collector's statistics are folded incrementally from the appended reports
 (re-analysis, or checking that the folded statistics are exactly what the reports at or
 below the watermark give) with the same map / merge core the estimators define: a pure
 ``map`` from a chunk of payloads to an additive int64 vector, summed per time bucket. The
-chunks run in a process pool (one process per core by default); a distributed engine (Spark,
-Dask, Beam) can run the same ``map_chunk`` and a sum instead.
+chunks run in a process pool (one process per core by default). The same map and sum run on
+a Dask cluster in ``chorus_collector.distributed``, and on Spark over a Parquet export
+(docs/spark.md).
 
 Memory stays bounded: reports are streamed from SQLite in chunks and at most two chunks per
 worker are in flight.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -27,9 +28,13 @@ from chorus_collector.estimators import estimator_for
 from chorus_collector.storage import Storage, state_array
 from chorus_shared.campaign import Campaign, campaign_from_config
 
-__all__ = ["BucketCheck", "check_aggregates", "map_chunk", "recompute"]
+__all__ = ["BucketCheck", "Buckets", "Recompute", "check_aggregates", "map_chunk", "recompute"]
 
 CHUNK = 20_000
+
+Buckets = dict[int, tuple[int, np.ndarray]]  # time bucket → (reports, statistic)
+# Another engine's recomputation: (storage, campaign name, watermark) → buckets.
+Recompute = Callable[[Storage, str, int], Buckets]
 
 
 @lru_cache(maxsize=16)
@@ -60,7 +65,7 @@ def _chunks(storage: Storage, campaign_id: int, through: int,
 
 
 def recompute(storage: Storage, name: str, workers: int | None = None, chunk: int = CHUNK,
-              through: int | None = None) -> dict[int, tuple[int, np.ndarray]]:
+              through: int | None = None) -> Buckets:
     """Per time bucket (number of reports, statistic) recomputed from the raw reports at or
     below the watermark ``through`` (default: the current one)."""
     stored = storage.get_campaign(name)
@@ -71,7 +76,7 @@ def recompute(storage: Storage, name: str, workers: int | None = None, chunk: in
     config_json = json.dumps(stored.campaign.public_config(), sort_keys=True)
     estimator = estimator_for(stored.campaign.mechanism.name)
     size = estimator.state_size(stored.campaign.mechanism)
-    buckets: dict[int, tuple[int, np.ndarray]] = {}
+    buckets: Buckets = {}
     workers = workers or os.cpu_count() or 1
 
     def merge(time: int, count: int, state: np.ndarray) -> None:
@@ -106,14 +111,19 @@ class BucketCheck:
 
 
 def check_aggregates(storage: Storage, name: str, workers: int | None = None,
-                     chunk: int = CHUNK) -> list[BucketCheck]:
+                     chunk: int = CHUNK, recompute_with: Recompute | None = None
+                     ) -> list[BucketCheck]:
     """Compare the folded statistics with a recomputation from the raw reports they were
-    folded from (those at or below the watermark, read in the same snapshot)."""
+    folded from (those at or below the watermark, read in the same snapshot): on this
+    machine's process pool, or with ``recompute_with`` (a Dask cluster)."""
     stored = storage.get_campaign(name)
     if stored is None:
         raise KeyError(name)
     folded = storage.folded_statistics(stored.id)
-    recomputed = recompute(storage, name, workers, chunk, through=folded.watermark)
+    if recompute_with is None:
+        recomputed = recompute(storage, name, workers, chunk, through=folded.watermark)
+    else:
+        recomputed = recompute_with(storage, name, folded.watermark)
     checks = []
     seen = set()
     for time, n, blob in folded.buckets:

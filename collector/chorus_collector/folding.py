@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,13 +35,17 @@ import numpy as np
 from chorus_collector.estimators import estimator_for
 from chorus_collector.storage import Storage, StoredCampaign
 
-__all__ = ["BackgroundFolder", "EstimateInputs", "estimate_inputs", "fold", "fold_once"]
+__all__ = ["BackgroundFolder", "EstimateInputs", "Partials", "estimate_inputs", "fold", "fold_once",
+           "map_rows"]
 
 log = logging.getLogger("chorus.folding")
 
 FOLD_CHUNK = 20_000  # reports per fold transaction: bounds the job's memory and lock time
 LEASE_SECONDS = 120.0
 FOLDER_NICENESS = 10
+
+# Additive partial statistics: (report count, statistic) per (campaign id, time bucket).
+Partials = dict[tuple[int, int], tuple[int, np.ndarray]]
 
 
 def _no_fault(step: str) -> None:
@@ -52,6 +56,17 @@ def map_payloads(stored: StoredCampaign, payload_jsons: Sequence[str]) -> np.nda
     """The estimator's map over stored canonical payloads: an additive int64 vector."""
     mechanism = stored.campaign.mechanism
     return estimator_for(mechanism.name).map(mechanism, [json.loads(p) for p in payload_jsons])
+
+
+def map_rows(storage: Storage, rows: Iterable[tuple[int, int, int, str]]) -> Partials:
+    """The fold's map step, wherever it runs (here, or in a Dask task over a seq range):
+    (report count, statistic) per (campaign id, time bucket) of stored rows (seq, campaign
+    id, time bucket, payload)."""
+    groups: dict[tuple[int, int], list[str]] = defaultdict(list)
+    for _, campaign_id, bucket, payload in rows:
+        groups[(campaign_id, bucket)].append(payload)
+    return {key: (len(payloads), map_payloads(storage.get_campaign_by_id(key[0]), payloads))
+            for key, payloads in groups.items()}
 
 
 def fold_once(storage: Storage, *, limit: int = FOLD_CHUNK, clock: Callable[[], float] = time.time,
@@ -67,13 +82,7 @@ def fold_once(storage: Storage, *, limit: int = FOLD_CHUNK, clock: Callable[[], 
     if not rows:
         return 0
     step("map")
-    groups: dict[tuple[int, int], list[str]] = defaultdict(list)
-    for _, campaign_id, bucket, payload in rows:
-        groups[(campaign_id, bucket)].append(payload)
-    partials: dict[tuple[int, int], tuple[int, np.ndarray]] = {}
-    for (campaign_id, bucket), payloads in groups.items():
-        stored = storage.get_campaign_by_id(campaign_id)
-        partials[(campaign_id, bucket)] = (len(payloads), map_payloads(stored, payloads))
+    partials = map_rows(storage, rows)
     if not storage.commit_fold(watermark, rows[-1][0], partials, clock(), step):
         return None
     step("commit")

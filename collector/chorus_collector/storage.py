@@ -288,6 +288,15 @@ class Storage:
         """Periodic upkeep the background folder runs (PostgreSQL: partitions ahead)."""
         del now
 
+    def append_horizon(self) -> int:
+        """The highest seq at or below which every append has committed and none can still
+        commit: how far a fold that plans its ranges ahead (on a cluster) may read."""
+        horizon = self._fold_horizon()
+        if horizon is not None:
+            return horizon
+        row = self.connect().execute("SELECT coalesce(max(seq), 0) FROM reports").fetchone()
+        return int(row[0])
+
     def db(self) -> sqlite_utils.Database:
         return sqlite_utils.Database(self.connect())
 
@@ -675,6 +684,27 @@ class Storage:
                         [(stored.id, time, count) for time, count in counts.items()])
                     dropped += len(times)
         return dropped
+
+    # -- reads for jobs that run elsewhere (chorus_collector.distributed) ----------------------
+
+    def report_range(self, after_seq: int, through_seq: int, campaign_id: int | None = None,
+                     limit: int | None = None) -> list[tuple[int, int, int, str]]:
+        """(seq, campaign id, time bucket, payload) of the reports with after_seq < seq <=
+        through_seq (of one campaign if given; at most ``limit``), in append order.
+
+        A job that splits the append order into ranges reads each range with this from a
+        connection of its own (a Dask task on another process or host), so no connection and
+        no payload travels through the job's driver."""
+        # "+campaign_id": walk the seq range, not the campaign's whole index.
+        sql = ("SELECT seq, campaign_id, time, payload FROM reports WHERE seq > ? AND seq <= ?"
+               + ("" if campaign_id is None else " AND +campaign_id = ?") + " ORDER BY seq")
+        args: list[Any] = [after_seq, through_seq]
+        if campaign_id is not None:
+            args.append(campaign_id)
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        return self.connect().execute(sql, args).fetchall()
 
 
 def open_storage(database: str, *, synchronous: str = "FULL") -> Storage:

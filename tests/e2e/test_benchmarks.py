@@ -76,3 +76,17 @@ def test_ingest_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
     for backend in ("sqlite", "postgresql"):
         assert results[backend]["reports"] == 20_000  # every batch acknowledged in full
         assert results[backend]["bytes_per_report"] > 16  # at least the report ID
+
+
+def test_dask_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/dask_aggregation.py: the cluster and the pool, checked equal by the script."""
+    out = tmp_path / "dask.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dask_aggregation.py"),
+                          "--reports", "20000", "--repeat", "1", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(out.read_text())
+    assert result["reports"] == 20_000 and result["workers"] >= 1
+    for key in ("pool_recompute_s", "dask_recompute_s", "in_process_fold_s", "dask_fold_s"):
+        assert result[key] > 0
+    assert "recompute Dask / pool" in run.stdout

@@ -297,6 +297,33 @@ def test_compose_postgresql_profile_runs_two_replicas_behind_nginx() -> None:
     assert any("nginx-replicas.conf" in volume for volume in services["proxy"]["volumes"])
 
 
+def test_compose_dask_profile_folds_the_collector_database_on_its_scheduler() -> None:
+    """The dask profile: a scheduler no port of which is published, two workers reading the
+    collector's volume, and a one-shot ``chorus aggregate`` whose options parse."""
+    result = _compose_config(ROOT / "docker-compose.yml", "--profile", "dask")
+    assert result.returncode == 0, result.stderr
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    collector = services["collector"]
+    scheduler, worker, job = (services[name] for name in
+                              ("dask-scheduler", "dask-worker", "aggregate"))
+    for service in (scheduler, worker, job):
+        assert service["profiles"] == ["dask"]
+        assert (service["build"], service["image"]) == (collector["build"], collector["image"])
+        assert "ports" not in service  # the scheduler runs any code sent to it
+    assert "dask]" in (ROOT / "Dockerfile").read_text()  # the image has dask
+    command = scheduler["command"]
+    address = f"tcp://dask-scheduler:{command[command.index('--port') + 1]}"
+    assert command[:2] == ["dask", "scheduler"] and "--no-dashboard" in command
+    assert worker["command"][:3] == ["dask", "worker", address]
+    assert worker["deploy"]["replicas"] == 2
+    assert job["command"][:2] == ["chorus", "aggregate"]
+    options = cli.commands["aggregate"].make_context("aggregate", job["command"][2:]).params
+    assert options["scheduler"] == address
+    assert options["database"] == collector["environment"]["CHORUS_DATABASE"]
+    for service in (worker, job):
+        assert "chorus-data:/data" in service["volumes"]
+
+
 def test_compose_validator_rejects_a_broken_file(tmp_path: Path) -> None:
     """The validator is not a no-op: the same file with an error fails."""
     broken = (ROOT / "docker-compose.yml").read_text().replace(
