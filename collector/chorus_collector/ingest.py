@@ -72,12 +72,13 @@ def _resolve_campaign(storage: Storage, raw: object, fixed: StoredCampaign | Non
                       seen: dict[str, StoredCampaign | None]) -> StoredCampaign | None:
     if fixed is not None:
         return fixed
+    digest = raw.get("digest") if isinstance(raw, dict) else None
+    if isinstance(digest, str) and digest in seen:  # checked when first seen in the batch
+        return seen[digest]
     if _digest_is_malformed(raw):
         return None
-    digest = raw.get("digest") if isinstance(raw, dict) else None
     assert isinstance(digest, str)
-    if digest not in seen:  # one lookup per campaign and batch, not per report
-        seen[digest] = storage.get_campaign_by_digest(digest)
+    seen[digest] = storage.get_campaign_by_digest(digest)  # once per campaign and batch
     return seen[digest]
 
 
@@ -221,6 +222,8 @@ def _store(storage: Storage,
 
     def work(conn: sqlite3.Connection) -> None:
         for campaign_id, items in by_campaign.items():
+            if _append_all_new(storage, conn, campaign_id, items, statuses, shuffled):
+                continue
             existing = storage.existing_reports(conn, campaign_id, [i[0] for i in items])
             new: list[StoredReport] = []
             by_time: dict[int, int] = defaultdict(int)
@@ -251,7 +254,28 @@ def _store(storage: Storage,
                 raise
 
 
+def _append_all_new(storage: Storage, conn: sqlite3.Connection, campaign_id: int,
+                    items: list[tuple[bytes, int, Report, str]],
+                    statuses: list[ReportStatus | None], shuffled: bool) -> bool:
+    """The usual case, in one statement: every report is new. Returns False, having changed
+    nothing, if any report ID was stored before (a retry): then each is looked up."""
+    if not storage.insert_new_reports(conn, campaign_id,
+                                      [StoredReport(key, report.time, payload_json)
+                                       for key, _, report, payload_json in items]):
+        return False
+    by_time: dict[int, int] = defaultdict(int)
+    for _, index, report, _ in items:
+        statuses[index] = ReportStatus(index, report.report_id, "accepted")
+        by_time[report.time] += 1
+    if shuffled:
+        storage.record_shuffled_batch(conn, campaign_id, by_time)
+    return True
+
+
 MAX_INTEGER_DIGITS = 19  # every accepted integer fits in SQLite's 64-bit integers
+# A JSON number of more digits than that: numbers follow ':', ',', '[', white space or the
+# start of the text (a match inside a string only costs the slower, exact parse).
+_LONG_DIGITS = re.compile(rf"(?:^|[:,\[\s])-?[0-9]{{{MAX_INTEGER_DIGITS + 1}}}")
 
 
 def _no_constants(name: str) -> Any:
@@ -272,7 +296,10 @@ def parse_body(body: bytes) -> Any:
     """
     try:
         text = body.decode("utf-8")
-        value = json.loads(text, parse_constant=_no_constants, parse_int=_bounded_int)
+        # The per-integer check costs a Python call per number: only when the text holds a
+        # run of digits long enough to be an integer over the limit (a regex scan at C speed).
+        parse_int = _bounded_int if _LONG_DIGITS.search(text) else int
+        value = json.loads(text, parse_constant=_no_constants, parse_int=parse_int)
         if "\\u" in text:  # only an escape can produce a lone surrogate
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         return value

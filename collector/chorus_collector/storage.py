@@ -9,7 +9,7 @@ What is stored is deliberately minimal: for each report its campaign, its 16-byt
 time bucket, its perturbed payload and its place in the append order. No arrival time, no
 address, no user agent. (The append order can show which reports came in one request; an
 install's reports are already charged to one budget, so linking them reveals nothing the
-budget does not cover, and a request's rows are appended in random order.)
+budget does not cover, and a request's rows are appended in the order of their random IDs.)
 
 Ingest only appends (``insert_reports``): every report gets the next ``seq``, and the write
 transaction holds nothing but the request's own rows. The per-bucket statistics are folded
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import random
 import sqlite3
 import threading
 from collections import Counter
@@ -175,7 +174,6 @@ def m004_append_only_reports(db: sqlite_utils.Database) -> None:
 
 
 T = TypeVar("T")
-_SHUFFLE = random.SystemRandom()
 
 
 class _GroupItem:
@@ -482,12 +480,26 @@ class Storage:
 
     def insert_reports(self, conn: sqlite3.Connection, campaign_id: int,
                        reports: Sequence[StoredReport]) -> None:
-        """Append reports (in random order: the order within a request is not kept)."""
-        rows = [(campaign_id, r.report_id, r.time, r.payload_json) for r in reports]
-        _SHUFFLE.shuffle(rows)
+        """Append reports ordered by their random IDs: the order within a request is not
+        kept (and the ID index is filled in order)."""
+        rows = sorted((campaign_id, r.report_id, r.time, r.payload_json) for r in reports)
         conn.executemany(
             "INSERT INTO reports (campaign_id, report_id, time, payload) VALUES (?, ?, ?, ?)",
             rows)
+
+    def insert_new_reports(self, conn: sqlite3.Connection, campaign_id: int,
+                           reports: Sequence[StoredReport]) -> bool:
+        """Append reports if no ID among them is stored yet, in one statement; otherwise
+        change nothing and return False (then the caller looks each one up)."""
+        conn.execute("SAVEPOINT append_new")
+        try:
+            self.insert_reports(conn, campaign_id, reports)
+        except self.integrity_errors:
+            conn.execute("ROLLBACK TO append_new")
+            conn.execute("RELEASE append_new")
+            return False
+        conn.execute("RELEASE append_new")
+        return True
 
     # -- folding: the statistics job's reads and its one write ---------------------------------
 

@@ -25,7 +25,6 @@ same instant on two replicas (then both count, as two reports would).
 from __future__ import annotations
 
 import contextlib
-import random
 import re
 import threading
 import time
@@ -35,8 +34,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from chorus_collector.storage import SchemaError, Storage
-
-_SHUFFLE = random.SystemRandom()
 
 __all__ = ["PostgresStorage", "is_postgres_url"]
 
@@ -256,8 +253,8 @@ class PostgresStorage(Storage):
         # COPY: one stream for the whole batch instead of a statement per report. A report ID
         # another replica inserted since the lookup fails the COPY with a unique violation,
         # which ingest answers by looking again (as for INSERT).
-        rows = [(campaign_id, r.report_id, r.time, r.payload_json) for r in reports]
-        _SHUFFLE.shuffle(rows)  # the order within a request is not kept
+        # Ordered by the random IDs: the order within a request is not kept.
+        rows = sorted((campaign_id, r.report_id, r.time, r.payload_json) for r in reports)
         with conn.raw.cursor() as cursor, cursor.copy(
                 "COPY reports (campaign_id, report_id, time, payload) FROM STDIN") as copy:
             for row in rows:

@@ -12,6 +12,7 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chorus_collector.ingest import parse_body
 from helpers.support import ADMIN_HEADERS, ANALYST_HEADERS, campaign_spec, make_report
 
 # Leaves include lone surrogates (json.dumps escapes them as \udxxx) and integers far beyond
@@ -121,3 +122,43 @@ def test_fuzz_campaign_specs(app: Flask) -> None:
         assert reply.status_code < 500, (spec, reply.get_data(as_text=True))
 
     check()
+
+
+@pytest.mark.parametrize("text", [
+    "123456789012345678901", "[123456789012345678901]", '{"a":-123456789012345678901}',
+    '{"a": [1,\n123456789012345678901]}', '{"a":\t99999999999999999999}',
+    '{"id": "12345678901234567890123", "n": 123456789012345678901}',
+])
+def test_integers_over_19_digits_are_refused_wherever_they_stand(text: str) -> None:
+    """Regression guard for the fast path that skips the per-integer check when no long
+    number can be in the text: every long number, in any position, is still refused."""
+    with pytest.raises(ValueError, match="out of range"):
+        parse_body(text.encode())
+
+
+_TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=30)  # no lone surrogates
+
+
+@given(st.recursive(st.integers() | _TEXT | st.booleans() | st.none(),
+                    lambda inner: st.lists(inner, max_size=4)
+                    | st.dictionaries(_TEXT, inner, max_size=4), max_leaves=12))
+def test_parse_body_accepts_exactly_the_json_whose_integers_fit(value: object) -> None:
+    text = json.dumps(value)
+    too_long = any(len(token.lstrip("-")) > 19
+                   for token in _integer_tokens(value))
+    if too_long:
+        with pytest.raises(ValueError, match="out of range"):
+            parse_body(text.encode())
+    else:
+        assert parse_body(text.encode()) == value
+
+
+def _integer_tokens(value: object) -> list[str]:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return []
+    if isinstance(value, int):
+        return [str(value)]
+    if isinstance(value, list):
+        return [t for item in value for t in _integer_tokens(item)]
+    assert isinstance(value, dict)
+    return [t for item in value.values() for t in _integer_tokens(item)]
