@@ -13,11 +13,14 @@ Nothing is acknowledged before the transaction that stores it has committed.
 from __future__ import annotations
 
 import json
+import random
 import re
 import sqlite3
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any, Literal
 
 from chorus_collector.storage import Storage, StoredCampaign, StoredReport
@@ -30,7 +33,7 @@ __all__ = ["ReportStatus", "ingest_reports"]
 Status = Literal["accepted", "duplicate", "rejected"]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # one per report: cheap to make (no frozen __setattr__ per field)
 class ReportStatus:
     index: int
     report_id: str | None
@@ -49,7 +52,7 @@ class ReportStatus:
 
 def _check_time(report: Report, stored: StoredCampaign, now: float) -> ReportStatus | None:
     campaign = stored.campaign
-    latest = campaign.time_bucket(now) + campaign.time_precision
+    latest = _latest_bucket(campaign.time_precision, now)
     if report.time > latest:
         return ReportStatus(0, report.report_id, "rejected", "report-too-early",
                             f"report time {report.time} is after the next time bucket ({latest})")
@@ -58,6 +61,12 @@ def _check_time(report: Report, stored: StoredCampaign, now: float) -> ReportSta
                             f"report time {report.time} is older than the campaign's report "
                             f"expiry of {campaign.report_expiry} s")
     return None
+
+
+@lru_cache(maxsize=64)
+def _latest_bucket(precision: int, now: float) -> int:
+    """The last time bucket a report may carry: the next one (the same for a whole batch)."""
+    return int(now // precision) * precision + precision
 
 
 def _raw_field(obj: object, name: str) -> str | None:
@@ -199,9 +208,7 @@ def _labelled(statuses: list[ReportStatus | None],
     out = []
     for status, stored in zip(statuses, resolved, strict=True):
         if status is not None:
-            # ReportStatus is frozen: setting the metrics label in place is safe here, the
-            # statuses were made in this call (a replace() per report costs more than the rest).
-            object.__setattr__(status, "campaign", stored.campaign.name if stored else None)
+            status.campaign = stored.campaign.name if stored else None  # the metrics label
             out.append(status)
     return out
 
@@ -242,16 +249,21 @@ def _store(storage: Storage,
                 storage.record_shuffled_batch(conn, campaign_id, by_time)
 
     # Concurrent requests share one transaction and one fsync (group commit); this call
-    # returns once the reports are durable. A report ID another collector inserted since
-    # the lookup (several collectors on one PostgreSQL) fails this request's savepoint:
-    # look again, and it is a duplicate or a conflict like any other.
-    for attempt in range(3):
+    # returns once the reports are durable. On PostgreSQL, several collectors inserting the
+    # same report IDs at once can make one insert fail (the ID was inserted since the lookup)
+    # or deadlock with another (each waits for IDs the other holds): this request's savepoint
+    # is rolled back, and a new attempt looks the IDs up again, finding duplicates.
+    for attempt in range(ATTEMPTS):
         try:
             storage.grouped_write(work)
             return
-        except storage.integrity_errors:
-            if attempt == 2:
+        except storage.retryable_errors:
+            if attempt == ATTEMPTS - 1:
                 raise
+            time.sleep(random.uniform(0, 0.01 * 2**attempt))  # let the other one commit
+
+
+ATTEMPTS = 5
 
 
 def _append_all_new(storage: Storage, conn: sqlite3.Connection, campaign_id: int,

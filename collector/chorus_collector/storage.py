@@ -265,6 +265,8 @@ class Storage:
     # -- what another engine overrides (storage_postgres.py) ----------------------------------
 
     integrity_errors: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
+    # What a concurrent writer can make an ingest attempt fail with, so that it is retried.
+    retryable_errors: tuple[type[Exception], ...] = (sqlite3.IntegrityError,)
 
     def _begin_write(self, conn: Any) -> None:
         # IMMEDIATE: take the write lock at once, so writers queue instead of failing later.
@@ -494,7 +496,7 @@ class Storage:
         conn.execute("SAVEPOINT append_new")
         try:
             self.insert_reports(conn, campaign_id, reports)
-        except self.integrity_errors:
+        except self.retryable_errors:
             conn.execute("ROLLBACK TO append_new")
             conn.execute("RELEASE append_new")
             return False

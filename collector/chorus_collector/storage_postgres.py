@@ -142,6 +142,10 @@ class PostgresStorage(Storage):
         import psycopg
 
         self.integrity_errors = (psycopg.errors.UniqueViolation,)
+        # Two replicas appending overlapping IDs in different orders deadlock; PostgreSQL
+        # aborts one statement, and ingest retries it.
+        self.retryable_errors = (psycopg.errors.UniqueViolation,
+                                 psycopg.errors.DeadlockDetected)
         self.lock_errors: tuple[type[Exception], ...] = (psycopg.errors.LockNotAvailable,)
         self._partitions: set[int] = set()
         self._partitions_lock = threading.Lock()
