@@ -114,16 +114,29 @@ def write_lock_probe(database: str, quick: bool) -> dict[str, Any]:
             status, _ = _post(port, "/v1/reports", batch, timeout=300)
             result["batch_s"], result["batch_status"] = time.perf_counter() - started, status
 
+        from chorus_collector.storage import open_storage
+
+        storage = open_storage(database)
         with ThreadPoolExecutor(2) as pool:
-            probe = pool.submit(victim, 60.0, stop)
+            probe = pool.submit(victim, 120.0, stop)
             time.sleep(0.2)
             pool.submit(upload).result(timeout=300)
-            time.sleep(1.0)  # and the background fold of the batch that follows
+            # The victim goes on until the server's folders have folded the batch (the
+            # O(n · d) part of OLH, now outside any request), bounded in time.
+            uploaded = time.perf_counter()
+            deadline = time.monotonic() + 100
+            while storage.fold_status().unfolded and time.monotonic() < deadline:
+                time.sleep(0.1)
+            result["folded_after_s"] = time.perf_counter() - uploaded
+            result["unfolded_left"] = storage.fold_status().unfolded
+            time.sleep(0.5)
             stop.set()
             during, errors = probe.result(timeout=120)
+        storage.close()
     return {
         "d": d, "batch_reports": batch_size, "batch_seconds": result["batch_s"],
-        "batch_status": result["batch_status"],
+        "batch_status": result["batch_status"], "folded_after_s": result["folded_after_s"],
+        "unfolded_left": result["unfolded_left"],
         "victim_baseline_p50_ms": statistics.median(baseline) * 1000,
         "victim_baseline_p99_ms": _percentile(baseline, 0.99) * 1000,
         "victim_p50_ms": statistics.median(during) * 1000,
@@ -209,7 +222,8 @@ def print_table(results: dict[str, Any]) -> None:
     probe = results["write_lock_probe"]
     print(f"write-lock probe: an OLH batch of {probe['batch_reports']:,} reports, "
           f"d = {probe['d']:,}, took {probe['batch_seconds']:.2f} s (HTTP "
-          f"{probe['batch_status']}); meanwhile a victim's single reports: "
+          f"{probe['batch_status']}) and was folded {probe['folded_after_s']:.1f} s later "
+          f"({probe['unfolded_left']} left); meanwhile a victim's single reports: "
           f"p50 {probe['victim_p50_ms']:.1f} ms, p99 {probe['victim_p99_ms']:.1f} ms over "
           f"{probe['victim_requests']} requests, {probe['victim_5xx']} 5xx (no batch: p50 "
           f"{probe['victim_baseline_p50_ms']:.1f} ms, p99 {probe['victim_baseline_p99_ms']:.1f}"

@@ -173,7 +173,8 @@ class PostgresStorage(Storage):
         return conn
 
     def db(self) -> Any:
-        raise NotImplementedError("sqlite-utils is for the SQLite backend only")
+        # sqlite-utils (SQLite's migrations, the shuffler's own pool) has no PostgreSQL side.
+        raise TypeError("a sqlite-utils Database exists for SQLite storage only")
 
     def _begin_write(self, conn: Any) -> None:
         conn.execute("BEGIN")

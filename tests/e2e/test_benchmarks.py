@@ -72,6 +72,7 @@ def test_ingest_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
     results = json.loads(out.read_text())
     probe = results["write_lock_probe"]
     assert probe["batch_status"] == 200 and probe["victim_5xx"] == 0
+    assert probe["unfolded_left"] == 0  # the victim was measured through the fold too
     assert probe["victim_requests"] > 0
     for backend in ("sqlite", "postgresql"):
         assert results[backend]["reports"] == 20_000  # every batch acknowledged in full
