@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 
-.PHONY: demo test quick lint bench clean postgresql
+.PHONY: demo test quick lint bench clean services
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,15 +22,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# Debian's PostgreSQL server binaries, for the suite's second backend: the tests start a
-# throwaway cluster themselves (as the postgres user, on 127.0.0.1) and stop it at the end.
-postgresql:
-	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { \
+# The real components the tests run, from Debian: PostgreSQL's server binaries (the suite's
+# second backend; the tests start a throwaway cluster as the postgres user on 127.0.0.1) and
+# nginx (the deployment's proxy, started by the tests on 127.0.0.1). Each stops at the end.
+services:
+	@{ ls /usr/lib/postgresql/*/bin/pg_ctl && command -v nginx; } >/dev/null 2>&1 || { \
 	  apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql nginx >/dev/null; }
 
 # Everything on SQLite, then the storage-facing suites (collector, end to end) on PostgreSQL.
-test: lint postgresql
+test: lint services
 	$(BIN)/pytest
 	$(BIN)/pytest -q --backend postgresql
 
@@ -43,7 +44,7 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[collector,dev,dask,bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP) postgresql
+bench: $(BENCH_STAMP) services
 	$(BIN)/python benchmarks/run.py
 	$(BIN)/python benchmarks/peers.py
 	$(BIN)/python benchmarks/scale.py

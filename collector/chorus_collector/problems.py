@@ -49,6 +49,12 @@ KINDS: Mapping[str, Kind] = MappingProxyType({
     "not-found": Kind(404, "Not Found", "no such route"),
     "method-not-allowed": Kind(405, "Method Not Allowed", "the route does not take the method"),
     "http-error": Kind(400, "HTTP error", "any other HTTP-level error (its own status)"),
+    # Refused by the reverse proxy in front (deploy/nginx-errors.conf), before a collector.
+    "request-timeout": Kind(408, "Request Timeout", "the proxy did not receive the request in "
+                                                    "time (a slow client)"),
+    "uri-too-long": Kind(414, "URI Too Long", "the request line is longer than 8 KiB"),
+    "headers-too-large": Kind(431, "Request Header Fields Too Large",
+                              "a request header is longer than 8 KiB"),
     # Who may ask.
     "unauthorized": Kind(401, "Authentication required", "the route needs a bearer token"),
     "forbidden": Kind(403, "Forbidden", "the token does not grant this route"),
@@ -86,7 +92,7 @@ KINDS: Mapping[str, Kind] = MappingProxyType({
     "internal-error": Kind(500, "Internal Server Error", "a bug: logged, never detailed"),
     "storage-unavailable": Kind(503, "Storage unavailable", "the database is busy; retry"),
     "collector-unavailable": Kind(502, "Collector unavailable",
-                                  "the shuffler cannot reach the collector"),
+                                  "the shuffler or the proxy cannot reach a collector"),
 })
 
 

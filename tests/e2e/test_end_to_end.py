@@ -239,6 +239,13 @@ def test_compose_file_is_valid() -> None:
     assert "chorus-data" in compose["volumes"]
     assert any(v.startswith("chorus-data:") for v in service["volumes"])
     assert "${CHORUS_ADMIN_TOKEN" in (ROOT / "docker-compose.yml").read_text()
+    # Only nginx faces clients (issue 13 #2): the collector publishes no port.
+    assert "ports" not in service and service["expose"] == ["8000"]
+    proxy: dict[str, Any] = compose["services"]["proxy"]
+    assert proxy["ports"] == ["8000:8000"] and "profiles" not in proxy
+    assert proxy["volumes"] == ["./deploy/nginx.conf:/etc/nginx/conf.d/default.conf:ro",
+                                "./deploy/nginx-errors.conf:/etc/nginx/chorus-errors.conf:ro"]
+    assert "server collector:8000" in (ROOT / "deploy" / "nginx.conf").read_text()
     # The published port serves /metrics: compose refuses to start without its token
     # (issue 13 #18).
     assert "${CHORUS_METRICS_TOKEN:?" in (ROOT / "docker-compose.yml").read_text()
@@ -282,7 +289,7 @@ def test_compose_postgresql_profile_runs_two_replicas_behind_nginx() -> None:
     services: dict[str, Any] = compose["services"]
     replicas = [services["collector-a"], services["collector-b"]]
     assert replicas[0] == replicas[1]  # one definition, two replicas
-    for name in ("postgres", "collector-a", "collector-b", "proxy"):
+    for name in ("postgres", "collector-a", "collector-b", "proxy-replicas"):
         assert services[name]["profiles"] == ["postgresql"]
     env = replicas[0]["environment"]
     settings = resolve_settings(  # raises on an unknown CHORUS_* name
@@ -293,8 +300,10 @@ def test_compose_postgresql_profile_runs_two_replicas_behind_nginx() -> None:
     assert "ports" not in replicas[0]  # only the proxy faces clients
     nginx = (ROOT / "deploy" / "nginx-replicas.conf").read_text()
     assert "server collector-a:8000" in nginx and "server collector-b:8000" in nginx
-    assert services["proxy"]["ports"] == ["8080:8080"]
-    assert any("nginx-replicas.conf" in volume for volume in services["proxy"]["volumes"])
+    assert services["proxy-replicas"]["ports"] == ["8080:8080"]
+    volumes = services["proxy-replicas"]["volumes"]
+    assert any("nginx-replicas.conf" in volume for volume in volumes)
+    assert "./deploy/nginx-errors.conf:/etc/nginx/chorus-errors.conf:ro" in volumes
 
 
 def test_compose_dask_profile_folds_the_collector_database_on_its_scheduler() -> None:
