@@ -13,10 +13,14 @@ import numpy as np
 
 from chorus_collector.estimators.base import Query, QueryError
 from chorus_collector.estimators.consistency import (
+    IBU_MAX_STEPS,
+    IBU_MAX_WORK,
+    IBU_TOLERANCE,
     LABELS,
     Channel,
     composite_mle,
     ibu,
+    iteration_cost,
     norm_sub,
     simplex_projection,
 )
@@ -60,7 +64,16 @@ def frequency_estimate(campaign: Campaign, n: int, frequency: np.ndarray,
     if method != "none":
         if method == "ibu":
             assert channel is not None and output_counts is not None
-            adjusted = ibu(output_counts, channel())
+            operator = channel()
+            work = iteration_cost(operator) * IBU_MAX_STEPS
+            if work > IBU_MAX_WORK:
+                raise QueryError("query-too-large",
+                                 f"ibu on this campaign could take {work:.2g} operations "
+                                 f"({IBU_MAX_STEPS} EM steps); ask for norm-sub or projection")
+            fitted = ibu(output_counts, operator)
+            adjusted = fitted.pi
+            extra = {**extra, "ibu_iterations": fitted.iterations,
+                     "ibu_converged": fitted.converged, "ibu_tolerance": IBU_TOLERANCE}
         elif method == "mle":
             p_star, q_star = mechanism.support_probabilities()  # type: ignore[attr-defined]
             counts = support_counts if support_counts is not None else \
