@@ -112,20 +112,20 @@ class FrequencyEstimate:
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        body = asdict(self)
+        # Field by field, not asdict(): asdict deep-copies every row (twice, with the rows
+        # added again), which made a 65,536-category answer take seconds (issue 13 #6).
+        body = {name: _clean(getattr(self, name)) for name in _FIELDS if name != "rows"}
         body["kind"] = "frequency"
-        body["rows"] = [asdict(r) for r in self.rows]
-        cleaned: dict[str, Any] = _clean(body)
-        return cleaned
+        body["rows"] = [{name: _clean_number(getattr(row, name)) for name in _ROW_FIELDS}
+                        for row in self.rows]
+        return body
 
     def to_csv(self) -> str:
         buffer = io.StringIO()
-        columns = [f for f in FrequencyRow.__dataclass_fields__]
         writer = _CsvWriter(buffer)
-        writer.writerow(columns)
+        writer.writerow(_ROW_FIELDS)
         for row in self.rows:
-            values = asdict(row)
-            writer.writerow([values[c] for c in columns])
+            writer.writerow([getattr(row, name) for name in _ROW_FIELDS])
         return buffer.getvalue()
 
 
@@ -208,6 +208,14 @@ class VectorMeanEstimate:
             writer.writerow([row.attribute, row.mean, row.std_error, row.ci_low, row.ci_high,
                              self.n])
         return buffer.getvalue()
+
+
+_ROW_FIELDS = tuple(FrequencyRow.__dataclass_fields__)
+_FIELDS = tuple(FrequencyEstimate.__dataclass_fields__)
+
+
+def _clean_number(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _clean(obj: Any) -> Any:

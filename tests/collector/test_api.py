@@ -669,3 +669,37 @@ def test_estimate_queries_wait_for_their_turn_then_say_busy(make_app: Any) -> No
     finally:
         gate.release()
     assert http.get("/v1/campaigns/busy/estimates", headers=ANALYST_HEADERS).status_code == 200
+
+
+def test_frequency_answers_are_the_estimate_field_for_field() -> None:
+    """The JSON and CSV are built field by field (asdict's deep copies made a 65,536-category
+    answer take seconds, issue 13 #6): the same content as the dataclasses, NaN as null."""
+    import csv
+    import dataclasses
+    import io
+    import math
+
+    from chorus_collector.results import FrequencyEstimate, FrequencyRow
+
+    rows = [FrequencyRow.from_frequency("a", 0.25, 0.01, 100),
+            FrequencyRow.from_frequency("=b", float("nan"), 0.02, 100, detected=True)]
+    estimate = FrequencyEstimate(campaign="c", mechanism="krr", epsilon=1.0, n=100, rows=rows,
+                                 variance_model="iid", window={"start": None, "end": 3600},
+                                 extra={"x": [1.0, float("inf")]}, warnings=["w"])
+    body = estimate.to_json()
+    expected = {f.name: getattr(estimate, f.name) for f in dataclasses.fields(estimate)}
+    expected["extra"] = {"x": [1.0, None]}
+    assert {k: v for k, v in body.items() if k not in ("rows", "kind")} == {
+        k: v for k, v in expected.items() if k != "rows"}
+    assert body["kind"] == "frequency"
+    for got, row in zip(body["rows"], rows, strict=True):
+        want = dataclasses.asdict(row)
+        assert got.keys() == want.keys()
+        for key, value in want.items():
+            if isinstance(value, float) and math.isnan(value):
+                assert got[key] is None
+            else:
+                assert got[key] == value
+    table = list(csv.reader(io.StringIO(estimate.to_csv())))
+    assert table[0] == [f.name for f in dataclasses.fields(FrequencyRow)]
+    assert table[1][0] == "a" and table[2][0] == "'=b"  # formulas still neutralised
