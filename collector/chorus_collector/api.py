@@ -132,7 +132,7 @@ def create_campaign() -> tuple[Response, int]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PrivacyWarning)
         try:
-            campaign = campaign_from_spec(spec)
+            campaign = campaign_from_spec(spec, require_consent=True)
             campaign.public_config()  # must render before anything is stored
         except CampaignError as error:
             raise Problem("invalid-campaign", str(error)) from None

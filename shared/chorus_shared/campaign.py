@@ -41,7 +41,11 @@ DEFAULT_MIN_BATCH_SIZE = 100
 DEFAULT_REPORT_EXPIRY = 90 * 86400
 DERIVED_FIELDS = ("derived", "worst_case", "warnings")
 _SPEC_FIELDS = {"name", "mechanism", "epsilon", "domain", "params", "time_precision",
-                "min_batch_size", "report_expiry", "privacy", "description", "selection"}
+                "min_batch_size", "report_expiry", "privacy", "description", "selection",
+                "accept_weak_privacy"}
+#: A definition's explicit consent to ε ≥ EPSILON_WARNING_THRESHOLD, checked when a campaign
+#: is created; not part of the config (it changes nothing the client does).
+ACCEPT_WEAK_PRIVACY = "accept_weak_privacy"
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -129,7 +133,8 @@ def privacy_warnings(epsilon: float) -> list[str]:
     return []
 
 
-def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaign:
+def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True,
+                       require_consent: bool = False) -> Campaign:
     """Validate a user's campaign definition and resolve every parameter.
 
     ``spec`` holds ``name``, ``mechanism``, ``epsilon`` (optional where the parameters fix it),
@@ -138,7 +143,8 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
     (seconds after which a report is too old to accept), ``privacy`` (the per-install policy:
     ``unit``, ``budget``, ``max_reports``; see :mod:`chorus_shared.privacy`) and
     ``description``.
-    Issues :class:`PrivacyWarning` when ε ≥ 10.
+    Issues :class:`PrivacyWarning` when ε ≥ 10. With ``require_consent`` (a new campaign),
+    ε ≥ 10 is refused unless the definition says ``"accept_weak_privacy": true``.
     """
     if not isinstance(spec, Mapping):
         raise CampaignError("a campaign definition must be a JSON object")
@@ -147,6 +153,15 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True) -> Campaig
         raise CampaignError(f"unknown campaign fields: {sorted(unknown)}")
     envelope = _envelope(spec)
     mechanism, selection = _mechanism(spec)
+    consent = spec.get(ACCEPT_WEAK_PRIVACY, False)
+    if not isinstance(consent, bool):
+        raise CampaignError(f"{ACCEPT_WEAK_PRIVACY} must be true or false")
+    if require_consent and not consent and mechanism.epsilon >= EPSILON_WARNING_THRESHOLD:
+        raise CampaignError(
+            f"epsilon = {mechanism.epsilon:g} is {EPSILON_WARNING_THRESHOLD:g} or more: each "
+            "report protects little (an observer can usually tell the true value), and "
+            "clients refuse reports above their max_epsilon (2 by default). To create it "
+            f'anyway, add "{ACCEPT_WEAK_PRIVACY}": true to the definition.')
     if warn:
         for message in privacy_warnings(mechanism.epsilon):
             warnings.warn(message, PrivacyWarning, stacklevel=2)

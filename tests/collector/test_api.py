@@ -85,11 +85,27 @@ def test_invalid_campaign_is_a_400_that_says_why(http: FlaskClient, database: st
     assert row_counts(database) == (0, 0, 0)
 
 
-def test_large_epsilon_is_created_with_a_warning(http: FlaskClient) -> None:
-    reply = http.post("/v1/campaigns", json=campaign_spec("loose", epsilon=12),
+def test_large_epsilon_needs_explicit_consent(http: FlaskClient, database: str) -> None:
+    """Regression (issue 13 #11): ε = 50 was created with a warning only, and then every
+    default client refused it. Now ε ≥ 10 needs "accept_weak_privacy": true."""
+    refused = http.post("/v1/campaigns", json=campaign_spec("loose", epsilon=12),
+                        headers=ADMIN_HEADERS)
+    body = assert_problem(refused, 400, "invalid-campaign")
+    assert "accept_weak_privacy" in body["detail"] and "max_epsilon" in body["detail"]
+    assert row_counts(database) == (0, 0, 0)
+    just_below = http.post("/v1/campaigns", json=campaign_spec("nine", epsilon=9.9),
+                           headers=ADMIN_HEADERS)
+    assert just_below.status_code == 201
+    reply = http.post("/v1/campaigns", json={**campaign_spec("loose", epsilon=12),
+                                             "accept_weak_privacy": True},
                       headers=ADMIN_HEADERS)
     assert reply.status_code == 201
     assert any("protects little" in w for w in reply.get_json()["warnings"])
+    assert "accept_weak_privacy" not in reply.get_json()  # consent, not configuration
+    wrong = http.post("/v1/campaigns", json={**campaign_spec("odd", epsilon=1),
+                                             "accept_weak_privacy": "yes"},
+                      headers=ADMIN_HEADERS)
+    assert "must be true or false" in assert_problem(wrong, 400, "invalid-campaign")["detail"]
 
 
 @pytest.mark.parametrize(("headers", "status"), [
@@ -582,7 +598,8 @@ def test_rappor_queries_too_large_to_decode_are_refused(make_app: Callable[..., 
 
 
 def test_dbitflip_at_large_epsilon_is_created_and_listed(http: FlaskClient) -> None:
-    spec = {"name": "d", "mechanism": "dbitflip", "epsilon": 40.0, "domain": ["a", "b", "c"]}
+    spec = {"name": "d", "mechanism": "dbitflip", "epsilon": 40.0, "domain": ["a", "b", "c"],
+            "accept_weak_privacy": True}
     assert http.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS).status_code == 201
     assert http.get("/v1/campaigns", headers=ADMIN_HEADERS).status_code == 200
     assert http.get("/v1/campaigns/d").status_code == 200
