@@ -72,6 +72,13 @@ class CollectorAPI:
         result: list[dict[str, Any]] = self._json("GET", "/v1/campaigns")["campaigns"]
         return result
 
+    def retire_campaign(self, name: str) -> dict[str, Any]:
+        """Retire a campaign (admin): its reports are refused from now on; its estimates stay
+        readable. Returns its public config with ``retired_at``."""
+        result: dict[str, Any] = self._json(
+            "POST", f"/v1/campaigns/{quote(name, safe='')}/retire", {})
+        return result
+
     def get_campaign(self, name: str) -> dict[str, Any]:
         result: dict[str, Any] = self._json("GET", f"/v1/campaigns/{quote(name, safe='')}")
         return result

@@ -6,6 +6,7 @@
 ``GET  /v1/campaigns``                               admin      list campaigns
 ``POST /v1/campaigns``                               admin      create a campaign
 ``GET  /v1/campaigns/<name>``                        none       a campaign's public config
+``POST /v1/campaigns/<name>/retire``                 admin      retire: no new reports
 ``POST /v1/campaigns/<name>/reports``                none       submit one report or a batch
 ``POST /v1/reports``                                 none       reports for any campaigns
                                                                 (shuffler key: one shuffled batch)
@@ -122,7 +123,20 @@ def healthz() -> Response:
 @api.get("/v1/campaigns")
 def list_campaigns() -> Response:
     _require("admin")
-    return jsonify(campaigns=[s.campaign.public_config() for s in _storage().list_campaigns()])
+    now = current_app.extensions["chorus.clock"]()
+    storage = _storage()
+    return jsonify(campaigns=[{**s.campaign.public_config(),
+                               "retired_at": storage.retired_at(s.id, now)}
+                              for s in storage.list_campaigns()])
+
+
+@api.post("/v1/campaigns/<name>/retire")
+def retire_campaign(name: str) -> Response:
+    """No new reports from now on; estimates stay readable and the name stays taken."""
+    _require("admin")
+    stored = _campaign(name)
+    retired_at = _storage().retire_campaign(stored.id, current_app.extensions["chorus.clock"]())
+    return jsonify({**stored.campaign.public_config(), "retired_at": retired_at})
 
 
 @api.post("/v1/campaigns")
@@ -150,6 +164,10 @@ def create_campaign() -> tuple[Response, int]:
 @api.get("/v1/campaigns/<name>")
 def get_campaign(name: str) -> Response:
     stored = _campaign(name)
+    retired_at = _storage().retired_at(stored.id, current_app.extensions["chorus.clock"]())
+    if retired_at is not None:  # clients stop: their reports would be refused
+        raise Problem("campaign-retired", f"campaign {name!r} was retired and takes no new "
+                      "reports; its estimates stay readable", retired_at=retired_at)
     response = jsonify(stored.campaign.public_config())
     response.headers["ETag"] = f'"{stored.campaign.digest}"'
     response.headers["Cache-Control"] = "public, max-age=300"

@@ -307,9 +307,21 @@ def campaign_list(url: str, token: str | None) -> None:
     """List campaigns."""
     campaigns = _call(lambda: _api(url, token).list_campaigns())
     for c in campaigns:
+        state = "retired" if c.get("retired_at") is not None else "active"
         click.echo(f"{c['name']:<24} {c['mechanism']:<8} ε={c['epsilon']:<8.4g} "
                    f"≤{c['worst_case']['per_365_days']:<8.4g}/365d "
-                   f"{c['domain']['kind']:<10} {c['digest'][:12]}")
+                   f"{c['domain']['kind']:<10} {c['digest'][:12]} {state}")
+
+
+@campaign.command("retire")
+@click.argument("name")
+@url_option
+@token_option
+def campaign_retire(name: str, url: str, token: str | None) -> None:
+    """Retire a campaign: no new reports; its estimates stay readable, its name taken."""
+    retired = _call(lambda: _api(url, token).retire_campaign(name))
+    click.echo(f"{name}: retired at {retired['retired_at']:.0f} (Unix seconds); estimates "
+               "stay readable")
 
 
 @campaign.command("show")

@@ -138,8 +138,12 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
     repeats: list[tuple[int, int, str, bool]] = []  # (index, index of first copy, id, same)
     seen: dict[str, StoredCampaign | None] = {}
     resolved = [_resolve_campaign(storage, raw, campaign, seen) for raw in raw_reports]
+    # Once per campaign and batch (cached for seconds): retired campaigns take no reports.
+    retired = {stored.id for stored in {s for s in resolved if s is not None}
+               if storage.retired_at(stored.id, now) is not None}
     for index, (raw, stored) in enumerate(zip(raw_reports, resolved, strict=True)):
-        checked = _check_report(index, raw, stored, now, max_payload_bytes)
+        checked = _check_report(index, raw, stored, now, max_payload_bytes,
+                                retired=stored is not None and stored.id in retired)
         if isinstance(checked, ReportStatus):
             statuses[index] = checked
             continue
@@ -159,7 +163,7 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
 
 
 def _check_report(index: int, raw: object, stored: StoredCampaign | None, now: float,
-                  max_payload_bytes: int) -> ReportStatus | tuple[Report, str]:
+                  max_payload_bytes: int, retired: bool) -> ReportStatus | tuple[Report, str]:
     """One report's refusal, or the parsed report and its canonical payload JSON."""
     if stored is None:
         if _digest_is_malformed(raw):
@@ -167,6 +171,10 @@ def _check_report(index: int, raw: object, stored: StoredCampaign | None, now: f
                                 "invalid-report", "digest must be 64 lowercase hex digits")
         return ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
                             "unknown-campaign", "the report's digest names no campaign here")
+    if retired:
+        return ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
+                            "campaign-retired", f"campaign {stored.campaign.name!r} was "
+                            "retired: it takes no new reports")
     oversize, raw_json = _payload_too_large(raw, max_payload_bytes)
     if oversize is not None:
         return ReportStatus(index, _raw_field(raw, "report_id"), "rejected",

@@ -64,6 +64,8 @@ KINDS: Mapping[str, Kind] = MappingProxyType({
     "invalid-campaign": Kind(400, "Invalid campaign", "the campaign definition is refused"),
     "campaign-exists": Kind(409, "Campaign exists", "the name is taken by another config"),
     "unknown-campaign": Kind(404, "Unknown campaign", "no campaign has this name or digest"),
+    "campaign-retired": Kind(410, "Campaign retired", "an admin retired the campaign: it "
+                                                      "takes no new reports"),
     # One report (in a batch's results, or the whole answer for a single report).
     "invalid-report": Kind(400, _REJECTED, "the report does not fit the wire format"),
     "digest-mismatch": Kind(400, _REJECTED, "the report was made for another config version"),

@@ -173,7 +173,14 @@ def m004_append_only_reports(db: sqlite_utils.Database) -> None:
     db.execute("INSERT INTO fold_state (id, seq) SELECT 1, coalesce(max(seq), 0) FROM reports")
 
 
+@migrations()
+def m005_retired_campaigns(db: sqlite_utils.Database) -> None:
+    # When an admin retired the campaign (no new reports; estimates stay; the name stays).
+    db.execute("ALTER TABLE campaigns ADD COLUMN retired_at REAL")
+
+
 T = TypeVar("T")
+RETIREMENT_TTL = 5.0  # seconds a campaign's retirement state is cached per collector
 
 
 class _GroupItem:
@@ -242,6 +249,7 @@ class Storage:
         self._campaigns: dict[str, StoredCampaign] = {}
         self._names_by_digest: dict[str, str] = {}
         self._names_by_id: dict[int, str] = {}
+        self._retired: dict[int, tuple[float, float | None]] = {}  # id → (read at, retired at)
         self._campaigns_lock = threading.Lock()
         self._group_mutex = threading.Lock()
         self._group_queue: list[_GroupItem] = []
@@ -442,6 +450,31 @@ class Storage:
             with self._campaigns_lock:
                 self._names_by_digest[digest] = name
         return self.get_campaign(name)
+
+    def retire_campaign(self, campaign_id: int, now: float) -> float:
+        """Retire a campaign (once: a second call keeps the first time); returns when."""
+        with self.write() as conn:
+            conn.execute("UPDATE campaigns SET retired_at = ? WHERE id = ? AND retired_at IS NULL",
+                         (now, campaign_id))
+            retired_at = conn.execute("SELECT retired_at FROM campaigns WHERE id = ?",
+                                      (campaign_id,)).fetchone()[0]
+        with self._campaigns_lock:
+            self._retired[campaign_id] = (now, retired_at)
+        return float(retired_at)
+
+    def retired_at(self, campaign_id: int, now: float) -> float | None:
+        """When the campaign was retired (None: it takes reports). Read again after
+        ``RETIREMENT_TTL`` seconds, so a retirement made through another collector holds on
+        this one within that time; campaigns themselves never change, so they stay cached."""
+        cached = self._retired.get(campaign_id)
+        if cached is not None and 0 <= now - cached[0] < RETIREMENT_TTL:
+            return cached[1]
+        row = self.connect().execute("SELECT retired_at FROM campaigns WHERE id = ?",
+                                     (campaign_id,)).fetchone()
+        retired = None if row is None or row[0] is None else float(row[0])
+        with self._campaigns_lock:
+            self._retired[campaign_id] = (now, retired)
+        return retired
 
     def get_campaign_by_id(self, campaign_id: int) -> StoredCampaign:
         """The campaign a stored report belongs to (reports reference existing campaigns)."""

@@ -87,6 +87,9 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             lease_until DOUBLE PRECISION NOT NULL DEFAULT 0)""",
         "INSERT INTO fold_state (id, seq) VALUES (1, 0)",
     ]),
+    ("p002_retired_campaigns", [
+        "ALTER TABLE campaigns ADD COLUMN retired_at DOUBLE PRECISION",
+    ]),
 ]
 
 

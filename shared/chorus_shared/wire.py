@@ -34,7 +34,7 @@ PROBLEM_BASE = "https://chorus.dev/problems/"
 REFUSED_REPORT_KINDS = frozenset({
     "malformed-json", "invalid-request", "unsupported-media-type", "invalid-report",
     "digest-mismatch", "report-conflict", "report-too-large", "body-too-large",
-    "too-many-reports"})
+    "too-many-reports", "campaign-retired"})
 REPORT_FIELDS = frozenset({"report_id", "digest", "time", "payload"})
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
