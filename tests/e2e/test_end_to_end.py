@@ -148,6 +148,20 @@ def test_cli_creates_lists_and_queries(server: CollectorProcess, tmp_path: Path)
     refused = runner.invoke(cli, ["campaign", "create", str(bad_spec)],
                             env={**env, "CHORUS_TOKEN": ADMIN})
     assert refused.exit_code != 0
+    # Retired, its estimates stay readable, the list says so, and the app's client stops.
+    admin_env = {**env, "CHORUS_TOKEN": ADMIN}
+    retired = runner.invoke(cli, ["campaign", "retire", "cli-krr"], env=admin_env)
+    assert retired.exit_code == 0 and "retired at" in retired.output, retired.output
+    listed = runner.invoke(cli, ["campaign", "list"], env=admin_env)
+    assert next(line for line in listed.output.splitlines()
+                if line.startswith("cli-krr")).endswith("retired")
+    assert json.loads(runner.invoke(cli, ["estimates", "cli-krr", "--format", "json"],
+                                    env=env).output)["n"] == 40
+    client.report("cli-krr", "x")
+    client.flush()
+    assert json.loads(runner.invoke(cli, ["estimates", "cli-krr", "--format", "json"],
+                                    env=env).output)["n"] == 40
+    client.close()
     assert "invalid-campaign" in refused.output
 
 
