@@ -13,6 +13,11 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[collector,dev,postgresql,dask]'
+	# The editable install's import hook is invisible to type checkers: list the three
+	# source roots in a .pth too, so a user's mypy sees chorus_client and the rest.
+	$(BIN)/python -c "import pathlib, sysconfig; root = pathlib.Path('.').resolve(); \
+	  (pathlib.Path(sysconfig.get_paths()['purelib']) / 'chorus-ldp-sources.pth').write_text( \
+	  ''.join(f'{root / d}\n' for d in ('client', 'collector', 'shared')))"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -129,3 +129,19 @@ def test_sql_lives_in_the_storage_modules_only() -> None:
                  if path.name not in allowed
                  and any(marker in path.read_text() for marker in (".execute(", "executemany("))]
     assert offenders == []
+
+
+@pytest.mark.slow
+def test_a_users_mypy_sees_the_packages_of_the_editable_install(tmp_path: Path) -> None:
+    """Regression (issue 13 #18): mypy could not see chorus_client through the editable
+    install that `make` creates (its import hook is invisible to type checkers); the
+    install now also lists the source roots in a .pth file."""
+    app = tmp_path / "app.py"
+    app.write_text("from chorus_client import Client\nfrom chorus_collector import create_app\n"
+                   "from chorus_shared import campaign_from_spec\n"
+                   "client: Client\nreveal_type(campaign_from_spec)\n")
+    run = subprocess.run([sys.executable, "-m", "mypy", "--python-executable", sys.executable,
+                          "--no-incremental", "--strict", str(app)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert "import-not-found" not in run.stdout, run.stdout
+    assert 'Revealed type is "def (spec: typing.Mapping' in run.stdout, run.stdout
