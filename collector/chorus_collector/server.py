@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ from flask import Flask
 from gunicorn.app.base import BaseApplication
 
 from chorus_collector.app import create_app, start_background_work
+from chorus_collector.logs import configure_logging, logging_config
 from chorus_collector.settings import resolve_settings
 
 __all__ = ["serve"]
@@ -50,11 +50,9 @@ def serve(config: Mapping[str, Any] | None = None) -> None:
     _remove_stale_metrics_dirs()
     metrics_dir = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.getLogger("chorus").addHandler(handler)
+    configure_logging(settings["LOG_LEVEL"])
     app = create_app(config)
-    sys.stderr.write(startup_summary(settings) + "\n")
+    logging.getLogger("chorus.server").info(startup_summary(settings))
     options = {
         **gunicorn_options(settings, "chorus-collector", timeout=60),
         "child_exit": _child_exit,
@@ -83,6 +81,8 @@ def gunicorn_options(settings: Mapping[str, Any], name: str, *,
         "accesslog": None,
         "errorlog": "-",
         "loglevel": settings["LOG_LEVEL"].lower(),
+        # One format (JSON lines) for gunicorn's records and the collector's.
+        "logconfig_dict": logging_config(settings["LOG_LEVEL"]),
         "proc_name": name,
         "limit_request_line": 8190,
     }

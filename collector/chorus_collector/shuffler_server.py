@@ -8,10 +8,10 @@ the client addresses and arrival times the shuffler exists to drop.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
+from chorus_collector.logs import configure_logging
 from chorus_collector.server import GunicornApp, gunicorn_options
 from chorus_collector.shuffler import create_shuffler_app, start_background_forwarder
 from chorus_collector.shuffler_forward import BackgroundForwarder
@@ -25,10 +25,7 @@ SHUFFLER_COMMAND = ("chorus", "shuffler")
 def serve_shuffler(config: Mapping[str, Any] | None = None) -> None:
     """Run the shuffler until SIGTERM or SIGINT."""
     settings = resolve_shuffler_settings(config)
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.getLogger("chorus").addHandler(handler)
-    logging.getLogger("chorus").setLevel(settings["LOG_LEVEL"])
+    configure_logging(settings["LOG_LEVEL"])
     app = create_shuffler_app(config)
     threads: list[BackgroundForwarder] = []
 

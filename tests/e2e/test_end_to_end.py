@@ -437,3 +437,19 @@ def test_rappor_end_to_end_with_repeated_reports_cli_and_google_import(
     again = runner.invoke(cli, ["rappor", "import", "legacy-e2e", str(reports)],
                           env={"CHORUS_URL": server.url})
     assert "50 duplicate" in again.output
+
+
+def test_the_server_writes_one_log_format(server: CollectorProcess) -> None:
+    """Regression (issue 13 #18): gunicorn's lines and the collector's had two formats. Every
+    line is now one JSON object, whoever wrote it."""
+    requests.get(f"{server.url}/healthz", timeout=10)
+    requests.get(f"{server.url}/no-such-route", timeout=10)
+    deadline = time.monotonic() + 10
+    while "/no-such-route 404" not in server.log() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    records = [json.loads(line) for line in server.log().splitlines() if line.strip()]
+    assert records and all(set(r) >= {"time", "level", "logger", "message"} for r in records)
+    loggers = {r["logger"] for r in records}
+    assert {"gunicorn.error", "chorus.collector", "chorus.server"} <= loggers
+    assert any(r["message"] == "GET /no-such-route 404" or
+               r["message"].startswith("GET /no-such-route 404 ") for r in records)
