@@ -65,9 +65,11 @@ def _chunks(storage: Storage, campaign_id: int, through: int,
 
 
 def recompute(storage: Storage, name: str, workers: int | None = None, chunk: int = CHUNK,
-              through: int | None = None) -> Buckets:
+              through: int | None = None,
+              progress: Callable[[int], None] = lambda reports: None) -> Buckets:
     """Per time bucket (number of reports, statistic) recomputed from the raw reports at or
-    below the watermark ``through`` (default: the current one)."""
+    below the watermark ``through`` (default: the current one). ``progress`` is told how
+    many reports each merged chunk held."""
     stored = storage.get_campaign(name)
     if stored is None:
         raise KeyError(name)
@@ -82,6 +84,7 @@ def recompute(storage: Storage, name: str, workers: int | None = None, chunk: in
     def merge(time: int, count: int, state: np.ndarray) -> None:
         n, total = buckets.get(time, (0, np.zeros(size, dtype=np.int64)))
         buckets[time] = (n + count, total + state)
+        progress(count)
 
     chunks: Iterable[tuple[int, list[str]]] = _chunks(storage, stored.id, through, chunk)
     if workers == 1:
@@ -111,7 +114,8 @@ class BucketCheck:
 
 
 def check_aggregates(storage: Storage, name: str, workers: int | None = None,
-                     chunk: int = CHUNK, recompute_with: Recompute | None = None
+                     chunk: int = CHUNK, recompute_with: Recompute | None = None,
+                     progress: Callable[[int], None] = lambda reports: None
                      ) -> list[BucketCheck]:
     """Compare the folded statistics with a recomputation from the raw reports they were
     folded from (those at or below the watermark, read in the same snapshot): on this
@@ -121,7 +125,8 @@ def check_aggregates(storage: Storage, name: str, workers: int | None = None,
         raise KeyError(name)
     folded = storage.folded_statistics(stored.id)
     if recompute_with is None:
-        recomputed = recompute(storage, name, workers, chunk, through=folded.watermark)
+        recomputed = recompute(storage, name, workers, chunk, through=folded.watermark,
+                               progress=progress)
     else:
         recomputed = recompute_with(storage, name, folded.watermark)
     checks = []

@@ -29,6 +29,7 @@ import click
 from chorus_client.api import CollectorAPI
 from chorus_client.errors import APIError, ClientError, TransportError
 from chorus_collector.formatting import format_estimates
+from chorus_collector.progress import progress_bar
 from chorus_collector.version import VERSION
 
 if TYPE_CHECKING:
@@ -259,7 +260,10 @@ def check_aggregates_command(name: str, database: str, workers: int | None,
 
             recompute_with = cluster_recompute(client)
         try:
-            checks = check_aggregates(storage, name, workers, recompute_with=recompute_with)
+            with progress_bar(storage.fold_status().watermark, "report",
+                              f"recomputing {name}") as bar:
+                checks = check_aggregates(storage, name, workers,
+                                          recompute_with=recompute_with, progress=bar.update)
         except KeyError:
             raise click.ClickException(f"no campaign named {name!r}") from None
     partial = [c for c in checks if c.retired]
@@ -417,15 +421,18 @@ def rappor_import(name: str, reports_csv: Path, when: int | None, url: str,
     stamp = campaign.time_bucket(time.time() if when is None else when)
     counts = {"accepted": 0, "duplicate": 0, "rejected": 0}
     try:
-        with reports_csv.open(newline="") as lines:
+        with reports_csv.open(newline="") as lines, \
+                progress_bar(None, "report", f"uploading to {name}") as bar:
             batch: list[dict[str, Any]] = []
             for report in reports_from_google_csv(lines, campaign, stamp):
                 batch.append(report)
                 if len(batch) == 1000:
                     _tally(counts, _call(lambda b=batch: api.submit(b)))
+                    bar.update(len(batch))
                     batch = []
             if batch:
                 _tally(counts, _call(lambda: api.submit(batch)))
+                bar.update(len(batch))
     except CompatError as error:
         raise click.ClickException(str(error)) from None
     click.echo(", ".join(f"{v} {k}" for k, v in counts.items()))

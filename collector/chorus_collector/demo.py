@@ -24,6 +24,7 @@ from requests.adapters import HTTPAdapter
 
 from chorus_client import Client, CollectorAPI, RequestsTransport
 from chorus_collector.formatting import format_estimates
+from chorus_collector.progress import progress_bar
 from chorus_shared.campaign import Campaign, campaign_from_config
 
 __all__ = ["DEMO_CAMPAIGNS", "Population", "run_demo"]
@@ -89,8 +90,12 @@ def _simulate(url: str, campaigns: dict[str, Campaign], population: Population,
         client.flush()
         return client.totals.accepted
 
-    with ThreadPoolExecutor(workers) as pool:
-        accepted = sum(pool.map(one_user, range(len(population)), chunksize=64))
+    accepted = 0
+    with ThreadPoolExecutor(workers) as pool, \
+            progress_bar(len(population), "user", "simulated users") as bar:
+        for count in pool.map(one_user, range(len(population)), chunksize=64):
+            accepted += count
+            bar.update(1)
     session.close()
     return accepted
 
