@@ -6,8 +6,10 @@
   effective f: the decoding and the ε it states are those of the reports actually made.
 * Reports: its client report CSV ``client,cohort,bloom,prr,irr`` (bit strings written most
   significant bit first, as ``tests/rappor_sim.py`` does and ``sum_bits.py`` reads) becomes
-  Chorus reports carrying only the cohort and the IRR. Report IDs are derived from the
-  campaign, the client and the row, so importing the same file twice counts it once.
+  Chorus reports carrying only the cohort and the IRR. A report ID is derived from what
+  identifies the report (campaign, client, cohort, report bits, time bucket), never from its
+  line: importing the same file twice, or in another order, counts it once, and the next
+  day's file with the same client names makes new reports.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ def spec_from_google_params(text: str, name: str, **fields: Any) -> dict[str, An
         p, q, f = (float(rows[1][i]) for i in range(3, 6))
     except (ValueError, IndexError):
         raise CompatError("k, h, m must be integers and p, q, f numbers") from None
+    for label, value in (("p", p), ("q", q), ("f", f)):
+        if not (math.isfinite(value) and 0 <= value <= 1):
+            raise CompatError(f"{label} must be a probability in [0, 1], got {value}")
     effective_f = math.ceil(f * 128) / 128
     return {
         "name": name, "mechanism": "rappor", "domain": {"kind": "strings"},
@@ -75,7 +80,7 @@ def reports_from_google_csv(lines: Iterable[str], campaign: Campaign,
             raise CompatError(f"line {number}: cohort must be an integer") from None
         if not 0 <= cohort < mechanism.m:
             raise CompatError(f"line {number}: cohort {cohort} is outside [0, {mechanism.m})")
-        identity = f"{campaign.digest}\n{client}\n{number}".encode()
+        identity = f"{campaign.digest}\n{client}\n{cohort}\n{irr}\n{time}".encode()
         # The first character is the most significant bit: int(irr, 2) gives bit i = 1 << i.
         payload = {"cohort": cohort, "bits": mechanism.bits_to_hex(int(irr, 2))}
         yield Report(report_id=hashlib.sha256(identity).hexdigest()[:32],

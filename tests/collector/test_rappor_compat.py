@@ -131,3 +131,41 @@ def test_cli_prints_the_campaign_for_a_params_file(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["rappor", "params", str(params), "--name", "legacy"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["params"]["hash"] == "google-md5"
+
+
+def _google_rows(order: range | list[int]) -> list[str]:
+    rows = [f"c{i},{i % 4},,,{format(i * 2654435761 % 65536, '016b')}" for i in order]
+    return ["client,cohort,bloom,prr,irr", *rows]
+
+
+def test_report_ids_come_from_the_report_not_its_line() -> None:
+    """Regression (issue 13 #8): IDs came from the line number, so the same reports in
+    another order were counted again, and the next day's file (same client names) was
+    refused as thousands of conflicts."""
+    campaign = campaign_from_spec(spec_from_google_params(PARAMS_CSV, "legacy"))
+    forward = list(reports_from_google_csv(_google_rows(range(40)), campaign, 3600))
+    backward = list(reports_from_google_csv(_google_rows(list(reversed(range(40)))),
+                                            campaign, 3600))
+    assert {r["report_id"] for r in forward} == {r["report_id"] for r in backward}
+    assert len({r["report_id"] for r in forward}) == 40
+    next_day = list(reports_from_google_csv(_google_rows(range(40)), campaign,
+                                            3600 + 86400))
+    assert not {r["report_id"] for r in forward} & {r["report_id"] for r in next_day}
+
+
+@pytest.mark.parametrize("f", ["nan", "inf", "-0.5", "1.5"])
+def test_params_that_are_not_probabilities_are_refused_in_one_line(tmp_path: Path,
+                                                                  f: str) -> None:
+    params = tmp_path / "params.csv"
+    params.write_text(f"k,h,m,p,q,f\n16,2,4,0.25,0.75,{f}\n")
+    result = CliRunner().invoke(cli, ["rappor", "params", str(params), "--name", "legacy"])
+    assert result.exit_code != 0
+    assert "f must be a probability in [0, 1]" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_byte_order_mark_is_not_part_of_the_header(tmp_path: Path) -> None:
+    params = tmp_path / "params.csv"
+    params.write_bytes(b"\xef\xbb\xbf" + PARAMS_CSV.encode())
+    result = CliRunner().invoke(cli, ["rappor", "params", str(params), "--name", "legacy"])
+    assert result.exit_code == 0, result.output

@@ -437,6 +437,33 @@ def test_rappor_end_to_end_with_repeated_reports_cli_and_google_import(
     again = runner.invoke(cli, ["rappor", "import", "legacy-e2e", str(reports)],
                           env={"CHORUS_URL": server.url})
     assert "50 duplicate" in again.output
+    # Issue 13 #8: the same reports in another order are the same reports; the next day's
+    # file with the same client names is new; rejections are counted by reason, with exit
+    # status 1; a bad line stops the import before anything is sent; --dry-run sends nothing.
+    lines = reports.read_text().splitlines()
+    shuffled = tmp_path / "shuffled.csv"
+    shuffled.write_text("\n".join([lines[0], *reversed(lines[1:])]) + "\n")
+    env = {"CHORUS_URL": server.url}
+    reordered = runner.invoke(cli, ["rappor", "import", "legacy-e2e", str(shuffled)], env=env)
+    assert reordered.exit_code == 0 and "0 accepted, 50 duplicate" in reordered.output
+    yesterday = str(int(time.time()) - 86400)
+    next_day = runner.invoke(cli, ["rappor", "import", "legacy-e2e", str(reports), "--time",
+                                   yesterday], env=env)
+    assert next_day.exit_code == 0 and "50 accepted" in next_day.output, next_day.output
+    expired = runner.invoke(cli, ["rappor", "import", "legacy-e2e", str(reports), "--time",
+                                  "3600"], env=env)
+    assert expired.exit_code == 1
+    assert "50 rejected (report-expired: 50)" in expired.output
+    broken = tmp_path / "broken.csv"
+    broken.write_text("\n".join([*lines[:10], "cx,1,,,0101", *lines[10:]]) + "\n")
+    bad = runner.invoke(cli, ["rappor", "import", "legacy-e2e", str(broken), "--time",
+                              str(int(time.time()) - 2 * 86400)], env=env)
+    assert bad.exit_code != 0 and "line 11" in bad.output and "nothing was sent" in bad.output
+    dry = runner.invoke(cli, ["rappor", "import", "legacy-e2e", str(reports), "--dry-run",
+                              "--time", str(int(time.time()) - 3 * 86400)], env=env)
+    assert dry.exit_code == 0 and "50 reports checked; nothing sent" in dry.output
+    counted = CollectorAPI(server.url, ANALYST).estimates("legacy-e2e", candidates=["x"])
+    assert counted["n"] == 100  # today's 50 and yesterday's 50: nothing from the others
 
 
 def test_the_server_writes_one_log_format(server: CollectorProcess) -> None:
