@@ -123,10 +123,9 @@ def healthz() -> Response:
 @api.get("/v1/campaigns")
 def list_campaigns() -> Response:
     _require("admin")
-    now = current_app.extensions["chorus.clock"]()
     storage = _storage()
     return jsonify(campaigns=[{**s.campaign.public_config(),
-                               "retired_at": storage.retired_at(s.id, now)}
+                               "retired_at": storage.retired_at(s.id)}
                               for s in storage.list_campaigns()])
 
 
@@ -164,7 +163,7 @@ def create_campaign() -> tuple[Response, int]:
 @api.get("/v1/campaigns/<name>")
 def get_campaign(name: str) -> Response:
     stored = _campaign(name)
-    retired_at = _storage().retired_at(stored.id, current_app.extensions["chorus.clock"]())
+    retired_at = _storage().retired_at(stored.id)
     if retired_at is not None:  # clients stop: their reports would be refused
         raise Problem("campaign-retired", f"campaign {name!r} was retired and takes no new "
                       "reports; its estimates stay readable", retired_at=retired_at)

@@ -138,9 +138,9 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
     repeats: list[tuple[int, int, str, bool]] = []  # (index, index of first copy, id, same)
     seen: dict[str, StoredCampaign | None] = {}
     resolved = [_resolve_campaign(storage, raw, campaign, seen) for raw in raw_reports]
-    # Once per campaign and batch (cached for seconds): retired campaigns take no reports.
+    # Once per campaign and batch: retired campaigns take no reports.
     retired = {stored.id for stored in {s for s in resolved if s is not None}
-               if storage.retired_at(stored.id, now) is not None}
+               if storage.retired_at(stored.id) is not None}
     for index, (raw, stored) in enumerate(zip(raw_reports, resolved, strict=True)):
         checked = _check_report(index, raw, stored, now, max_payload_bytes,
                                 retired=stored is not None and stored.id in retired)

@@ -180,7 +180,6 @@ def m005_retired_campaigns(db: sqlite_utils.Database) -> None:
 
 
 T = TypeVar("T")
-RETIREMENT_TTL = 5.0  # seconds a campaign's retirement state is cached per collector
 
 
 class _GroupItem:
@@ -249,7 +248,6 @@ class Storage:
         self._campaigns: dict[str, StoredCampaign] = {}
         self._names_by_digest: dict[str, str] = {}
         self._names_by_id: dict[int, str] = {}
-        self._retired: dict[int, tuple[float, float | None]] = {}  # id → (read at, retired at)
         self._campaigns_lock = threading.Lock()
         self._group_mutex = threading.Lock()
         self._group_queue: list[_GroupItem] = []
@@ -458,23 +456,16 @@ class Storage:
                          (now, campaign_id))
             retired_at = conn.execute("SELECT retired_at FROM campaigns WHERE id = ?",
                                       (campaign_id,)).fetchone()[0]
-        with self._campaigns_lock:
-            self._retired[campaign_id] = (now, retired_at)
         return float(retired_at)
 
-    def retired_at(self, campaign_id: int, now: float) -> float | None:
-        """When the campaign was retired (None: it takes reports). Read again after
-        ``RETIREMENT_TTL`` seconds, so a retirement made through another collector holds on
-        this one within that time; campaigns themselves never change, so they stay cached."""
-        cached = self._retired.get(campaign_id)
-        if cached is not None and 0 <= now - cached[0] < RETIREMENT_TTL:
-            return cached[1]
+    def retired_at(self, campaign_id: int) -> float | None:
+        """When the campaign was retired (None: it takes reports). Read from the database
+        every time (a point query on a small table, once per campaign and request): a
+        retirement holds at once on every collector sharing it; campaigns themselves never
+        change, so they stay cached."""
         row = self.connect().execute("SELECT retired_at FROM campaigns WHERE id = ?",
                                      (campaign_id,)).fetchone()
-        retired = None if row is None or row[0] is None else float(row[0])
-        with self._campaigns_lock:
-            self._retired[campaign_id] = (now, retired)
-        return retired
+        return None if row is None or row[0] is None else float(row[0])
 
     def get_campaign_by_id(self, campaign_id: int) -> StoredCampaign:
         """The campaign a stored report belongs to (reports reference existing campaigns)."""
