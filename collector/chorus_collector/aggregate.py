@@ -25,6 +25,7 @@ from functools import lru_cache
 import numpy as np
 
 from chorus_collector.estimators import estimator_for
+from chorus_collector.folding import map_payloads
 from chorus_collector.storage import Storage, state_array
 from chorus_shared.campaign import Campaign, campaign_from_config
 
@@ -44,9 +45,7 @@ def _campaign(config_json: str) -> Campaign:
 
 def map_chunk(config_json: str, payload_jsons: list[str]) -> np.ndarray:
     """The map step for one chunk of stored (canonical, validated) payloads."""
-    campaign = _campaign(config_json)
-    payloads = [json.loads(p) for p in payload_jsons]
-    return estimator_for(campaign.mechanism.name).map(campaign.mechanism, payloads)
+    return map_payloads(_campaign(config_json), payload_jsons)
 
 
 def _chunks(storage: Storage, campaign_id: int, through: int,

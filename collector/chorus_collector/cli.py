@@ -261,8 +261,8 @@ def check_aggregates_command(name: str, database: str, workers: int | None,
 
             recompute_with = cluster_recompute(client)
         try:
-            with progress_bar(storage.fold_status().watermark, "report",
-                              f"recomputing {name}") as bar:
+            # No total: the watermark counts every campaign's reports, not this one's.
+            with progress_bar(None, "report", f"recomputing {name}") as bar:
                 checks = check_aggregates(storage, name, workers,
                                           recompute_with=recompute_with, progress=bar.update)
         except KeyError:

@@ -34,6 +34,7 @@ import numpy as np
 
 from chorus_collector.estimators import estimator_for
 from chorus_collector.storage import Storage, StoredCampaign
+from chorus_shared.campaign import Campaign
 
 __all__ = ["BackgroundFolder", "EstimateInputs", "Partials", "estimate_inputs", "fold", "fold_once",
            "map_rows"]
@@ -52,9 +53,10 @@ def _no_fault(step: str) -> None:
     del step
 
 
-def map_payloads(stored: StoredCampaign, payload_jsons: Sequence[str]) -> np.ndarray:
-    """The estimator's map over stored canonical payloads: an additive int64 vector."""
-    mechanism = stored.campaign.mechanism
+def map_payloads(campaign: Campaign, payload_jsons: Sequence[str]) -> np.ndarray:
+    """The estimator's map over stored canonical payloads: an additive int64 vector (the
+    fold's, the estimates' tail's and the recomputation's one map step)."""
+    mechanism = campaign.mechanism
     return estimator_for(mechanism.name).map(mechanism, [json.loads(p) for p in payload_jsons])
 
 
@@ -65,7 +67,8 @@ def map_rows(storage: Storage, rows: Iterable[tuple[int, int, int, str]]) -> Par
     groups: dict[tuple[int, int], list[str]] = defaultdict(list)
     for _, campaign_id, bucket, payload in rows:
         groups[(campaign_id, bucket)].append(payload)
-    return {key: (len(payloads), map_payloads(storage.get_campaign_by_id(key[0]), payloads))
+    return {key: (len(payloads),
+                  map_payloads(storage.get_campaign_by_id(key[0]).campaign, payloads))
             for key, payloads in groups.items()}
 
 
@@ -127,7 +130,7 @@ def estimate_inputs(storage: Storage, stored: StoredCampaign, start: int | None,
     state = snapshot.state
     for offset in range(0, len(snapshot.tail), FOLD_CHUNK):
         chunk = [payload for _, payload in snapshot.tail[offset:offset + FOLD_CHUNK]]
-        state = state + map_payloads(stored, chunk)
+        state = state + map_payloads(stored.campaign, chunk)
     return EstimateInputs(snapshot.n + len(snapshot.tail), state, len(snapshot.tail),
                           snapshot.folded_at)
 

@@ -17,16 +17,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from chorus_collector.process import free_port
+
 __all__ = ["running_nginx"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _nginx() -> str:
@@ -40,7 +36,7 @@ def _nginx() -> str:
 
 class Nginx:
     def __init__(self, upstream_port: int, site: str = "nginx.conf") -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.root = Path(tempfile.mkdtemp(prefix="chorus-nginx-"))
         self.root.chmod(0o777)  # workers run as nobody when the tests run as root

@@ -12,12 +12,13 @@ import contextlib
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+
+from chorus_collector.process import free_port
 
 __all__ = ["PostgresServer", "postgres_bin"]
 
@@ -35,17 +36,11 @@ def postgres_bin() -> Path:
     return Path(found[-1]).parent
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
 
 class PostgresServer:
     def __init__(self) -> None:
         self.bin = postgres_bin()
-        self.port = _free_port()
+        self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="chorus-pg-"))
         self.data = self.root / "data"
         self.as_postgres = os.geteuid() == 0
