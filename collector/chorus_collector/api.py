@@ -29,7 +29,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from chorus_collector.auth import Role, TokenVerifier
 from chorus_collector.estimators import Query, QueryError, estimator_for
 from chorus_collector.folding import EstimateInputs, estimate_inputs
-from chorus_collector.ingest import ReportStatus, ingest_reports, parse_body
+from chorus_collector.ingest import ReportStatus, batch_answer, ingest_reports, parse_body
 from chorus_collector.metrics import Metrics
 from chorus_collector.problems import Problem
 from chorus_collector.ratelimit import RateLimiter
@@ -237,12 +237,7 @@ def _submit(stored: StoredCampaign | None, admitted: bool = False,
             raise Problem(status.error or "invalid-report", status.detail or "",
                           report_id=status.report_id)
         return jsonify(status.to_json()), 201 if status.status == "accepted" else 200
-    counts = {k: sum(s.status == k for s in statuses)
-              for k in ("accepted", "duplicate", "rejected")}
-    # json.dumps, not jsonify: a thousand results need no sorted keys, and this is the
-    # answer to every batch.
-    response = Response(json.dumps({"results": [s.to_json() for s in statuses], **counts}),
-                        mimetype="application/json")
+    response = Response(batch_answer(statuses), mimetype="application/json")
     if shuffled:  # tells the shuffler its key was recognised and the batch recorded
         response.headers[SHUFFLED_BATCH_HEADER] = str(len(raw_reports))
     return response, 200

@@ -39,7 +39,7 @@ import numpy as np
 from chorus_collector.aggregate import Buckets, Recompute
 from chorus_collector.export import ParquetExport, map_row_group, read_export, row_groups
 from chorus_collector.extras import require
-from chorus_collector.folding import LEASE_SECONDS, Partials, map_rows
+from chorus_collector.folding import LEASE_SECONDS, Partials, map_groups
 from chorus_collector.storage import Storage, open_storage
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ def map_range(database: str, after: int, through: int,
     if given), read from a storage of its own."""
     storage = open_storage(database)
     try:
-        return map_rows(storage, storage.report_range(after, through, campaign_id))
+        return map_groups(storage, storage.payload_groups(after, through, campaign_id))
     finally:
         storage.close()
 

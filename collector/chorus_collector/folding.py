@@ -25,7 +25,6 @@ import os
 import threading
 import time
 import uuid
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,11 +32,11 @@ from typing import Any
 import numpy as np
 
 from chorus_collector.estimators import estimator_for
-from chorus_collector.storage import Storage, StoredCampaign
+from chorus_collector.storage import PayloadGroup, Storage, StoredCampaign
 from chorus_shared.campaign import Campaign
 
 __all__ = ["BackgroundFolder", "EstimateInputs", "Partials", "estimate_inputs", "fold", "fold_once",
-           "map_rows"]
+           "map_groups"]
 
 log = logging.getLogger("chorus.folding")
 
@@ -55,21 +54,24 @@ def _no_fault(step: str) -> None:
 
 def map_payloads(campaign: Campaign, payload_jsons: Sequence[str]) -> np.ndarray:
     """The estimator's map over stored canonical payloads: an additive int64 vector (the
-    fold's, the estimates' tail's and the recomputation's one map step)."""
+    estimates' tail's and the recomputation's map step; the fold's, through map_groups)."""
+    return map_parsed(campaign, json.loads("[" + ",".join(payload_jsons) + "]"))
+
+
+def map_parsed(campaign: Campaign, payloads: list[Any]) -> np.ndarray:
     mechanism = campaign.mechanism
-    return estimator_for(mechanism.name).map(mechanism, [json.loads(p) for p in payload_jsons])
+    return estimator_for(mechanism.name).map(mechanism, payloads)
 
 
-def map_rows(storage: Storage, rows: Iterable[tuple[int, int, int, str]]) -> Partials:
+def map_groups(storage: Storage, groups: Iterable[PayloadGroup]) -> Partials:
     """The fold's map step, wherever it runs (here, or in a Dask task over a seq range):
-    (report count, statistic) per (campaign id, time bucket) of stored rows (seq, campaign
-    id, time bucket, payload)."""
-    groups: dict[tuple[int, int], list[str]] = defaultdict(list)
-    for _, campaign_id, bucket, payload in rows:
-        groups[(campaign_id, bucket)].append(payload)
-    return {key: (len(payloads),
-                  map_payloads(storage.get_campaign_by_id(key[0]).campaign, payloads))
-            for key, payloads in groups.items()}
+    (report count, statistic) per (campaign id, time bucket) of grouped stored payloads."""
+    partials: Partials = {}
+    for group in groups:
+        campaign = storage.get_campaign_by_id(group.campaign_id).campaign
+        partials[(group.campaign_id, group.time)] = (group.reports,
+                                                     map_parsed(campaign, group.parsed()))
+    return partials
 
 
 def fold_once(storage: Storage, *, limit: int = FOLD_CHUNK, clock: Callable[[], float] = time.time,
@@ -81,15 +83,15 @@ def fold_once(storage: Storage, *, limit: int = FOLD_CHUNK, clock: Callable[[], 
     "map", "begin", "merge" (after each bucket), "watermark", "commit" (after the commit).
     """
     step("read")
-    watermark, rows = storage.unfolded(limit)
-    if not rows:
+    chunk = storage.unfolded(limit)
+    if not chunk.reports:
         return 0
     step("map")
-    partials = map_rows(storage, rows)
-    if not storage.commit_fold(watermark, rows[-1][0], partials, clock(), step):
+    partials = map_groups(storage, chunk.groups)
+    if not storage.commit_fold(chunk.watermark, chunk.through, partials, clock(), step):
         return None
     step("commit")
-    return len(rows)
+    return chunk.reports
 
 
 def fold(storage: Storage, *, limit: int = FOLD_CHUNK, max_rounds: int | None = None,
@@ -166,7 +168,7 @@ class BackgroundFolder:
     def run_once(self) -> int:
         """Fold what is pending if no other folder holds the lease; how many were folded."""
         self.storage.maintain(self.clock())
-        if self.storage.fold_status().unfolded == 0:
+        if not self.storage.any_unfolded():
             return 0  # nothing to do: no write transaction for the lease
         folded = 0
         while self.storage.claim_fold(self.holder, self.clock(), LEASE_SECONDS):

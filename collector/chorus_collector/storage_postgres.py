@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from chorus_collector.storage import SchemaError, Storage
+from chorus_collector.storage import SchemaError, Storage, report_rows
 
 __all__ = ["PostgresStorage", "is_postgres_url"]
 
@@ -179,6 +179,11 @@ class PostgresStorage(Storage):
         # sqlite-utils (SQLite's migrations, the shuffler's own pool) has no PostgreSQL side.
         raise TypeError("a sqlite-utils Database exists for SQLite storage only")
 
+    _joined_payloads = "string_agg(payload, ',')"
+
+    def _writer_turn(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()  # PostgreSQL's writers do not take turns
+
     def _begin_write(self, conn: Any) -> None:
         conn.execute("BEGIN")
         conn.execute("SELECT pg_advisory_xact_lock_shared(?)", (APPEND_LOCK,))
@@ -262,10 +267,9 @@ class PostgresStorage(Storage):
         # another replica inserted since the lookup fails the COPY with a unique violation,
         # which ingest answers by looking again (as for INSERT).
         # Ordered by the random IDs: the order within a request is not kept.
-        rows = sorted((campaign_id, r.report_id, r.time, r.payload_json) for r in reports)
         with conn.raw.cursor() as cursor, cursor.copy(
                 "COPY reports (campaign_id, report_id, time, payload) FROM STDIN") as copy:
-            for row in rows:
+            for row in report_rows(campaign_id, reports):
                 copy.write_row(row)
 
     def maintain(self, now: float) -> None:

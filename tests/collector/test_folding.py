@@ -187,10 +187,12 @@ def test_a_process_killed_mid_fold_leaves_consistent_statistics(
 def test_racing_folders_never_count_a_report_twice(filled: str,
                                                    clean_statistics: list[Any]) -> None:
     storage = open_storage(filled)
-    watermark, rows = storage.unfolded(30)
+    chunk = storage.unfolded(30)
+    assert chunk.reports == 30
+    assert sum(group.reports for group in chunk.groups) == 30
     assert fold_once(storage, limit=30) == 30
     # A fold that read the same reports loses the race: its commit changes nothing.
-    assert storage.commit_fold(watermark, rows[-1][0], {(1, rows[0][2]): (
+    assert storage.commit_fold(chunk.watermark, chunk.through, {(1, chunk.groups[0].time): (
         30, np.ones(3, dtype=np.int64))}, now=0.0) is False
     results: list[int] = []
 

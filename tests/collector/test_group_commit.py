@@ -3,9 +3,13 @@ fsync, each in its own savepoint; nothing is acknowledged before the shared COMM
 
 from __future__ import annotations
 
+import fcntl
+import multiprocessing
+import os
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,3 +114,44 @@ def test_a_failed_commit_fails_every_writer_in_the_group(storage: Storage) -> No
     assert not storage._group_leader
     storage.grouped_write(lambda conn: conn.execute("INSERT INTO t VALUES (4, 4)"))
     assert _count(storage.path) == 1
+
+
+def _lock_is_free(path: str) -> bool:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # closing drops the lock if it was taken
+    return True
+
+
+def test_writers_take_turns_on_a_lock_file_beside_the_database(storage: Storage) -> None:
+    # Blocked in the kernel, a waiting writer is woken as the last one commits, instead of
+    # polling SQLite's lock with sleeps of milliseconds.
+    lock = storage.path + "-writer.lock"
+    with storage.write():
+        assert not _lock_is_free(lock)
+    assert _lock_is_free(lock)
+    storage.grouped_write(lambda conn: conn.execute("INSERT INTO t VALUES (1, 1)"))
+    assert _lock_is_free(lock)
+
+
+def test_a_forked_process_does_not_share_its_parents_turn(storage: Storage) -> None:
+    # A descriptor inherited through fork shares the parent's lock: the child must open its
+    # own, or it would write while the parent does.
+    turn = multiprocessing.get_context("fork").Event()
+    with storage.write():  # this thread's descriptor is now open, and locked
+        child = multiprocessing.get_context("fork").Process(
+            target=_take_a_turn, args=(storage, turn))
+        child.start()
+        assert not turn.wait(0.5)  # a shared lock would let the child in at once
+    assert turn.wait(30)
+    child.join(30)
+    assert child.exitcode == 0
+
+
+def _take_a_turn(storage: Storage, turn: Any) -> None:
+    with storage._writer_turn():
+        turn.set()

@@ -18,13 +18,13 @@ lives in ``chorus_collector.estimators`` under the same name.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
 
 from chorus_shared.domain import Domain, finite_float
-from chorus_shared.errors import CampaignError
+from chorus_shared.errors import CampaignError, WireError
 from chorus_shared.rng import RandomSource
 
 MIN_EPSILON = 1e-4
@@ -168,6 +168,29 @@ class Mechanism(ABC):
     @abstractmethod
     def check_payload(self, payload: object) -> Payload:
         """Validate a received payload and return it in canonical form. Raises ``WireError``."""
+
+    def check_payloads(self, payloads: Sequence[object]) -> list[Payload] | None:
+        """Validate many payloads at once: their canonical forms, or None if any is invalid
+        (:meth:`check_payload` then says which and why). The same rule as one at a time; for
+        an integer payload, a whole batch is checked in three passes at C speed."""
+        bounds = self.payload_bounds()
+        if bounds is not None:
+            low, high = bounds
+            if payloads and set(map(type, payloads)) != {int}:  # not bool, a subclass of int
+                return None
+            integers = cast("list[int]", list(payloads))
+            if integers and not low <= min(integers) <= max(integers) <= high:
+                return None
+            return integers
+        try:
+            return [self.check_payload(p) for p in payloads]
+        except WireError:
+            return None
+
+    def payload_bounds(self) -> tuple[int, int] | None:
+        """``(low, high)``, inclusive, when a payload is one integer in that range and nothing
+        else (exactly what :meth:`check_payload` accepts); None for any other payload."""
+        return None
 
     @property
     @abstractmethod

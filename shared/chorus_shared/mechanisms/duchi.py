@@ -51,6 +51,9 @@ class Duchi(Mechanism):
     ) -> int:
         return int(bernoulli(rng, self.prob_one(x)))
 
+    def payload_bounds(self) -> tuple[int, int]:
+        return 0, 1
+
     def check_payload(self, payload: object) -> int:
         if isinstance(payload, bool) or not isinstance(payload, int) or payload not in (0, 1):
             raise WireError(f"a {self.name} payload is the bit 0 or 1, got {payload!r}")

@@ -48,6 +48,9 @@ class HadamardResponse(PureOracle):
         e = math.exp(self.epsilon)
         return inside if bernoulli(rng, e / (1 + e)) else outside
 
+    def payload_bounds(self) -> tuple[int, int]:
+        return 0, self.size - 1
+
     def check_payload(self, payload: object) -> int:
         if isinstance(payload, bool) or not isinstance(payload, int) or \
                 not 0 <= payload < self.size:

@@ -50,6 +50,9 @@ class KRR(PureOracle):
         lie = rng.randrange(self.d - 1)  # uniform over the d − 1 other indices
         return lie + 1 if lie >= x else lie
 
+    def payload_bounds(self) -> tuple[int, int]:
+        return 0, self.d - 1
+
     def check_payload(self, payload: object) -> int:
         if isinstance(payload, bool) or not isinstance(payload, int):
             raise WireError(f"a {self.name} payload is a category index (integer)")

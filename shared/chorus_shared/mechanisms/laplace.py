@@ -109,6 +109,9 @@ class LaplaceMechanism(Mechanism):
         y = k + discrete_laplace(rng, self.scale)
         return min(max(y, -self.tail), self.resolution + self.tail)
 
+    def payload_bounds(self) -> tuple[int, int]:
+        return -self.tail, self.resolution + self.tail
+
     def check_payload(self, payload: object) -> int:
         if isinstance(payload, bool) or not isinstance(payload, int) or \
                 not -self.tail <= payload <= self.resolution + self.tail:

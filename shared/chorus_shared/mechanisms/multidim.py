@@ -130,6 +130,9 @@ class DuchiMultidim(VectorMechanism):
             s ^= full  # −s: now s·v ≥ 0, strict halves twice as likely as ties
         return s if bernoulli(rng, self.keep) else s ^ full
 
+    def payload_bounds(self) -> tuple[int, int]:
+        return 0, (1 << self.d) - 1
+
     def check_payload(self, payload: object) -> int:
         if isinstance(payload, bool) or not isinstance(payload, int) or \
                 not 0 <= payload < 1 << self.d:

@@ -89,6 +89,9 @@ class PiecewiseMechanism(Mechanism):
         low = math.floor(position)
         return int(low + 1 if rng.random() < position - low else low)
 
+    def payload_bounds(self) -> tuple[int, int]:
+        return -self.resolution, self.resolution
+
     def check_payload(self, payload: object) -> int:
         if isinstance(payload, bool) or not isinstance(payload, int) or \
                 not -self.resolution <= payload <= self.resolution:
