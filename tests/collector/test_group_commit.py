@@ -155,3 +155,18 @@ def test_a_forked_process_does_not_share_its_parents_turn(storage: Storage) -> N
 def _take_a_turn(storage: Storage, turn: Any) -> None:
     with storage._writer_turn():
         turn.set()
+
+
+def test_the_background_checkpoints_and_requests_only_as_a_backstop(storage: Storage) -> None:
+    # A commit checkpoints only past 32 MB of WAL: below that, the database file grows
+    # when the background upkeep copies the WAL back, not before.
+    assert storage.connect().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 8192
+    with storage.write() as conn:
+        conn.executemany("INSERT INTO t VALUES (?, ?)", [(i, i) for i in range(100_000)])
+    before = os.path.getsize(storage.path)
+    assert os.path.getsize(storage.path + "-wal") > 1_000_000
+    storage.maintain(now=0.0)
+    assert os.path.getsize(storage.path) > before + 1_000_000
+    with sqlite3.connect(storage.path) as conn:  # nothing left to copy
+        busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert busy == 0 and frames == copied
