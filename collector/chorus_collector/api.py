@@ -3,6 +3,7 @@
 =================================================  =========  ==========================
 ``GET  /healthz``                                    none       liveness and database check
 ``GET  /metrics``                                    metrics    Prometheus text format
+``GET  /openapi.json``                               none       this API, as OpenAPI 3.1
 ``GET  /v1/campaigns``                               admin      list campaigns
 ``POST /v1/campaigns``                               admin      create a campaign
 ``GET  /v1/campaigns/<name>``                        none       a campaign's public config
@@ -31,6 +32,7 @@ from chorus_collector.estimators import Query, QueryError, estimator_for
 from chorus_collector.folding import EstimateInputs, estimate_inputs
 from chorus_collector.ingest import ReportStatus, batch_answer, ingest_reports, parse_body
 from chorus_collector.metrics import Metrics
+from chorus_collector.openapi import openapi_document
 from chorus_collector.problems import Problem
 from chorus_collector.ratelimit import RateLimiter
 from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
@@ -118,6 +120,11 @@ def _campaign(name: str) -> StoredCampaign:
 def healthz() -> Response:
     _storage().ping()
     return jsonify(status="ok", version=VERSION)
+
+
+@api.get("/openapi.json")
+def openapi() -> Response:
+    return jsonify(openapi_document())
 
 
 @api.get("/v1/campaigns")

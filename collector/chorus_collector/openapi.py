@@ -1,0 +1,291 @@
+"""The OpenAPI 3.1 description of the collector's HTTP API, served at ``GET /openapi.json``.
+
+Kept true by the tests: every route of the app is described here and every path described
+here is a route (``tests/collector/test_openapi.py``), and schemathesis sends generated
+requests to every operation, checking each answer against its description.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chorus_collector.problems import KINDS, MEDIA_TYPE, PROBLEM_BASE
+from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER
+from chorus_collector.version import VERSION
+
+__all__ = ["openapi_document"]
+
+JSON = "application/json"
+
+_HEX32 = "^[0-9a-f]{32}$"
+_HEX64 = "^[0-9a-f]{64}$"
+_NAME = "^[a-z0-9][a-z0-9_.-]{0,63}$"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {JSON: {"schema": schema}}}
+
+
+def _problems(*statuses: int) -> dict[str, Any]:
+    """Every refusal is an RFC 9457 problem document; the statuses an operation can answer."""
+    answers = {}
+    for status in statuses:
+        kinds = sorted(name for name, kind in KINDS.items() if kind.status == status)
+        answers[str(status)] = {
+            "description": "refused: " + ", ".join(kinds) if kinds else "refused",
+            "content": {MEDIA_TYPE: {"schema": _ref("Problem")}}}
+    return answers
+
+
+# Answers any route can give: a missing or wrong token where one is needed, a proxy's limits
+# and a busy database.
+_COMMON = (400, 401, 403, 404, 405, 408, 413, 414, 415, 429, 431, 503)
+
+_SCHEMAS: dict[str, Any] = {
+    "Problem": {
+        "type": "object",
+        "description": "An RFC 9457 problem document; `type` ends with the problem's kind.",
+        "required": ["type", "title", "status"],
+        "properties": {
+            "type": {"type": "string", "pattern": f"^{PROBLEM_BASE}[a-z-]+$"},
+            "title": {"type": "string"},
+            "status": {"type": "integer", "minimum": 400, "maximum": 599},
+            "detail": {"type": "string"},
+        },
+    },
+    "Report": {
+        "type": "object",
+        "description": "One randomized report, as the client library sends it.",
+        "required": ["report_id", "digest", "time", "payload"],
+        "additionalProperties": False,
+        "properties": {
+            "report_id": {"type": "string", "pattern": _HEX32,
+                          "description": "16 random bytes from the client's CSPRNG"},
+            "digest": {"type": "string", "pattern": _HEX64,
+                       "description": "the digest of the campaign config it was made for"},
+            "time": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1,
+                     "description": "Unix seconds, truncated to the time precision"},
+            "payload": {"description": "the mechanism's randomized output (docs/protocol.md)"},
+        },
+    },
+    "ReportBatch": {
+        "type": "object",
+        "required": ["reports"],
+        "additionalProperties": False,
+        "properties": {"reports": {"type": "array", "minItems": 1, "items": _ref("Report")}},
+    },
+    "ReportStatus": {
+        "type": "object",
+        "required": ["report_id", "status"],
+        "properties": {
+            "report_id": {"type": ["string", "null"]},
+            "status": {"enum": ["accepted", "duplicate", "rejected"]},
+            "error": {"type": "string", "description": "a refused report's problem kind"},
+            "detail": {"type": "string"},
+        },
+    },
+    "BatchAnswer": {
+        "type": "object",
+        "required": ["results", "accepted", "duplicate", "rejected"],
+        "properties": {
+            "results": {"type": "array", "items": _ref("ReportStatus"),
+                        "description": "one per report, in request order"},
+            "accepted": {"type": "integer", "minimum": 0},
+            "duplicate": {"type": "integer", "minimum": 0},
+            "rejected": {"type": "integer", "minimum": 0},
+        },
+    },
+    "CampaignSpec": {
+        "type": "object",
+        "description": "A campaign definition (README, 'Campaigns'); the collector resolves "
+                       "and validates it, mechanism by mechanism.",
+        "required": ["name", "mechanism", "domain"],
+        "properties": {
+            "name": {"type": "string", "pattern": _NAME},
+            "mechanism": {"type": "string"},
+            "epsilon": {"type": "number"},
+            "domain": {},
+            "params": {"type": "object"},
+            "description": {"type": "string"},
+            "time_precision": {"type": "integer"},
+            "min_batch_size": {"type": "integer"},
+            "report_expiry": {"type": "integer"},
+            "privacy": {"type": "object"},
+            "accept_weak_privacy": {"type": "boolean"},
+        },
+    },
+    "CampaignConfig": {
+        "type": "object",
+        "description": "A campaign's public config: what clients fetch and verify.",
+        "required": ["format", "name", "mechanism", "epsilon", "domain", "params",
+                     "time_precision", "digest"],
+        "properties": {
+            "format": {"const": "chorus.campaign/1"},
+            "name": {"type": "string"},
+            "description": {"type": "string"},
+            "mechanism": {"type": "string"},
+            "epsilon": {"type": "number"},
+            "domain": {"type": "object"},
+            "params": {"type": "object"},
+            "time_precision": {"type": "integer"},
+            "min_batch_size": {"type": "integer"},
+            "report_expiry": {"type": "integer"},
+            "privacy": {"type": "object"},
+            "digest": {"type": "string", "pattern": _HEX64},
+            "derived": {"type": "object"},
+            "worst_case": {"type": "object"},
+            "warnings": {"type": "array", "items": {"type": "string"}},
+            "retired_at": {"type": ["number", "null"]},
+        },
+    },
+    "EstimateQuery": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "start": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1},
+            "end": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1},
+            "candidates": {"type": "array", "items": {"type": "string"}},
+            "format": {"enum": ["json", "csv"]},
+            "postprocessing": {"type": "string"},
+        },
+    },
+    "Estimate": {
+        "type": "object",
+        "description": "kind 'frequency' (rows per category or candidate), 'mean' or "
+                       "'means' (rows per attribute); each estimate has a standard error "
+                       "and a 95% confidence interval.",
+        "required": ["kind", "campaign", "mechanism", "n"],
+        "properties": {
+            "kind": {"enum": ["frequency", "mean", "means"]},
+            "campaign": {"type": "string"},
+            "mechanism": {"type": "string"},
+            "epsilon": {"type": "number"},
+            "n": {"type": "integer", "minimum": 0},
+            "rows": {"type": "array", "items": {"type": "object"}},
+            "freshness": {"type": "object"},
+            "warnings": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+}
+
+_NAME_PARAMETER = {"name": "name", "in": "path", "required": True,
+                   "schema": {"type": "string"}, "example": "browsers",
+                   "description": "the campaign's name"}
+_ADMIN: list[dict[str, list[str]]] = [{"bearer": []}]
+
+
+def _operation(summary: str, answers: dict[str, Any], *, security: list[Any] | None = None,
+               body: dict[str, Any] | None = None, parameters: list[Any] | None = None,
+               problems: tuple[int, ...] = _COMMON) -> dict[str, Any]:
+    operation: dict[str, Any] = {"summary": summary, "responses": {**answers,
+                                                                   **_problems(*problems)}}
+    if security is not None:
+        operation["security"] = security
+    if body is not None:
+        operation["requestBody"] = {"required": True, "content": {JSON: {"schema": body}}}
+    if parameters:
+        operation["parameters"] = parameters
+    return operation
+
+
+def _reports_operation(summary: str, parameters: list[Any]) -> dict[str, Any]:
+    return _operation(
+        summary,
+        {"200": _json({"oneOf": [_ref("BatchAnswer"), _ref("ReportStatus")]},
+                      "a batch's answer; or one report, stored before (duplicate)"),
+         "201": _json(_ref("ReportStatus"), "one report, stored")},
+        security=[{}, {"bearer": []}],  # the ingest key, when one is configured
+        body={"oneOf": [_ref("Report"), _ref("ReportBatch")]},
+        parameters=parameters, problems=(*_COMMON, 409, 410))
+
+
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document: every route, its tokens, bodies and answers."""
+    query_parameters = [
+        {"name": "start", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+        {"name": "end", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+        {"name": "candidate", "in": "query", "explode": True,
+         "schema": {"type": "array", "items": {"type": "string"}}},
+        {"name": "format", "in": "query", "schema": {"enum": ["json", "csv"]}},
+        {"name": "postprocessing", "in": "query", "schema": {"type": "string"}},
+    ]
+    estimate_answers = {"200": {
+        "description": "the estimates of the window (JSON, or CSV with format=csv)",
+        "content": {JSON: {"schema": _ref("Estimate")}, "text/csv": {"schema": {
+            "type": "string"}}}}}
+    estimate_problems = (*_COMMON, 409, 422)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Chorus collector",
+            "version": VERSION,
+            "description": "Collects locally differentially private reports and answers "
+                           "estimates with standard errors. Every error is an RFC 9457 "
+                           "problem document (application/problem+json).",
+            "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
+        },
+        "components": {
+            "schemas": _SCHEMAS,
+            "securitySchemes": {"bearer": {
+                "type": "http", "scheme": "bearer",
+                "description": "admin or analyst token, metrics token, or the ingest key"}},
+        },
+        "paths": {
+            "/healthz": {"get": _operation(
+                "liveness and a database check",
+                {"200": _json({"type": "object", "required": ["status", "version"],
+                               "properties": {"status": {"const": "ok"},
+                                              "version": {"type": "string"}}}, "alive")})},
+            "/metrics": {"get": _operation(
+                "Prometheus metrics, summed over the server's workers",
+                {"200": {"description": "Prometheus text format",
+                         "content": {"text/plain": {"schema": {"type": "string"}}}}},
+                security=[{}, {"bearer": []}])},
+            "/openapi.json": {"get": _operation(
+                "this document", {"200": _json({"type": "object"}, "OpenAPI 3.1")})},
+            "/v1/campaigns": {
+                "get": _operation(
+                    "list campaigns",
+                    {"200": _json({"type": "object", "required": ["campaigns"],
+                                   "properties": {"campaigns": {
+                                       "type": "array", "items": _ref("CampaignConfig")}}},
+                                  "every campaign, retired ones too")},
+                    security=_ADMIN),
+                "post": _operation(
+                    "create a campaign (idempotent for the same definition)",
+                    {"200": _json(_ref("CampaignConfig"), "the same campaign existed"),
+                     "201": _json(_ref("CampaignConfig"), "created")},
+                    security=_ADMIN, body=_ref("CampaignSpec"),
+                    problems=(*_COMMON, 409)),
+            },
+            "/v1/campaigns/{name}": {"get": _operation(
+                "a campaign's public config (clients verify its digest)",
+                {"200": _json(_ref("CampaignConfig"), "the config; ETag is its digest")},
+                parameters=[_NAME_PARAMETER], problems=(*_COMMON, 410))},
+            "/v1/campaigns/{name}/retire": {"post": _operation(
+                "retire a campaign: no new reports; estimates stay readable",
+                {"200": _json(_ref("CampaignConfig"), "retired (or retired before)")},
+                security=_ADMIN, parameters=[_NAME_PARAMETER])},
+            "/v1/campaigns/{name}/reports": {"post": _reports_operation(
+                "submit one report or a batch for this campaign", [_NAME_PARAMETER])},
+            "/v1/reports": {"post": _reports_operation(
+                "submit reports for any campaigns (each report's digest selects it)",
+                [{"name": SHUFFLED_BATCH_HEADER, "in": "header", "required": False,
+                  "schema": {"type": "string"},
+                  "description": "with the shuffler key: one shuffled batch of this size"}])},
+            "/v1/campaigns/{name}/estimates": {
+                "get": _operation("estimates of a time window", estimate_answers,
+                                  security=[{"bearer": []}],
+                                  parameters=[_NAME_PARAMETER, *query_parameters],
+                                  problems=estimate_problems),
+                "post": _operation("estimates of a time window (a long candidate list)",
+                                   estimate_answers, security=[{"bearer": []}],
+                                   body=_ref("EstimateQuery"), parameters=[_NAME_PARAMETER],
+                                   problems=estimate_problems),
+            },
+        },
+    }
