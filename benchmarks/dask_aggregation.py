@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from chorus_collector.progress import staged
+
 SPECS: dict[str, dict[str, Any]] = {
     "krr": {"mechanism": "krr", "epsilon": 2.0, "domain": [f"c{i}" for i in range(16)]},
     "olh": {"mechanism": "olh", "epsilon": 1.0, "domain": [f"c{i}" for i in range(1024)]},
@@ -122,7 +124,9 @@ def run(name: str, reports: int, workers: int, repeat: int, workdir: Path) -> di
                                                "chorus_collector.distributed"))
         out["cluster_start_s"] += warm_up
         pool_s, dask_s = [], []
-        for _ in range(repeat):  # interleaved: a change in the machine's load hits both
+        rounds = [(f"round {i + 1} of {repeat}", i) for i in range(repeat)]
+        for _ in staged(rounds, "recompute, pool and Dask"):
+            # interleaved: a change in the machine's load hits both
             pool, seconds = _timed(
                 lambda: recompute(storage, name, workers=workers, through=reports))
             pool_s.append(seconds)

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' throwaway PostgreSQL server
 
 from chorus_collector.process import CollectorProcess  # noqa: E402
+from chorus_collector.progress import staged  # noqa: E402
 from chorus_collector.simulate import simulate  # noqa: E402
 from chorus_shared import campaign_from_config, new_report_id  # noqa: E402
 
@@ -201,8 +202,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, running_postgres() as postgres:
-        results["write_lock_probe"] = write_lock_probe(str(Path(tmp) / "probe.db"), args.quick)
-        for backend in ("sqlite", "postgresql"):
+        stages = [("write-lock probe", "probe"), ("SQLite", "sqlite"),
+                  ("PostgreSQL", "postgresql")]
+        for _, backend in staged(stages, "benchmarks/ingest.py"):
+            if backend == "probe":
+                results["write_lock_probe"] = write_lock_probe(str(Path(tmp) / "probe.db"),
+                                                               args.quick)
+                continue
             database = (postgres.new_schema() if backend == "postgresql"
                         else str(Path(tmp) / "ingest.db"))
             row = backend_ingest(database, args.quick)

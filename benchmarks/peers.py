@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from chorus_collector.progress import staged
+
 BUDGET_S = 8.0  # the most any one timed loop may run
 ZIPF_S = 1.1
 
@@ -553,7 +555,7 @@ def peer_rows(n: int, d: int, epsilon: float, seed: int,
     """One row per (implementation, mechanism): Chorus, pure-LDP, multi-freq-ldpy."""
     xs = true_values(n, d, seed)
     rows: list[dict[str, Any]] = []
-    for kind in mechanisms:
+    for kind, _ in staged([(kind, kind) for kind in mechanisms], f"peers, d = {d}"):
         try:
             if kind in ("grr", "oue", "sue"):
                 _grr_like(kind, n, d, epsilon, seed, xs, rows)

@@ -47,6 +47,7 @@ from chorus_collector.estimators.local_hashing import support_counts
 from chorus_collector.folding import fold
 from chorus_collector.ingest import ingest_reports
 from chorus_collector.process import CollectorProcess, free_port
+from chorus_collector.progress import staged
 from chorus_shared import Campaign, campaign_from_spec, new_report_id
 
 SPECS: dict[str, dict[str, Any]] = {
@@ -470,15 +471,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {"quick": quick, "python": sys.version.split()[0]}
     with tempfile.TemporaryDirectory(prefix="chorus-bench-") as tmp:
         workdir = Path(tmp)
-        results["client"] = bench_client(camps, 200 if quick else 20_000)
-        results["client_sdk"] = bench_client_sdk(camps, 200 if quick else 5_000, workdir)
-        results["aggregation"] = bench_aggregation(camps, 2_000 if quick else 200_000)
-        results["olh_support"] = bench_olh_support(5_000 if quick else 1_000_000)
-        results["ingest"] = bench_ingest(camps, 2_000 if quick else 50_000, workdir)
-        results["estimates"] = bench_estimates(camps, [100, 1_000] if quick
-                                               else [1_000, 100_000], workdir)
-        results["http"] = bench_http(camps, 3 if quick else 300, 20 if quick else 20_000,
-                                     5 if quick else 20, workdir, rounds=1 if quick else 3)
+        stages: list[tuple[str, Callable[[], Any]]] = [
+            ("client", lambda: bench_client(camps, 200 if quick else 20_000)),
+            ("client_sdk", lambda: bench_client_sdk(camps, 200 if quick else 5_000, workdir)),
+            ("aggregation", lambda: bench_aggregation(camps, 2_000 if quick else 200_000)),
+            ("olh_support", lambda: bench_olh_support(5_000 if quick else 1_000_000)),
+            ("ingest", lambda: bench_ingest(camps, 2_000 if quick else 50_000, workdir)),
+            ("estimates", lambda: bench_estimates(camps, [100, 1_000] if quick
+                                                  else [1_000, 100_000], workdir)),
+            ("http", lambda: bench_http(camps, 3 if quick else 300, 20 if quick else 20_000,
+                                        5 if quick else 20, workdir,
+                                        rounds=1 if quick else 3)),
+        ]
+        for key, stage in staged(stages, "benchmarks/run.py"):
+            results[key] = stage()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     print_table(results)

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from chorus_collector.progress import staged
+
 SPECS: dict[str, dict[str, Any]] = {
     "krr": {"mechanism": "krr", "epsilon": 2.0, "domain": [f"c{i}" for i in range(16)]},
     "oue": {"mechanism": "oue", "epsilon": 1.0, "domain": [f"c{i}" for i in range(64)]},
@@ -77,7 +79,7 @@ def aggregate_one(name: str, total: int) -> dict[str, Any]:
 
 def bench_aggregation(total: int) -> dict[str, Any]:
     out = {}
-    for name in SPECS:
+    for name, _ in staged([(name, name) for name in SPECS], "10⁷ reports, map"):
         run = subprocess.run([sys.executable, __file__, "--one", name, "--reports",
                               str(total)], capture_output=True, text=True, timeout=1800,
                              check=True)
@@ -114,7 +116,7 @@ def _stored_campaign(workdir: Path, reports: int) -> tuple[Any, Any]:
 
 def bench_estimates(sizes: list[int], workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for size in sizes:
+    for _, size in staged([(f"{size:,} reports", size) for size in sizes], "estimates"):
         started = time.perf_counter()
         app, campaign = _stored_campaign(workdir, size)
         build = time.perf_counter() - started

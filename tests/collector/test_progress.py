@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from chorus_collector.cli import main as cli
-from chorus_collector.progress import progress_bar
+from chorus_collector.progress import progress_bar, staged
 
 
 class Terminal(io.StringIO):
@@ -50,3 +50,14 @@ def test_check_aggregates_prints_no_bar_into_a_pipe(tmp_path: Path) -> None:
         "k: 0 time buckets, 0 reports recomputed; 0 buckets lost expired reports to gc: "
         "their counts were checked, their statistics could not be",
         "statistics match the raw reports"]
+
+
+def test_a_benchmark_names_each_stage_as_it_runs() -> None:
+    terminal = Terminal()
+    ran = [name for name, _ in staged([("client", 1), ("http", 2)], "run.py", terminal)]
+    assert ran == ["client", "http"]
+    shown = terminal.getvalue()
+    assert "run.py" in shown and "client" in shown and "http" in shown and "1/2" in shown
+    pipe = io.StringIO()
+    assert [stage for _, stage in staged([("client", 1)], "run.py", pipe)] == [1]
+    assert pipe.getvalue() == ""
