@@ -1,0 +1,24 @@
+"""The ``chorus`` command: a thin layer over library functions the tests also call.
+
+* ``chorus serve``: run the collector with the production server;
+* ``chorus shuffler``: run the optional shuffler (``--flush``: one forwarding pass);
+* ``chorus campaign create|list``: admin calls over HTTP (``CHORUS_URL``, ``CHORUS_TOKEN``);
+* ``chorus estimates NAME``: analyst call, printed as a table, JSON or CSV;
+* ``chorus demo``: a collector, three campaigns and 20,000 simulated users, end to end;
+* ``chorus gc``: drop reports past their campaign's expiry, keeping the statistics;
+* ``chorus aggregate``: fold new reports into the statistics (``--scheduler``: on a Dask
+  cluster; ``--from-parquet``: aggregate an export instead);
+* ``chorus export NAME --parquet DIR``: a campaign's reports as Parquet files;
+* ``chorus check-aggregates NAME``: recompute statistics from raw reports on every core
+  (``--scheduler``: on a Dask cluster);
+* ``chorus mechanisms``: which mechanism for this ε and domain (variance and report size);
+* ``chorus rappor params|import``: campaigns and reports from google/rappor clients.
+"""
+
+from __future__ import annotations
+
+# Each module registers its commands on the group when imported.
+from chorus_collector.cli import campaigns, jobs, rappor, servers, tools  # noqa: F401
+from chorus_collector.cli.root import main
+
+__all__ = ["main"]

@@ -1,0 +1,121 @@
+"""Admin and analyst calls over HTTP: ``campaign create|list|retire|show`` and
+``estimates``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from chorus_collector.cli.common import (
+    call_collector,
+    collector_api,
+    token_option,
+    url_option,
+)
+from chorus_collector.cli.root import main
+from chorus_collector.formatting import format_estimates
+
+
+@main.group()
+def campaign() -> None:
+    """Create and list campaigns (admin token)."""
+
+
+@campaign.command("create")
+@click.argument("spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@url_option
+@token_option
+def campaign_create(spec_file: Path, url: str, token: str | None) -> None:
+    """Create a campaign from a JSON definition file."""
+    try:
+        spec = json.loads(spec_file.read_text())
+    except ValueError as error:
+        raise click.ClickException(f"{spec_file}: not JSON: {error}") from None
+    if not isinstance(spec, dict):
+        raise click.ClickException(f"{spec_file}: a campaign definition is a JSON object")
+    created = call_collector(lambda: collector_api(url, token).create_campaign(spec))
+    for warning in created.get("warnings", []):
+        click.secho(f"warning: {warning}", fg="yellow", err=True)
+    click.secho(worst_case_line(created), err=True)
+    click.echo(json.dumps(created, indent=2))
+
+
+@campaign.command("list")
+@url_option
+@token_option
+def campaign_list(url: str, token: str | None) -> None:
+    """List campaigns."""
+    campaigns = call_collector(lambda: collector_api(url, token).list_campaigns())
+    for c in campaigns:
+        state = "retired" if c.get("retired_at") is not None else "active"
+        click.echo(f"{c['name']:<24} {c['mechanism']:<8} ε={c['epsilon']:<8.4g} "
+                   f"≤{c['worst_case']['per_365_days']:<8.4g}/365d "
+                   f"{c['domain']['kind']:<10} {c['digest'][:12]} {state}")
+
+
+@campaign.command("retire")
+@click.argument("name")
+@url_option
+@token_option
+def campaign_retire(name: str, url: str, token: str | None) -> None:
+    """Retire a campaign: no new reports; its estimates stay readable, its name taken."""
+    retired = call_collector(lambda: collector_api(url, token).retire_campaign(name))
+    click.echo(f"{name}: retired at {retired['retired_at']:.0f} (Unix seconds); estimates "
+               "stay readable")
+
+
+@campaign.command("show")
+@click.argument("name")
+@url_option
+def campaign_show(name: str, url: str) -> None:
+    """Show a campaign's public config and the most ε it can take from one install."""
+    config = call_collector(lambda: collector_api(url, None).get_campaign(name))
+    click.echo(json.dumps(config, indent=2, ensure_ascii=False))  # the config, to ship as is
+    click.echo(worst_case_line(config), err=True)
+
+
+def worst_case_line(config: dict[str, Any]) -> str:
+    """The campaign's own worst case, before any cap the app sets on its client."""
+    bound, unit = config["worst_case"], config["privacy"]["unit"]
+    period = "in its lifetime" if unit == "lifetime" else "per UTC day"
+    return (f"worst case for one install: ε = {bound['per_report']:.4g} per report, "
+            f"{bound['reports_per_period']} reports and ε = {bound['per_period']:.4g} {period}, "
+            f"ε = {bound['per_365_days']:.4g} in any 365 days (the client's lifetime budget, "
+            "8 by default, caps it further)")
+
+
+@main.command()
+@click.argument("name")
+@click.option("--candidate", "candidates", multiple=True, help="A RAPPOR candidate (repeat).")
+@click.option("--candidates-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="RAPPOR candidates, one per line.")
+@click.option("--start", type=int, default=None, help="Window start (Unix seconds, aligned).")
+@click.option("--end", type=int, default=None, help="Window end (exclusive).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table")
+@click.option("--postprocessing", default="none", show_default=True,
+              help="none (unbiased), norm-sub, projection, ibu (rr, krr, hr, shist), mle "
+                   "(the other frequency oracles) or nnls (RAPPOR-like).")
+@url_option
+@token_option
+def estimates(name: str, candidates: tuple[str, ...], candidates_file: Path | None,
+              start: int | None, end: int | None, fmt: str, postprocessing: str, url: str,
+              token: str | None) -> None:
+    """Print a campaign's estimates with standard errors and 95% intervals."""
+    wanted = list(candidates)
+    if candidates_file is not None:
+        wanted += [line for line in candidates_file.read_text().splitlines() if line]
+    api = collector_api(url, token)
+    if fmt == "csv":
+        click.echo(call_collector(lambda: api.estimates_csv(name, candidates=wanted, start=start,
+                                                   end=end, postprocessing=postprocessing)),
+                   nl=False)
+        return
+    result = call_collector(lambda: api.estimates(name, candidates=wanted, start=start, end=end,
+                                         postprocessing=postprocessing))
+    if fmt == "json":
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(format_estimates(result))
