@@ -655,13 +655,9 @@ class Storage:
                         campaign_id: int | None = None) -> list[PayloadGroup]:
         # Grouped and joined by the database: no Python object per report (the fold's read
         # was half its time), and one JSON parse per group.
+        where, args = _seq_range(after_seq, through_seq, campaign_id)
         sql = (f"SELECT campaign_id, time, count(*), {self._joined_payloads} FROM reports "
-               "WHERE seq > ? AND seq <= ?"
-               + ("" if campaign_id is None else " AND +campaign_id = ?")
-               + " GROUP BY campaign_id, time")
-        args: list[Any] = [after_seq, through_seq]
-        if campaign_id is not None:
-            args.append(campaign_id)
+               f"WHERE {where} GROUP BY campaign_id, time")
         return [PayloadGroup(*row) for row in conn.execute(sql, args).fetchall()]
 
     def payload_groups(self, after_seq: int, through_seq: int,
@@ -867,21 +863,23 @@ class Storage:
     def report_range(self, after_seq: int, through_seq: int, campaign_id: int | None = None,
                      limit: int | None = None) -> list[tuple[int, int, int, str]]:
         """(seq, campaign id, time bucket, payload) of the reports with after_seq < seq <=
-        through_seq (of one campaign if given; at most ``limit``), in append order.
-
-        A job that splits the append order into ranges reads each range with this from a
-        connection of its own (a Dask task on another process or host), so no connection and
-        no payload travels through the job's driver."""
-        # "+campaign_id": walk the seq range, not the campaign's whole index.
-        sql = ("SELECT seq, campaign_id, time, payload FROM reports WHERE seq > ? AND seq <= ?"
-               + ("" if campaign_id is None else " AND +campaign_id = ?") + " ORDER BY seq")
-        args: list[Any] = [after_seq, through_seq]
-        if campaign_id is not None:
-            args.append(campaign_id)
+        through_seq (of one campaign if given; at most ``limit``), in append order: what an
+        export writes, page by page."""
+        where, args = _seq_range(after_seq, through_seq, campaign_id)
+        sql = f"SELECT seq, campaign_id, time, payload FROM reports WHERE {where} ORDER BY seq"
         if limit is not None:
             sql += " LIMIT ?"
             args.append(limit)
         return self.connect().execute(sql, args).fetchall()
+
+
+def _seq_range(after_seq: int, through_seq: int,
+               campaign_id: int | None) -> tuple[str, list[Any]]:
+    """The WHERE clause and its arguments for after_seq < seq <= through_seq, of one campaign
+    if given ("+campaign_id": walk the seq range, not the campaign's whole index)."""
+    if campaign_id is None:
+        return "seq > ? AND seq <= ?", [after_seq, through_seq]
+    return "seq > ? AND seq <= ? AND +campaign_id = ?", [after_seq, through_seq, campaign_id]
 
 
 def open_storage(database: str, *, synchronous: str = "FULL") -> Storage:
