@@ -19,11 +19,12 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from chorus_collector.api import api
 from chorus_collector.auth import TokenVerifier
+from chorus_collector.dashboard import init_dashboard
 from chorus_collector.folding import BackgroundFolder
 from chorus_collector.metrics import Metrics
 from chorus_collector.problems import Problem, problem_response
 from chorus_collector.ratelimit import RateLimiter
-from chorus_collector.settings import resolve_settings
+from chorus_collector.settings import SETTINGS, resolve_settings
 from chorus_collector.storage import open_storage
 
 __all__ = ["create_app", "start_background_work"]
@@ -46,8 +47,8 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     app = Flask("chorus_collector")
     app.config["MAX_CONTENT_LENGTH"] = settings["MAX_BODY_BYTES"]
     # Tokens are hashed at once; the raw values are not kept in app.config.
-    safe = {k: v for k, v in settings.items()
-            if not k.endswith("_TOKEN") and k != "SHUFFLER_KEY"}
+    secret = {s.name for s in SETTINGS if s.secret}
+    safe = {k: v for k, v in settings.items() if k not in secret}
     app.config["CHORUS"] = safe
     logging.getLogger("chorus").setLevel(settings["LOG_LEVEL"])
 
@@ -55,7 +56,7 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     storage.migrate()
     storage.close()  # no connection may cross a fork into server workers
     app.extensions["chorus.storage"] = storage
-    app.extensions["chorus.tokens"] = TokenVerifier(
+    verifier = app.extensions["chorus.tokens"] = TokenVerifier(
         admin=settings["ADMIN_TOKEN"], analyst=settings["ANALYST_TOKEN"],
         ingest=settings["INGEST_KEY"], metrics=settings["METRICS_TOKEN"],
         shuffler=settings["SHUFFLER_KEY"])
@@ -75,6 +76,7 @@ def create_app(config: Mapping[str, Any] | None = None, *,
         app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
             app.wsgi_app, x_for=settings["PROXY_HOPS"])
     app.register_blueprint(api)
+    init_dashboard(app, verifier, settings)
     register_error_handlers(app)
     _register_request_log(app)
     return app

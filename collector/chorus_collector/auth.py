@@ -42,6 +42,36 @@ class TokenVerifier:
     def __repr__(self) -> str:
         return f"TokenVerifier(roles={sorted(self._digests)}, <hashed>)"
 
+    def role_of(self, token: str) -> Role | None:
+        """The dashboard's sign-in: "admin" or "analyst" for a configured token, else None.
+        Both digests are compared whatever the token (no early exit)."""
+        presented = _digest(token.strip())
+        found: Role | None = None
+        roles: tuple[Role, ...] = ("analyst", "admin")  # admin last: wins if both are equal
+        for role in roles:
+            expected = self._digests.get(role)
+            if expected is not None and hmac.compare_digest(presented, expected):
+                found = role
+        return found
+
+    def fingerprint(self, role: Role) -> str:
+        """A short fingerprint of the role's configured token, kept in a signed session so
+        that changing the token signs its sessions out (a one-way digest of a digest)."""
+        digest = self._digests.get(role)
+        if digest is None:
+            return ""
+        return hashlib.sha256(b"chorus-session\0" + digest).hexdigest()[:16]
+
+    def session_key(self) -> bytes | None:
+        """A key for signing sessions when none is configured: derived from the configured
+        admin and analyst tokens, so every worker agrees on it and changing a token signs
+        every session out. None when neither is configured (nobody can sign in)."""
+        material = [self._digests[r] for r in ("admin", "analyst") if r in self._digests]
+        if not material:
+            return None
+        return hmac.new(b"chorus-dashboard-session-key", b"".join(material),
+                        hashlib.sha256).digest()
+
     def grants(self, authorization: str | None, role: Role) -> bool:
         """Whether the header carries a configured token for ``role`` (never open)."""
         if role not in self._digests:

@@ -38,6 +38,13 @@ SETTINGS: tuple[Setting, ...] = (
             secret=True),
     Setting("ANALYST_TOKEN", str, None,
             "Bearer token for reading estimates (the admin token works too).", secret=True),
+    Setting("SECRET_KEY", str, None,
+            "Key that signs the dashboard's session cookies; unset: derived from the admin and "
+            "analyst tokens (every worker agrees, and changing a token signs everyone out).",
+            secret=True),
+    Setting("SESSION_HOURS", int, 12, "Hours a dashboard sign-in lasts."),
+    Setting("SECURE_COOKIES", int, 0,
+            "1: the dashboard's session cookie is sent over HTTPS only (set it behind TLS)."),
     Setting("MAX_BODY_BYTES", int, 4 * 1024 * 1024,
             "Largest request body accepted; larger bodies get 413."),
     Setting("MAX_REPORTS_PER_REQUEST", int, 10_000,
@@ -130,6 +137,8 @@ def read_settings(settings: Sequence[Setting], prefix: str, *, config: Mapping[s
             values[name] = coerce_setting(by_name[name], raw, "config")
         elif not (lowercase_config_is_ours and not name.isupper()):
             raise unknown(name, "config")
+    if values["SECURE_COOKIES"] not in (0, 1):
+        raise SettingsError("SECURE_COOKIES must be 0 or 1")
     return values
 
 
@@ -145,10 +154,12 @@ def resolve_settings(config: Mapping[str, Any] | None = None,
     if values["SQLITE_SYNCHRONOUS"] not in ("FULL", "NORMAL", "EXTRA"):
         raise SettingsError("SQLITE_SYNCHRONOUS must be FULL, NORMAL or EXTRA")
     for name in ("MAX_BODY_BYTES", "MAX_REPORTS_PER_REQUEST", "MAX_CANDIDATES", "WORKERS",
-                 "THREADS", "MAX_PAYLOAD_BYTES", "RATE_BURST"):
+                 "THREADS", "MAX_PAYLOAD_BYTES", "RATE_BURST", "SESSION_HOURS"):
         if values[name] < 1:
             raise SettingsError(f"{name} must be at least 1")
     if values["RATE_LIMIT"] < 0 or values["PROXY_HOPS"] < 0 or values["FOLD_INTERVAL"] < 0:
         raise SettingsError("RATE_LIMIT, PROXY_HOPS and FOLD_INTERVAL must be 0 (off) or "
                             "positive")
+    if values["SECURE_COOKIES"] not in (0, 1):
+        raise SettingsError("SECURE_COOKIES must be 0 or 1")
     return values

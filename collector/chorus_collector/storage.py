@@ -768,6 +768,27 @@ class Storage:
 
     # -- reads for recomputation, health and the shuffler's batches -----------------------------
 
+    def report_counts(self, since: int | None = None) -> dict[int, dict[int, int]]:
+        """Accepted reports per campaign id and time bucket (folded and not yet folded), for
+        the buckets at or after ``since``: counts only, no statistics, in one snapshot."""
+        conn = self.connect()
+        self._begin_read(conn)
+        counts: dict[int, dict[int, int]] = {}
+        try:
+            watermark = conn.execute("SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
+            floor = -1 if since is None else since
+            rows = conn.execute("SELECT campaign_id, time, n FROM aggregates WHERE time >= ?",
+                                (floor,)).fetchall()
+            rows += conn.execute("SELECT campaign_id, time, count(*) FROM reports "
+                                 "WHERE seq > ? AND time >= ? GROUP BY campaign_id, time",
+                                 (watermark, floor)).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        for campaign_id, time, n in rows:
+            by_time = counts.setdefault(campaign_id, {})
+            by_time[time] = by_time.get(time, 0) + n
+        return counts
+
     def ping(self) -> None:
         """A trivial read: raises if the database cannot be read."""
         self.connect().execute("SELECT 1").fetchone()

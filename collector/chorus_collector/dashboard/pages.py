@@ -1,0 +1,287 @@
+"""What a campaign page shows, read from the request and computed from the stored statistics:
+the same functions and JSON the HTTP API answers with, so the page and the API agree."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from markupsafe import Markup
+
+from chorus_collector.analysis import compare_windows, estimate_series, estimate_window
+from chorus_collector.dashboard.charts import Interval, Line, interval_chart, line_chart
+from chorus_collector.estimators import Query, estimator_for
+from chorus_collector.problems import Problem
+from chorus_collector.storage import Storage, StoredCampaign
+
+__all__ = ["MAX_CHART_BARS", "RESULTS", "CampaignView", "PageParameters", "Result",
+           "campaign_view", "domain_summary", "parse_time", "read_parameters"]
+
+MAX_CHART_BARS = 40  # more categories: the chart shows the largest, the table all of them
+SERIES_SHOWN = 6  # lines drawn by default; the rest are in the table and the downloads
+WEEK = 7 * 86400
+
+
+def parse_time(label: str, text: str | None, precision: int, *, up: bool) -> int | None:
+    """A window bound from the page's form: an ISO 8601 date or date-time (UTC unless it
+    says otherwise) or Unix seconds, aligned to the campaign's time precision (a start down,
+    an end up), so a picked day never gets refused as misaligned."""
+    if text is None or not text.strip():
+        return None
+    text = text.strip()
+    if text.isdigit():
+        seconds = int(text)
+    else:
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise Problem("invalid-query", f"{label} must be a date like 2026-11-01, a time "
+                          f"like 2026-11-01T12:00 (UTC) or Unix seconds, not {text!r}") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        seconds = math.floor(moment.timestamp())
+    if not 0 <= seconds < 2 ** 40:
+        raise Problem("invalid-query", f"{label} is out of range")
+    aligned = seconds - seconds % precision
+    return aligned + precision if up and aligned != seconds else aligned
+
+
+def iso(seconds: int | None) -> str:
+    if seconds is None:
+        return ""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M")
+
+
+@dataclass(frozen=True)
+class PageParameters:
+    """Everything a campaign page (or its downloads) is asked for."""
+
+    start: int | None = None
+    end: int | None = None
+    postprocessing: str = "none"
+    candidates: tuple[str, ...] = ()
+    step: str = "bucket"
+    top: int = SERIES_SHOWN
+    baseline: tuple[int | None, int | None] = (None, None)
+    current: tuple[int | None, int | None] = (None, None)
+    correction: str = "benjamini-hochberg"
+
+    def form_values(self) -> dict[str, str]:
+        """The values to put back into the page's form."""
+        return {"start": iso(self.start), "end": iso(self.end),
+                "postprocessing": self.postprocessing, "candidates": "\n".join(self.candidates),
+                "step": self.step, "top": str(self.top),
+                "baseline_start": iso(self.baseline[0]), "baseline_end": iso(self.baseline[1]),
+                "current_start": iso(self.current[0]), "current_end": iso(self.current[1]),
+                "correction": self.correction}
+
+
+def read_parameters(values: Mapping[str, str], uploaded: str | None,
+                    stored: StoredCampaign, extent: tuple[int, int] | None) -> PageParameters:
+    """The page's parameters from its form (GET or POST), with defaults from the data's
+    extent: the whole window, and for the comparison the last 7 days against the 7 before
+    (or the two halves of the data when it spans less than two weeks)."""
+    precision = stored.campaign.time_precision
+    start = parse_time("start", values.get("start"), precision, up=False)
+    end = parse_time("end", values.get("end"), precision, up=True)
+    if start is not None and end is not None and end <= start:
+        raise Problem("invalid-query", "the window's end must be after its start")
+    lines = (values.get("candidates") or "").splitlines() + (uploaded or "").splitlines()
+    candidates = tuple(dict.fromkeys(line.strip() for line in lines if line.strip()))
+    postprocessing = values.get("postprocessing") or "none"
+    if postprocessing not in estimator_for(stored.campaign.mechanism.name).postprocessing:
+        raise Problem("invalid-query", f"post-processing {postprocessing!r} does not apply to "
+                                       "this campaign")
+    step = values.get("step") or "bucket"
+    if step not in ("bucket", "day", "week"):
+        raise Problem("invalid-query", "step must be bucket, day or week")
+    top_text = values.get("top") or str(SERIES_SHOWN)
+    if not top_text.isdigit() or not 1 <= int(top_text) <= 100:
+        raise Problem("invalid-query", "top must be a whole number from 1 to 100")
+    correction = values.get("correction") or "benjamini-hochberg"
+    if correction not in ("benjamini-hochberg", "bonferroni"):
+        raise Problem("invalid-query", "correction must be benjamini-hochberg or bonferroni")
+    bounds = [parse_time(name, values.get(name), precision, up=name.endswith("end"))
+              for name in ("baseline_start", "baseline_end", "current_start", "current_end")]
+    if all(b is None for b in bounds) and extent is not None:
+        bounds = list(default_comparison(extent, precision))
+    return PageParameters(start=start, end=end, postprocessing=postprocessing,
+                          candidates=candidates, step=step, top=int(top_text),
+                          baseline=(bounds[0], bounds[1]), current=(bounds[2], bounds[3]),
+                          correction=correction)
+
+
+def default_comparison(extent: tuple[int, int], precision: int
+                       ) -> tuple[int | None, int | None, int | None, int | None]:
+    """The last week against the week before, or the data's two halves."""
+    first, end = extent
+    if end - first >= 2 * WEEK and WEEK % precision == 0:
+        return end - 2 * WEEK, end - WEEK, end - WEEK, end
+    buckets = (end - first) // precision
+    if buckets < 2:
+        return None, None, None, None
+    middle = first + buckets // 2 * precision
+    return first, middle, middle, end
+
+
+def domain_summary(config: Mapping[str, Any]) -> str:
+    domain = config["domain"]
+    kind = domain.get("kind", "categories") if isinstance(domain, dict) else "categories"
+    if kind == "categories":
+        values = domain["values"] if isinstance(domain, dict) else domain
+        return f"{len(values)} categories"
+    if kind == "numeric":
+        return f"a number in [{domain['lo']:g}, {domain['hi']:g}]"
+    if kind == "vector":
+        return f"{len(domain['attributes'])} numbers"
+    return f"strings of up to {domain['max_bytes']} bytes"
+
+
+@dataclass
+class Section:
+    """One part of the page: its JSON (as the API answers it) and chart, or why not."""
+
+    json: dict[str, Any] | None = None
+    chart: Markup | None = None
+    error: str | None = None
+
+
+@dataclass
+class CampaignView:
+    estimates: Section = field(default_factory=Section)
+    series: Section = field(default_factory=Section)
+    comparison: Section = field(default_factory=Section)
+
+
+def _attempt(section: Section, work: Callable[[], None]) -> None:
+    try:
+        work()
+    except Problem as problem:
+        section.error = problem.detail or problem.title
+
+
+class Result(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
+
+    def to_csv(self) -> str: ...
+
+
+def estimates_result(storage: Storage, stored: StoredCampaign,
+                     parameters: PageParameters) -> Result:
+    query = Query(start=parameters.start, end=parameters.end,
+                  candidates=parameters.candidates, postprocessing=parameters.postprocessing)
+    result, inputs = estimate_window(storage, stored, query)
+    return _WithFreshness(result, inputs.freshness())
+
+
+@dataclass(frozen=True)
+class _WithFreshness:
+    """An estimate whose JSON says how fresh its folded part is, as the API's does."""
+
+    result: Result
+    freshness: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.result.to_json(), "freshness": self.freshness}
+
+    def to_csv(self) -> str:
+        return self.result.to_csv()
+
+
+def series_result(storage: Storage, stored: StoredCampaign,
+                  parameters: PageParameters) -> Result:
+    top = parameters.top if stored.campaign.domain.kind == "categories" else None
+    return estimate_series(storage, stored, start=parameters.start, end=parameters.end,
+                           step=parameters.step, top=top, candidates=parameters.candidates)
+
+
+def comparison_result(storage: Storage, stored: StoredCampaign,
+                      parameters: PageParameters) -> Result:
+    if None in parameters.baseline or None in parameters.current:
+        raise Problem("invalid-query", "pick both windows to compare (the data spans less "
+                                       "than two time buckets)")
+    return compare_windows(storage, stored, baseline=parameters.baseline,
+                           current=parameters.current, candidates=parameters.candidates,
+                           correction=parameters.correction)
+
+
+RESULTS: dict[str, Callable[[Storage, StoredCampaign, PageParameters], Result]] = {
+    "estimates": estimates_result, "series": series_result, "comparison": comparison_result}
+
+
+def campaign_view(storage: Storage, stored: StoredCampaign,
+                  parameters: PageParameters) -> CampaignView:
+    view = CampaignView()
+    strings = stored.campaign.domain.kind == "strings"
+    if strings and not parameters.candidates:
+        message = ("paste or upload candidate strings: this campaign's estimates are of the "
+                   "strings you list")
+        view.estimates.error = view.series.error = view.comparison.error = message
+        return view
+
+    def estimates() -> None:
+        view.estimates.json = estimates_result(storage, stored, parameters).to_json()
+        view.estimates.chart = estimate_chart(view.estimates.json)
+
+    def series() -> None:
+        view.series.json = series_result(storage, stored, parameters).to_json()
+        view.series.chart = series_chart(view.series.json)
+
+    def comparison() -> None:
+        view.comparison.json = comparison_result(storage, stored, parameters).to_json()
+        view.comparison.chart = comparison_chart(view.comparison.json)
+
+    _attempt(view.estimates, estimates)
+    _attempt(view.series, series)
+    _attempt(view.comparison, comparison)
+    return view
+
+
+def estimate_chart(body: Mapping[str, Any]) -> Markup:
+    title = f"Estimates of {body['campaign']} with 95% intervals"
+    if body["kind"] == "mean":
+        items = [Interval("mean", body["mean"], body["ci_low"], body["ci_high"])]
+    elif body["kind"] == "means":
+        items = [Interval(r["attribute"], r["mean"], r["ci_low"], r["ci_high"])
+                 for r in body["rows"]]
+    else:
+        rows = body["rows"]
+        if len(rows) > MAX_CHART_BARS:
+            rows = sorted(rows, key=lambda r: -(r["frequency"] or 0.0))[:MAX_CHART_BARS]
+            title += f" (the {MAX_CHART_BARS} largest of {len(body['rows'])}; the table lists all)"
+        items = [Interval(r["value"], r["frequency"], _if_se(r, "frequency_ci_low"),
+                          _if_se(r, "frequency_ci_high")) for r in rows]
+    description = (f"{len(items)} bars, one per "
+                   f"{'category' if body['kind'] == 'frequency' else 'mean'}, from n = "
+                   f"{body['n']} reports; each whisker spans the 95% interval. The table below "
+                   "gives every value.")
+    return interval_chart(items, title=title, description=description)
+
+
+def _if_se(row: Mapping[str, Any], key: str) -> float | None:
+    # A value not selected by a constrained fit has no standard error and no interval.
+    return None if row.get("frequency_std_error") is None else row.get(key)
+
+
+def series_chart(body: Mapping[str, Any]) -> Markup:
+    lines = [Line(s["value"], [(p["start"], p["estimate"], p["ci_low"], p["ci_high"])
+                               for p in s["points"]]) for s in body["series"][:SERIES_SHOWN]]
+    points = len(body["series"][0]["points"]) if body["series"] else 0
+    title = f"{body['campaign']} over time, per {body['step_name']}, with 95% bands"
+    description = (f"{len(lines)} lines of {points} points each; the shaded band around each "
+                   "line spans the 95% interval; gaps are points with too few reports. The "
+                   "table below gives every point.")
+    return line_chart(lines, step=body["step"], title=title, description=description)
+
+
+def comparison_chart(body: Mapping[str, Any]) -> Markup:
+    items = [Interval(r["value"], r["difference"], r["ci_low"], r["ci_high"],
+                      flagged=bool(r["significant"])) for r in body["rows"][:MAX_CHART_BARS]]
+    title = f"Change in {body['campaign']} between the two windows, with 95% intervals"
+    description = (f"{len(items)} bars: the current window's estimate minus the baseline's; "
+                   f"bars drawn in the accent colour are significant after the "
+                   f"{body['correction']} correction.")
+    return interval_chart(items, title=title, description=description, zero_line=True)

@@ -1,0 +1,223 @@
+"""The dashboard's routes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from typing import Any
+
+from flask import (
+    Blueprint,
+    Response,
+    current_app,
+    redirect,
+    render_template,
+    request,
+    url_for,
+)
+from flask_wtf.csrf import CSRFError, CSRFProtect
+from werkzeug.wrappers import Response as WerkzeugResponse
+
+from chorus_collector.dashboard import pages
+from chorus_collector.dashboard.charts import sparkline
+from chorus_collector.dashboard.signin import (
+    current_role,
+    local_target,
+    require_role,
+    sign_in,
+    sign_out,
+)
+from chorus_collector.estimators import estimator_for
+from chorus_collector.problems import Problem
+from chorus_collector.ratelimit import RateLimiter
+from chorus_collector.storage import Storage, StoredCampaign
+
+__all__ = ["dashboard"]
+
+log = logging.getLogger("chorus.dashboard")
+
+dashboard = Blueprint("dashboard", __name__, template_folder="templates",
+                      static_folder="static", static_url_path="/static")
+
+DAY = 86400
+LIST_DAYS = 30  # days of report counts drawn beside each campaign
+MAX_UPLOAD_BYTES = 1024 * 1024
+# Pages load only what the collector serves, run no script, and cannot be framed.
+CONTENT_SECURITY_POLICY = ("default-src 'none'; style-src 'self'; img-src 'self' data:; "
+                           "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+
+
+def _storage() -> Storage:
+    storage: Storage = current_app.extensions["chorus.storage"]
+    return storage
+
+
+def _now() -> float:
+    now: float = current_app.extensions["chorus.clock"]()
+    return now
+
+
+@dashboard.before_request
+def _check_csrf() -> None:
+    if request.method == "POST":
+        csrf: CSRFProtect = current_app.extensions["chorus.csrf"]
+        csrf.protect()
+
+
+@dashboard.after_request
+def _page_headers(response: Response) -> Response:
+    response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Referrer-Policy"] = "no-referrer"
+    if request.endpoint != "dashboard.static":
+        response.headers["Cache-Control"] = "no-store"  # pages hold estimates: never cached
+    return response
+
+
+@dashboard.errorhandler(Problem)
+def _problem_page(problem: Problem) -> tuple[str, int, dict[str, str]]:
+    """A refusal as a page that says why (the API answers problem+json instead)."""
+    return render_template("error.html", problem=problem), problem.status, problem.headers
+
+
+@dashboard.errorhandler(CSRFError)
+def _csrf_page(error: CSRFError) -> tuple[str, int]:
+    problem = Problem("invalid-request", "the form had expired or did not come from this "
+                      f"site ({error.description}); reload the page and send it again")
+    return render_template("error.html", problem=problem), 400
+
+
+@dashboard.context_processor
+def _globals() -> dict[str, Any]:
+    return {"role": current_role(), "iso": pages.iso}
+
+
+@dashboard.route("/login", methods=["GET", "POST"])
+def login() -> str | tuple[str, int] | WerkzeugResponse:
+    target = local_target(request.values.get("next"))
+    if request.method == "GET":
+        return render_template("login.html", target=target, refused=False)
+    limiter: RateLimiter = current_app.extensions["chorus.signin_limit"]
+    wait = limiter.check(request.remote_addr or "")
+    if wait is not None:
+        seconds = max(1, math.ceil(wait))
+        raise Problem("rate-limited", f"too many sign-in attempts from this address; try "
+                      f"again in {seconds} s", headers={"Retry-After": str(seconds)})
+    role = sign_in(request.form.get("token", ""))
+    if role is None:
+        log.info("dashboard sign-in refused")  # never the token, never the address
+        return render_template("login.html", target=target, refused=True), 401
+    log.info("dashboard sign-in as %s", role)
+    return redirect(target)
+
+
+@dashboard.post("/logout")
+def logout() -> WerkzeugResponse:
+    sign_out()
+    return redirect(url_for("dashboard.login"))
+
+
+@dashboard.get("/")
+@require_role("analyst")
+def campaigns() -> str:
+    storage = _storage()
+    today = int(_now()) // DAY * DAY
+    counts = storage.report_counts()
+    rows = []
+    for stored in storage.list_campaigns():
+        by_time = counts.get(stored.id, {})
+        per_day = [0] * LIST_DAYS
+        for time, n in by_time.items():
+            age = (today - time // DAY * DAY) // DAY
+            if 0 <= age < LIST_DAYS:
+                per_day[LIST_DAYS - 1 - age] += n
+        config = stored.campaign.public_config()
+        retired_at = storage.retired_at(stored.id)
+        rows.append({
+            "name": stored.campaign.name, "mechanism": stored.campaign.mechanism.name,
+            "epsilon": stored.campaign.epsilon, "domain": pages.domain_summary(config),
+            "reports": sum(by_time.values()), "last_days": sum(per_day),
+            "spark": sparkline(per_day, title=f"reports per day over the last {LIST_DAYS} "
+                                              f"days: {', '.join(map(str, per_day))}"),
+            "state": "active" if retired_at is None else f"retired {pages.iso(int(retired_at))}",
+        })
+    return render_template("campaigns.html", campaigns=rows, days=LIST_DAYS)
+
+
+def _campaign(name: str) -> StoredCampaign:
+    stored = _storage().get_campaign(name)
+    if stored is None:
+        raise Problem("unknown-campaign", f"no campaign is named {name!r}")
+    return stored
+
+
+def _extent(stored: StoredCampaign) -> tuple[int, int] | None:
+    """The first bucket with reports and the end of the last one."""
+    times = _storage().report_counts().get(stored.id, {})
+    if not times:
+        return None
+    return min(times), max(times) + stored.campaign.time_precision
+
+
+def _parameters(stored: StoredCampaign) -> pages.PageParameters:
+    uploaded = None
+    upload = request.files.get("candidates_file")
+    if upload is not None and upload.filename:
+        data = upload.read(MAX_UPLOAD_BYTES + 1)
+        if len(data) > MAX_UPLOAD_BYTES:
+            raise Problem("invalid-query", "the candidate file is larger than 1 MiB")
+        try:
+            uploaded = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Problem("invalid-query", "the candidate file is not UTF-8 text") from None
+    values = {key: request.values.get(key, "") for key in request.values}
+    return pages.read_parameters(values, uploaded, stored, _extent(stored))
+
+
+def _gated(work: Any) -> Any:
+    """Run a computation under the worker's query gate, as the API's estimates are."""
+    gate: threading.BoundedSemaphore = current_app.extensions["chorus.query_gate"]
+    if not gate.acquire(timeout=current_app.config["CHORUS"]["QUERY_WAIT"]):
+        raise Problem("query-busy", "as many estimate queries as this worker computes at "
+                      "once are running; retry shortly", headers={"Retry-After": "5"})
+    try:
+        return work()
+    finally:
+        gate.release()
+
+
+@dashboard.route("/campaigns/<name>", methods=["GET", "POST"])
+@require_role("analyst")
+def campaign(name: str) -> str:
+    stored = _campaign(name)
+    parameters = _parameters(stored)
+    view = _gated(lambda: pages.campaign_view(_storage(), stored, parameters))
+    config = stored.campaign.public_config()
+    retired_at = _storage().retired_at(stored.id)
+    return render_template(
+        "campaign.html", stored=stored, config=config, view=view,
+        domain=pages.domain_summary(config), form=parameters.form_values(),
+        strings=stored.campaign.domain.kind == "strings",
+        postprocessing=estimator_for(stored.campaign.mechanism.name).postprocessing,
+        retired_at=retired_at, max_bars=pages.MAX_CHART_BARS)
+
+
+@dashboard.route("/campaigns/<name>/download/<what>.<fmt>", methods=["GET", "POST"])
+@require_role("analyst")
+def download(name: str, what: str, fmt: str) -> Response:
+    """A section of the page as CSV or JSON: the API's own renderings, for the same query."""
+    if what not in pages.RESULTS or fmt not in ("csv", "json"):
+        raise Problem("not-found", "download estimates, series or comparison as csv or json")
+    stored = _campaign(name)
+    parameters = _parameters(stored)
+    if stored.campaign.domain.kind == "strings" and not parameters.candidates:
+        raise Problem("invalid-query", "list the candidate strings to estimate")
+    result: pages.Result = _gated(lambda: pages.RESULTS[what](_storage(), stored, parameters))
+    filename = f"{stored.campaign.name}-{what}.{fmt}"  # campaign names are [a-z0-9_.-]
+    headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
+    if fmt == "csv":
+        return Response(result.to_csv(), mimetype="text/csv", headers=headers)
+    return Response(json.dumps(result.to_json(), indent=2), mimetype="application/json",
+                    headers=headers)

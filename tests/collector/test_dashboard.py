@@ -1,0 +1,240 @@
+"""The dashboard over Flask's test client: sign-in, sessions, CSRF, and pages whose numbers
+are the API's (the real-browser tests are in tests/browser)."""
+
+from __future__ import annotations
+
+import html
+import json
+import logging
+import random
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from helpers.support import ANALYST, ANALYST_HEADERS, ADMIN, NOW, campaign_spec, make_report
+
+HOUR = 3600
+_CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+_BAR = re.compile(r'<g class="bar[^"]*" data-label="([^"]*)" data-estimate="([^"]*)" '
+                  r'data-ci-low="([^"]*)" data-ci-high="([^"]*)">')
+
+
+def csrf_token(client: FlaskClient, path: str = "/login") -> str:
+    page = client.get(path).get_data(as_text=True)
+    match = _CSRF.search(page)
+    assert match, "the page has no CSRF token"
+    return match.group(1)
+
+
+def sign_in(client: FlaskClient, token: str = ANALYST) -> Any:
+    return client.post("/login", data={"token": token, "csrf_token": csrf_token(client)})
+
+
+def seed(client: FlaskClient, config: dict[str, Any], values: Callable[[int, int], Any],
+         buckets: int = 4, per_bucket: int = 300, seed: int = 15) -> None:
+    """Reports in ``buckets`` consecutive hours ending at NOW; ``values(bucket, i)``."""
+    rng = random.Random(seed)
+    for bucket in range(buckets):
+        at = NOW - (buckets - 1 - bucket) * HOUR + 60
+        reports = [make_report(config, values(bucket, i), rng, now=at)
+                   for i in range(per_bucket)]
+        reply = client.post(f"/v1/campaigns/{config['name']}/reports",
+                            json={"reports": reports})
+        assert reply.status_code == 200, reply.get_json()
+
+
+@pytest.fixture
+def signed_in(http: FlaskClient) -> FlaskClient:
+    assert sign_in(http).status_code == 302
+    return http
+
+
+def bars(page: str) -> dict[str, tuple[float, float, float]]:
+    return {html.unescape(label): (float(e), float(lo), float(hi))
+            for label, e, lo, hi in _BAR.findall(page)}
+
+
+# -- sign-in and sessions -----------------------------------------------------------------------
+
+def test_pages_need_a_sign_in(http: FlaskClient) -> None:
+    reply = http.get("/campaigns/x?start=2026-01-01")
+    assert reply.status_code == 302
+    assert reply.headers["Location"].startswith("/login?next=")
+
+
+def test_a_wrong_token_is_refused(http: FlaskClient) -> None:
+    reply = http.post("/login", data={"token": "guess", "csrf_token": csrf_token(http)})
+    assert reply.status_code == 401
+    assert "not the analyst or the admin token" in reply.get_data(as_text=True)
+    assert http.get("/").status_code == 302  # still signed out
+
+
+def test_sign_in_sets_a_strict_http_only_cookie_without_the_token(http: FlaskClient) -> None:
+    reply = sign_in(http)
+    assert reply.status_code == 302 and reply.headers["Location"] == "/"
+    cookie = reply.headers["Set-Cookie"]
+    assert cookie.startswith("chorus_session=")
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert ANALYST not in cookie
+    assert http.get("/").status_code == 200
+
+
+def test_sign_in_needs_the_csrf_token(http: FlaskClient) -> None:
+    reply = http.post("/login", data={"token": ANALYST})
+    assert reply.status_code == 400
+    assert http.get("/").status_code == 302
+
+
+def test_sign_out_needs_the_csrf_token_and_ends_the_session(signed_in: FlaskClient) -> None:
+    assert signed_in.post("/logout").status_code == 400
+    assert signed_in.get("/").status_code == 200
+    token = csrf_token(signed_in, "/")
+    assert signed_in.post("/logout", data={"csrf_token": token}).status_code == 302
+    assert signed_in.get("/").status_code == 302
+
+
+def test_after_sign_in_only_local_paths(http: FlaskClient) -> None:
+    for target, expected in (("/campaigns/x", "/campaigns/x"), ("https://evil.test/", "/"),
+                             ("//evil.test/", "/"), ("/\\evil.test", "/")):
+        reply = http.post("/login", data={"token": ANALYST, "next": target,
+                                          "csrf_token": csrf_token(http)})
+        assert reply.headers["Location"] == expected
+
+
+def test_changing_a_token_ends_its_sessions(make_app: Callable[..., Flask]) -> None:
+    before = make_app(SECRET_KEY="k" * 32).test_client()
+    sign_in(before)
+    cookie = before.get_cookie("chorus_session")
+    assert cookie is not None
+    after = make_app(SECRET_KEY="k" * 32, ANALYST_TOKEN="a-new-analyst-token").test_client()
+    after.set_cookie("chorus_session", cookie.value)
+    assert after.get("/").status_code == 302
+    same = make_app(SECRET_KEY="k" * 32).test_client()
+    same.set_cookie("chorus_session", cookie.value)
+    assert same.get("/").status_code == 200
+
+
+def test_a_session_grants_nothing_on_the_api(signed_in: FlaskClient, create: Any) -> None:
+    create("survey")
+    assert signed_in.get("/v1/campaigns/survey/estimates").status_code == 401
+
+
+def test_the_token_is_never_logged(http: FlaskClient, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG):
+        sign_in(http, "a-wrong-token-value")
+        sign_in(http, ADMIN)
+        http.get("/")
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "dashboard sign-in as admin" in text and "sign-in refused" in text
+    assert ADMIN not in text and "a-wrong-token-value" not in text
+
+
+def test_the_analyst_cannot_create_campaigns(signed_in: FlaskClient) -> None:
+    token = csrf_token(signed_in, "/design")
+    reply = signed_in.post("/design", data={"csrf_token": token, "action": "create"})
+    assert reply.status_code == 403
+
+
+# -- pages ------------------------------------------------------------------------------------
+
+def test_campaign_list(signed_in: FlaskClient, create: Any, clock: Any) -> None:
+    config = create("survey")
+    seed(signed_in, config, lambda bucket, i: "abcd"[i % 4], buckets=2, per_bucket=50)
+    page = signed_in.get("/").get_data(as_text=True)
+    assert 'data-campaign="survey"' in page and ">krr<" in page
+    assert "4 categories" in page and ">100<" in page
+
+
+def test_campaign_page_bars_are_the_apis_numbers(signed_in: FlaskClient, create: Any) -> None:
+    config = create("survey")
+    seed(signed_in, config, lambda bucket, i: "aabc"[i % 4] if i % 10 else "d")
+    page = signed_in.get("/campaigns/survey").get_data(as_text=True)
+    api = signed_in.get("/v1/campaigns/survey/estimates", headers=ANALYST_HEADERS).get_json()
+    drawn = bars(page.split('id="series"')[0])
+    assert set(drawn) == {"a", "b", "c", "d"}
+    for row in api["rows"]:
+        assert drawn[row["value"]] == (row["frequency"], row["frequency_ci_low"],
+                                       row["frequency_ci_high"])
+    assert f'<span id="n">{api["n"]:,}</span>' in page
+
+
+def test_values_are_never_shortened(signed_in: FlaskClient, create: Any) -> None:
+    long_a = "https://example.com/a/very/long/path/that/goes/on/" + "x" * 40 + "/one"
+    long_b = long_a[:-3] + "two"
+    config = create("urls", domain=[long_a, long_b, "short"])
+    seed(signed_in, config, lambda bucket, i: [long_a, long_b, "short"][i % 3], buckets=1)
+    page = signed_in.get("/campaigns/urls").get_data(as_text=True)
+    table = page.split('id="estimates-table"')[1].split("</table>")[0]
+    assert html.escape(long_a) in table and html.escape(long_b) in table
+
+
+def test_mean_and_string_campaign_pages(signed_in: FlaskClient, create: Any) -> None:
+    config = create("latency", mechanism="duchi")
+    seed(signed_in, config, lambda bucket, i: (i * 37) % 100, buckets=2)
+    page = signed_in.get("/campaigns/latency").get_data(as_text=True)
+    api = signed_in.get("/v1/campaigns/latency/estimates", headers=ANALYST_HEADERS).get_json()
+    assert bars(page.split('id="series"')[0])["mean"] == (api["mean"], api["ci_low"],
+                                                          api["ci_high"])
+    strings = create("pages", mechanism="rappor")
+    seed(signed_in, strings, lambda bucket, i: ["home", "news", "mail"][i % 3], buckets=2)
+    prompt = signed_in.get("/campaigns/pages").get_data(as_text=True)
+    assert "paste or upload candidate strings" in prompt
+    token = _CSRF.search(prompt)
+    assert token is not None
+    reply = signed_in.post("/campaigns/pages", data={"csrf_token": token.group(1),
+                                                     "candidates": "home\nnews\nmail"})
+    page = reply.get_data(as_text=True)
+    assert reply.status_code == 200
+    assert set(bars(page.split('id="series"')[0])) == {"home", "news", "mail"}
+    assert 'id="unexplained"' in page
+    assert signed_in.post("/campaigns/pages", data={"candidates": "home"}).status_code == 400
+
+
+def test_downloads_are_the_apis_answers(signed_in: FlaskClient, create: Any) -> None:
+    config = create("survey")
+    seed(signed_in, config, lambda bucket, i: "abcd"[(i + bucket) % 4])
+    window = f"start={int(NOW) - 3 * HOUR}&end={int(NOW) + HOUR}"
+    csv = signed_in.get(f"/campaigns/survey/download/estimates.csv?{window}")
+    assert csv.headers["Content-Disposition"] == 'attachment; filename="survey-estimates.csv"'
+    api = signed_in.get(f"/v1/campaigns/survey/estimates?{window}&format=csv",
+                        headers=ANALYST_HEADERS)
+    assert csv.get_data() == api.get_data()
+    body = json.loads(signed_in.get(f"/campaigns/survey/download/estimates.json?{window}")
+                      .get_data())
+    api_body = signed_in.get(f"/v1/campaigns/survey/estimates?{window}",
+                             headers=ANALYST_HEADERS).get_json()
+    assert body["rows"] == api_body["rows"] and body["n"] == api_body["n"]
+
+
+def test_pages_load_nothing_from_elsewhere_and_cannot_be_framed(signed_in: FlaskClient,
+                                                                 create: Any) -> None:
+    config = create("survey")
+    seed(signed_in, config, lambda bucket, i: "abcd"[i % 4])
+    for path in ("/", "/campaigns/survey", "/design", "/login"):
+        reply = signed_in.get(path)
+        assert reply.status_code == 200, path
+        assert "default-src 'none'" in reply.headers["Content-Security-Policy"]
+        assert reply.headers["X-Frame-Options"] == "DENY"
+        page = reply.get_data(as_text=True)
+        for url in re.findall(r'(?:src|href|action|formaction)="([^"]*)"', page):
+            assert url.startswith(("/", "#")), (path, url)
+        assert "<script" not in page
+
+
+def test_bad_parameters_get_a_page_that_says_why(signed_in: FlaskClient, create: Any) -> None:
+    create("survey")
+    reply = signed_in.get("/campaigns/survey?start=yesterday")
+    assert reply.status_code == 400
+    assert "start must be a date like 2026-11-01" in reply.get_data(as_text=True)
+    assert signed_in.get("/campaigns/nothing").status_code == 404
+
+
+def test_sign_in_attempts_are_limited(http: FlaskClient) -> None:
+    token = csrf_token(http)
+    statuses = [http.post("/login", data={"token": f"guess-{i}", "csrf_token": token})
+                .status_code for i in range(11)]
+    assert statuses == [401] * 10 + [429]
