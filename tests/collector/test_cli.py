@@ -243,8 +243,9 @@ def test_the_table_header_gives_the_window_and_values_that_could_be_mistaken_are
 def _vector_spec() -> dict[str, Any]:
     domain = {"kind": "vector", "attributes": [{"name": "cpu", "lo": 0, "hi": 1},
                                                {"name": "memory", "lo": 0, "hi": 100}]}
-    return campaign_spec("resources", mechanism="duchi", domain=domain) | {
-        "mechanism": "duchi_md"}
+    spec = campaign_spec("resources", mechanism="duchi", domain=domain)
+    spec["mechanism"] = "duchi_md"  # campaign_spec knows the scalar Duchi only
+    return spec
 
 
 @pytest.mark.parametrize(("spec", "values", "first_columns"), [
