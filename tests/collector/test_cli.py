@@ -164,6 +164,9 @@ def test_last_is_the_window_up_to_now_aligned(chorus: Chorus, two_hours: dict[st
                               "json").stdout)
     assert whole["window"] == {"start": START - 22 * HOUR, "end": START + 3 * HOUR}
     assert whole["n"] == 50
+    ages = json.loads(chorus("estimates", "survey", "--last", "3000w", "--format",
+                             "json").stdout)
+    assert ages["window"] == {"start": 0, "end": START + 3 * HOUR}
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -157,7 +157,7 @@ def requested_window(start: int | None, end: int | None, last: int | None, *,
             raise click.UsageError("--last cannot be combined with --start or --end: "
                                    "give either a duration or the window's bounds")
         moment = math.floor(time.time() if now is None else now)
-        return Window(moment - last, moment)
+        return Window(max(0, moment - last), moment)  # nothing is older than 1970
     if start is not None and end is not None and end <= start:
         raise click.UsageError(f"--end ({format_instant(end)}) must be after --start "
                                f"({format_instant(start)})")
