@@ -1,46 +1,61 @@
-"""Estimates as a terminal table, for the CLI and the demo."""
+"""Estimates as a terminal table, for the CLI and the demo.
+
+The table never cuts a value. The first column is as wide as its longest value, up to
+``MAX_VALUE_WIDTH`` columns; a longer value continues on the lines below its row, marked
+``↳`` in the margin.
+A value that would print like another one (surrounding spaces, a control or invisible
+character, a leading quote, the empty string) is printed as a JSON string instead, so two
+different values never print the same. A header line says what the numbers are: the campaign,
+mechanism, ε, n, the window in UTC, the variance model and the post-processing.
+"""
 
 from __future__ import annotations
 
+import json
+import unicodedata
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["format_estimates"]
+__all__ = ["MAX_VALUE_WIDTH", "describe_window", "format_estimates", "format_instant"]
+
+#: Past this many terminal columns a value continues on the next lines (a long URL would
+#: otherwise push the numbers off an 80- or 120-column terminal).
+MAX_VALUE_WIDTH = 60
+#: In the margin of a line that continues the value above it.
+CONTINUED = "↳"
+
+
+def format_instant(seconds: int) -> str:
+    """Unix seconds as ISO 8601 in UTC, to the minute unless seconds are needed:
+    ``2026-11-01T00:00Z``."""
+    moment = datetime.fromtimestamp(seconds, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%MZ" if moment.second == 0 else "%Y-%m-%dT%H:%M:%SZ")
+
+
+def describe_window(window: Mapping[str, int | None] | None) -> str:
+    """A window ``{"start": ..., "end": ...}`` (Unix seconds, end excluded) in words."""
+    start, end = (window or {}).get("start"), (window or {}).get("end")
+    if start is None:
+        return "all data" if end is None else f"all data before {format_instant(end)}"
+    if end is None:
+        return f"from {format_instant(start)} on"
+    return f"[{format_instant(start)}, {format_instant(end)})"
 
 
 def format_estimates(result: dict[str, Any], truth: dict[str, float] | None = None) -> str:
     """A human-readable table of an estimate result, optionally beside the true values."""
-    lines = [f"{result['campaign']}: {result['mechanism']}, ε = {result['epsilon']:.4g}, "
-             f"n = {result['n']}"]
-    if result["kind"] == "means":
-        lines.append(f"  {'attribute':<22}" + (f"{'true':>10}" if truth is not None else "")
-                     + f"{'mean':>12}{'std err':>10}   95% interval")
-        for row in result["rows"]:
-            true = f"{truth[row['attribute']]:>10.4g}" if truth is not None else ""
-            lines.append(f"  {row['attribute'][:22]:<22}{true}{row['mean']:>12.4g}"
-                         f"{row['std_error']:>10.4g}   [{row['ci_low']:.4g}, "
-                         f"{row['ci_high']:.4g}]")
-        return "\n".join(lines)
+    lines = [_header(result)]
     if result["kind"] == "mean":
         line = (f"  mean {result['mean']:.4f} ± {result['std_error']:.4f} "
                 f"(95% CI {result['ci_low']:.4f} … {result['ci_high']:.4f})")
         if truth is not None:
             line = f"  true mean {truth['mean']:.4f}   estimated" + line[6:]
         return "\n".join([*lines, line])
-    header = f"  {'value':<22}" + (f"{'true':>8}" if truth is not None else "") + \
-        f"{'estimate':>10}{'std err':>9}   95% interval"
-    lines.append(header)
-    for row in result["rows"]:
-        true = f"{truth.get(row['value'], 0.0):>8.4f}" if truth is not None else ""
-        flag = "" if row.get("detected") in (None, True) else "  (not detected)"
-        if row["frequency_std_error"] is None:  # not selected by the constrained fit
-            lines.append(f"  {row['value'][:22]:<22}{true}{row['frequency']:>10.4f}"
-                         f"{'-':>9}   (not selected)")
-            continue
-        lines.append(f"  {row['value'][:22]:<22}{true}{row['frequency']:>10.4f}"
-                     f"{row['frequency_std_error']:>9.4f}   [{row['frequency_ci_low']:.4f}, "
-                     f"{row['frequency_ci_high']:.4f}]{flag}")
-    if result.get("postprocessing", "none").split(" ")[0] not in ("none",):
-        lines.append(f"  post-processing: {result['postprocessing']}")
+    if result["kind"] == "means":
+        lines += _means_table(result["rows"], truth)
+    else:
+        lines += _frequency_table(result["rows"], truth)
     extra = result.get("extra", {})
     if "unexplained_frequency" in extra:
         lines.append(f"  unexplained share {extra['unexplained_frequency']:.4f} ± "
@@ -49,3 +64,103 @@ def format_estimates(result: dict[str, Any], truth: dict[str, float] | None = No
                      f"{extra['detection_threshold']}")
     lines.extend(f"  warning: {warning}" for warning in result.get("warnings", []))
     return "\n".join(lines)
+
+
+def _header(result: Mapping[str, Any]) -> str:
+    parts = [f"{result['campaign']}: {result['mechanism']}, ε = {result['epsilon']:.4g}, "
+             f"n = {result['n']}", f"window {describe_window(result.get('window'))}"]
+    if result.get("variance_model"):
+        # The model's name; its explanation after the colon is in the JSON answer.
+        parts.append(f"variance model {result['variance_model'].split(':')[0]}")
+    if result.get("postprocessing"):
+        parts.append(f"post-processing {result['postprocessing']}")
+    return "; ".join(parts)
+
+
+def _frequency_table(rows: list[dict[str, Any]], truth: Mapping[str, float] | None,
+                     ) -> list[str]:
+    labels = [_shown(row["value"]) for row in rows]
+    width = _column_width("value", labels)
+    lines = [f"  {_pad('value', width)}" + (f"{'true':>8}" if truth is not None else "")
+             + f"{'estimate':>10}{'std err':>9}   95% interval"]
+    for row, label in zip(rows, labels, strict=True):
+        true = f"{truth.get(row['value'], 0.0):>8.4f}" if truth is not None else ""
+        if row["frequency_std_error"] is None:  # not selected by the constrained fit
+            numbers = f"{true}{_number(row['frequency'], '>10.4f')}{'-':>9}   (not selected)"
+        else:
+            flag = "" if row.get("detected") in (None, True) else "  (not detected)"
+            numbers = (f"{true}{_number(row['frequency'], '>10.4f')}"
+                       f"{_number(row['frequency_std_error'], '>9.4f')}   "
+                       f"[{_number(row['frequency_ci_low'], '.4f')}, "
+                       f"{_number(row['frequency_ci_high'], '.4f')}]{flag}")
+        lines += _row(label, width, numbers)
+    return lines + _wrap_note(labels, width)
+
+
+def _means_table(rows: list[dict[str, Any]], truth: Mapping[str, float] | None) -> list[str]:
+    labels = [_shown(row["attribute"]) for row in rows]
+    width = _column_width("attribute", labels)
+    lines = [f"  {_pad('attribute', width)}" + (f"{'true':>10}" if truth is not None else "")
+             + f"{'mean':>12}{'std err':>10}   95% interval"]
+    for row, label in zip(rows, labels, strict=True):
+        true = f"{truth[row['attribute']]:>10.4g}" if truth is not None else ""
+        lines += _row(label, width,
+                      f"{true}{_number(row['mean'], '>12.4g')}"
+                      f"{_number(row['std_error'], '>10.4g')}   "
+                      f"[{_number(row['ci_low'], '.4g')}, {_number(row['ci_high'], '.4g')}]")
+    return lines + _wrap_note(labels, width)
+
+
+def _row(label: str, width: int, numbers: str) -> list[str]:
+    """The row's line, then the rest of a value wider than the column on lines of its own."""
+    first, *rest = _chunks(label, width)
+    return [f"  {_pad(first, width)}{numbers}", *(f"{CONTINUED} {chunk}" for chunk in rest)]
+
+
+def _wrap_note(labels: list[str], width: int) -> list[str]:
+    if any(_width(label) > width for label in labels):
+        return [f"  ({CONTINUED} continues the value above it: a value wider than {width} columns "
+                "goes on, whole, on the lines below its row)"]
+    return []
+
+
+def _number(value: float | None, spec: str) -> str:
+    """A number, or ``-`` where the answer has none (JSON null for NaN)."""
+    return format(value, spec) if value is not None else format("-", spec.split(".")[0])
+
+
+def _shown(value: str) -> str:
+    """The value as printed: itself when that cannot be mistaken for another value, else a
+    JSON string literal (quotes around it, escapes for the invisible characters)."""
+    if value and value == value.strip() and value.isprintable() and not value.startswith('"'):
+        return value
+    return '"' + "".join(ch if ch.isprintable() and ch not in '"\\' else json.dumps(ch)[1:-1]
+                         for ch in value) + '"'
+
+
+def _column_width(title: str, labels: list[str]) -> int:
+    return min(max([_width(title), *(_width(label) for label in labels)]),
+               max(MAX_VALUE_WIDTH, _width(title)))
+
+
+def _width(text: str) -> int:
+    """Terminal columns: East Asian wide characters take two, combining marks none."""
+    return sum(0 if unicodedata.combining(ch) else
+               2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * (width - _width(text) + 2)  # two spaces before the numbers
+
+
+def _chunks(text: str, width: int) -> list[str]:
+    """The text in pieces of at most ``width`` columns (at least one character each)."""
+    chunks, current, used = [], "", 0
+    for ch in text:
+        columns = _width(ch)
+        if current and used + columns > width:
+            chunks.append(current)
+            current, used = "", 0
+        current += ch
+        used += columns
+    return [*chunks, current]

@@ -27,7 +27,7 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 class _CsvWriter:
     """RFC 4180 CSV (CRLF rows, so a CR or LF inside a field is quoted) whose text cells can
     never run as formulas: one that starts like a formula gets a leading apostrophe. Numbers
-    stay numbers, booleans are ``true``/``false``, missing values are empty."""
+    stay numbers, booleans are ``true``/``false``, missing values (None, NaN) are empty."""
 
     def __init__(self, buffer: io.StringIO) -> None:
         self._writer = csv.writer(buffer, lineterminator="\r\n")
@@ -37,8 +37,8 @@ class _CsvWriter:
 
 
 def _cell(value: object) -> object:
-    if value is None:
-        return ""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return ""  # missing, as in the JSON answer's null
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str) and value.startswith(_FORMULA_START):
@@ -123,9 +123,10 @@ class FrequencyEstimate:
     def to_csv(self) -> str:
         buffer = io.StringIO()
         writer = _CsvWriter(buffer)
-        writer.writerow(_ROW_FIELDS)
+        writer.writerow([*_ROW_FIELDS, *_CONTEXT_COLUMNS])
+        context = _context(self.window, self.n, self.epsilon)
         for row in self.rows:
-            writer.writerow([getattr(row, name) for name in _ROW_FIELDS])
+            writer.writerow([*(getattr(row, name) for name in _ROW_FIELDS), *context])
         return buffer.getvalue()
 
 
@@ -158,8 +159,12 @@ class MeanEstimate:
     def to_csv(self) -> str:
         buffer = io.StringIO()
         writer = _CsvWriter(buffer)
-        writer.writerow(["mean", "std_error", "ci_low", "ci_high", "n"])
-        writer.writerow([self.mean, self.std_error, self.ci_low, self.ci_high, self.n])
+        # n stays where it was (fifth) for the readers of the earlier columns.
+        writer.writerow(["mean", "std_error", "ci_low", "ci_high", "n", "window_start",
+                         "window_end", "epsilon"])
+        window_start, window_end, n, epsilon = _context(self.window, self.n, self.epsilon)
+        writer.writerow([self.mean, self.std_error, self.ci_low, self.ci_high, n,
+                         window_start, window_end, epsilon])
         return buffer.getvalue()
 
 
@@ -203,15 +208,29 @@ class VectorMeanEstimate:
     def to_csv(self) -> str:
         buffer = io.StringIO()
         writer = _CsvWriter(buffer)
-        writer.writerow(["attribute", "mean", "std_error", "ci_low", "ci_high", "n"])
+        writer.writerow(["attribute", "mean", "std_error", "ci_low", "ci_high", "n",
+                         "window_start", "window_end", "epsilon"])
+        window_start, window_end, n, epsilon = _context(self.window, self.n, self.epsilon)
         for row in self.rows:
             writer.writerow([row.attribute, row.mean, row.std_error, row.ci_low, row.ci_high,
-                             self.n])
+                             n, window_start, window_end, epsilon])
         return buffer.getvalue()
 
 
 _ROW_FIELDS = tuple(FrequencyRow.__dataclass_fields__)
+#: What every CSV row says beside its numbers, after the estimate's own columns (so readers of
+#: the earlier columns keep working): the window (Unix seconds, end excluded; empty where
+#: unbounded), the reports it holds and the ε of each.
+_CONTEXT_COLUMNS = ("window_start", "window_end", "n", "epsilon")
+
+
 _FIELDS = tuple(FrequencyEstimate.__dataclass_fields__)
+
+
+def _context(window: dict[str, int | None], n: int,
+             epsilon: float) -> tuple[int | None, int | None, int, float]:
+    """The values of ``_CONTEXT_COLUMNS``."""
+    return window.get("start"), window.get("end"), n, epsilon
 
 
 def _clean_number(value: Any) -> Any:

@@ -718,5 +718,9 @@ def test_frequency_answers_are_the_estimate_field_for_field() -> None:
             else:
                 assert got[key] == value
     table = list(csv.reader(io.StringIO(estimate.to_csv())))
-    assert table[0] == [f.name for f in dataclasses.fields(FrequencyRow)]
+    assert table[0] == [*(f.name for f in dataclasses.fields(FrequencyRow)),
+                        "window_start", "window_end", "n", "epsilon"]
     assert table[1][0] == "a" and table[2][0] == "'=b"  # formulas still neutralised
+    # NaN is missing (empty), booleans are words, the window's open start is empty.
+    assert table[2][5] == "" and table[1][9:] == ["", "", "3600", "100", "1.0"]
+    assert table[2][9] == "true"

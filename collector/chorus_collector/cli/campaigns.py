@@ -16,6 +16,7 @@ from chorus_collector.cli.common import (
     url_option,
 )
 from chorus_collector.cli.root import main
+from chorus_collector.cli.timespec import campaign_window, requested_window, window_options
 from chorus_collector.formatting import format_estimates
 
 
@@ -92,29 +93,34 @@ def worst_case_line(config: dict[str, Any]) -> str:
 @click.option("--candidate", "candidates", multiple=True, help="A RAPPOR candidate (repeat).")
 @click.option("--candidates-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="RAPPOR candidates, one per line.")
-@click.option("--start", type=int, default=None, help="Window start (Unix seconds, aligned).")
-@click.option("--end", type=int, default=None, help="Window end (exclusive).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table")
+@window_options
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
+              help="table: full values, with the window, n, ε and variance model above; csv: "
+                   "the same columns as the collector's CSV, window_start, window_end, n and "
+                   "epsilon on every row.")
 @click.option("--postprocessing", default="none", show_default=True,
               help="none (unbiased), norm-sub, projection, ibu (rr, krr, hr, shist), mle "
                    "(the other frequency oracles) or nnls (RAPPOR-like).")
 @url_option
 @token_option
 def estimates(name: str, candidates: tuple[str, ...], candidates_file: Path | None,
-              start: int | None, end: int | None, fmt: str, postprocessing: str, url: str,
-              token: str | None) -> None:
-    """Print a campaign's estimates with standard errors and 95% intervals."""
+              start: int | None, end: int | None, last: int | None, fmt: str,
+              postprocessing: str, url: str, token: str | None) -> None:
+    """Print a campaign's estimates with standard errors and 95% intervals, over all data or
+    over a window (--start/--end or --last)."""
     wanted = list(candidates)
     if candidates_file is not None:
         wanted += [line for line in candidates_file.read_text().splitlines() if line]
     api = collector_api(url, token)
+    window = campaign_window(api, name, requested_window(start, end, last))
     if fmt == "csv":
-        click.echo(call_collector(lambda: api.estimates_csv(name, candidates=wanted, start=start,
-                                                   end=end, postprocessing=postprocessing)),
-                   nl=False)
+        click.echo(call_collector(lambda: api.estimates_csv(
+            name, candidates=wanted, start=window.start, end=window.end,
+            postprocessing=postprocessing)), nl=False)
         return
-    result = call_collector(lambda: api.estimates(name, candidates=wanted, start=start, end=end,
-                                         postprocessing=postprocessing))
+    result = call_collector(lambda: api.estimates(
+        name, candidates=wanted, start=window.start, end=window.end,
+        postprocessing=postprocessing))
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
     else:
