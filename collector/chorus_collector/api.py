@@ -12,6 +12,10 @@
 ``POST /v1/reports``                                 none       reports for any campaigns
                                                                 (shuffler key: one shuffled batch)
 ``GET|POST /v1/campaigns/<name>/estimates``          analyst    estimates (JSON or CSV)
+``GET|POST /v1/campaigns/<name>/series``             analyst    estimates per bucket, day,
+                                                                week or n seconds
+``GET|POST /v1/campaigns/<name>/compare``            analyst    each value's change between
+                                                                two windows
 =================================================  =========  ==========================
 """
 
@@ -23,33 +27,29 @@ import re
 import threading
 import warnings
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
+from chorus_collector.analysis import compare_windows, estimate_series, estimate_window
 from chorus_collector.auth import Role, TokenVerifier
-from chorus_collector.estimators import Query, QueryError, estimator_for
-from chorus_collector.folding import EstimateInputs, estimate_inputs
 from chorus_collector.ingest import ReportStatus, batch_answer, ingest_reports, parse_body
 from chorus_collector.metrics import Metrics
 from chorus_collector.openapi import openapi_document
 from chorus_collector.problems import Problem
+from chorus_collector.query_args import compare_query, estimate_query, series_query
 from chorus_collector.ratelimit import RateLimiter
-from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
 from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER, shuffling_summary
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_collector.version import VERSION
 from chorus_shared.campaign import campaign_from_spec
 from chorus_shared.errors import CampaignError, PrivacyWarning
-from chorus_shared.mechanisms import STRING_MECHANISMS
-from chorus_shared.wire import MAX_TIME
 
 __all__ = ["api"]
 
 api = Blueprint("chorus_api", __name__)
 _DIGITS = re.compile(r"[0-9]{1,13}")
-_QUERY_FIELDS = {"candidates", "start", "end", "format", "postprocessing"}
-_QUERY_PARAMETERS = {"candidate", "start", "end", "format", "postprocessing"}
 
 
 def _storage() -> Storage:
@@ -268,113 +268,72 @@ def metrics() -> Response:
     return Response(body, content_type=content_type)
 
 
-def _int_arg(source: dict[str, Any], name: str) -> int | None:
-    value = source.get(name)
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        value = int(value) if _DIGITS.fullmatch(value) else None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_TIME:
-        raise Problem("invalid-query",
-                      f"{name} must be a Unix time in seconds (0 <= {name} < 2**40)")
-    return value
+def _answer(result: Any, fmt: str, filename: str, extra: dict[str, Any] | None = None
+            ) -> Response:
+    """A result as JSON (with ``extra`` fields) or as a CSV attachment."""
+    if fmt == "csv":  # campaign names are [a-z0-9_.-]: safe in the header
+        return Response(result.to_csv(), mimetype="text/csv",
+                        headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+    return Response(json.dumps({**result.to_json(), **(extra or {})}),
+                    mimetype="application/json")
 
 
-def _estimate_query(stored: StoredCampaign) -> tuple[Query, str]:
-    if request.method == "POST":
-        body = json_body()
-        if not isinstance(body, dict):
-            raise Problem("invalid-query", "send a JSON object")
-        unknown = set(body) - _QUERY_FIELDS
-        if unknown:
-            raise Problem("invalid-query",
-                          f"unknown fields {sorted(unknown)}; allowed: {sorted(_QUERY_FIELDS)}")
-        source: dict[str, Any] = dict(body)
-        candidates = body.get("candidates") or []
-        if not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates):
-            raise Problem("invalid-query", "candidates must be a list of strings")
-    else:
-        # A misspelt parameter must not silently answer another question (the whole window,
-        # as JSON): refused like an unknown field of a POST body.
-        unknown = set(request.args) - _QUERY_PARAMETERS
-        if unknown:
-            raise Problem("invalid-query", f"unknown query parameters {sorted(unknown)}; "
-                                           f"allowed: {sorted(_QUERY_PARAMETERS)}")
-        source = request.args.to_dict()
-        candidates = request.args.getlist("candidate")
-    if candidates and stored.campaign.domain.kind != "strings":
-        raise Problem("invalid-query", "candidates apply to campaigns over open strings ("
-                      f"{', '.join(STRING_MECHANISMS)}) only")
-    limit = current_app.config["CHORUS"]["MAX_CANDIDATES"]
-    if len(candidates) > limit:
-        raise Problem("too-many-candidates", f"at most {limit} candidates per query")
-    start, end = _int_arg(source, "start"), _int_arg(source, "end")
-    precision = stored.campaign.time_precision
-    for label, value in (("start", start), ("end", end)):
-        if value is not None and value % precision:
-            raise Problem("window-misaligned",
-                          f"{label} = {value} is not a multiple of the time precision "
-                          f"({precision} s); use {value - value % precision} or "
-                          f"{value - value % precision + precision}")
-    if start is not None and end is not None and end <= start:
-        raise Problem("invalid-query", "end must be after start")
-    fmt = source.get("format")
-    if fmt is None:
-        fmt = "csv" if request.accept_mimetypes.best == "text/csv" else "json"
-    if fmt not in ("json", "csv"):
-        raise Problem("invalid-query", "format must be json or csv")
-    method = source.get("postprocessing") or "none"
-    allowed = estimator_for(stored.campaign.mechanism.name).postprocessing
-    if method not in allowed:
-        raise Problem("invalid-query",
-                      f"postprocessing must be one of {list(allowed)} for this campaign")
-    return Query(start=start, end=end, candidates=tuple(candidates),
-                 postprocessing=method), fmt
+T = TypeVar("T")
 
 
-Estimate = FrequencyEstimate | MeanEstimate | VectorMeanEstimate
+def _gated(work: Callable[[], T]) -> T:
+    """Run a query within the worker's bound on concurrent queries."""
+    gate: threading.BoundedSemaphore = current_app.extensions["chorus.query_gate"]
+    if not gate.acquire(timeout=current_app.config["CHORUS"]["QUERY_WAIT"]):
+        raise Problem("query-busy", "as many estimate queries as this worker computes at once "
+                      "are running; retry shortly", headers={"Retry-After": "5"})
+    try:
+        return work()
+    finally:
+        gate.release()
+
+
+def _question_body() -> Any:
+    return json_body() if request.method == "POST" else None
 
 
 @api.route("/v1/campaigns/<name>/estimates", methods=["GET", "POST"])
 def estimates(name: str) -> Response:
     _require("analyst")
     stored = _campaign(name)
-    query, fmt = _estimate_query(stored)
-    campaign = stored.campaign
-    gate: threading.BoundedSemaphore = current_app.extensions["chorus.query_gate"]
-    if not gate.acquire(timeout=current_app.config["CHORUS"]["QUERY_WAIT"]):
-        raise Problem("query-busy", "as many estimate queries as this worker computes at once "
-                      "are running; retry shortly", headers={"Retry-After": "5"})
-    try:
-        result, inputs = _estimate(stored, query)
-    finally:
-        gate.release()
-    if fmt == "csv":
-        filename = f"{campaign.name}-estimates.csv"  # campaign names are [a-z0-9_.-]
-        return Response(result.to_csv(), mimetype="text/csv",
-                        headers={"Content-Disposition": f'attachment; filename="{filename}"'})
-    body = result.to_json()
-    body["freshness"] = inputs.freshness()
-    shuffling = shuffling_summary(_storage(), stored, inputs.n, query.start, query.end)
-    if shuffling is not None:
-        body["shuffling"] = shuffling
-    return Response(json.dumps(body), mimetype="application/json")
+    query, fmt = estimate_query(stored, _question_body(), _max_candidates())
+    result, inputs = _gated(lambda: estimate_window(_storage(), stored, query))
+    extra: dict[str, Any] = {"freshness": inputs.freshness()}
+    if fmt == "json":
+        shuffling = shuffling_summary(_storage(), stored, inputs.n, query.start, query.end)
+        if shuffling is not None:
+            extra["shuffling"] = shuffling
+    return _answer(result, fmt, f"{name}-estimates.csv", extra)
 
 
-def _estimate(stored: StoredCampaign, query: Query) -> tuple[Estimate, EstimateInputs]:
-    """The estimate of one window, from the folded statistics and the unfolded tail."""
-    campaign = stored.campaign
-    inputs = estimate_inputs(_storage(), stored, query.start, query.end)
-    n = inputs.n
-    if n < campaign.min_batch_size:
-        raise Problem("invalid-batch-size",
-                      f"{n} accepted reports in this window; estimates need at least "
-                      f"{campaign.min_batch_size}",
-                      headers={"Retry-After": str(campaign.time_precision)}, n=n,
-                      min_batch_size=campaign.min_batch_size)
-    try:
-        result = estimator_for(campaign.mechanism.name).finalize(campaign, n, inputs.state,
-                                                                 query)
-    except QueryError as error:
-        raise Problem(error.kind, str(error)) from None
-    return result, inputs
+@api.route("/v1/campaigns/<name>/series", methods=["GET", "POST"])
+def series(name: str) -> Response:
+    """Estimates per time bucket, day, week or n seconds (analysis/series.py)."""
+    _require("analyst")
+    stored = _campaign(name)
+    query, fmt = series_query(stored, _question_body(), _max_candidates())
+    result = _gated(lambda: estimate_series(
+        _storage(), stored, start=query.start, end=query.end, step=query.step,
+        values=query.values, top=query.top, candidates=query.candidates))
+    return _answer(result, fmt, f"{name}-series.csv")
+
+
+@api.route("/v1/campaigns/<name>/compare", methods=["GET", "POST"])
+def compare(name: str) -> Response:
+    """Each value's change between two windows (analysis/compare.py)."""
+    _require("analyst")
+    stored = _campaign(name)
+    query, fmt = compare_query(stored, _question_body(), _max_candidates())
+    result = _gated(lambda: compare_windows(
+        _storage(), stored, baseline=query.baseline, current=query.current,
+        candidates=query.candidates, correction=query.correction, alpha=query.alpha))
+    return _answer(result, fmt, f"{name}-compare.csv")
+
+
+def _max_candidates() -> int:
+    return int(current_app.config["CHORUS"]["MAX_CANDIDATES"])

@@ -88,6 +88,9 @@ KINDS: Mapping[str, Kind] = MappingProxyType({
     "candidates-not-identifiable": Kind(422, _UNANSWERABLE,
                                         "the candidates cannot be told apart by the reports"),
     "query-too-large": Kind(422, _UNANSWERABLE, "too costly to decode in one query"),
+    "too-many-points": Kind(422, _UNANSWERABLE, "a series of more than 1,000 points"),
+    "windows-overlap": Kind(422, _UNANSWERABLE, "a comparison's two windows share time; "
+                                                "its standard error assumes they do not"),
     "query-busy": Kind(503, "Query busy", "CHORUS_QUERY_CONCURRENCY queries are running in "
                                           "this worker; see Retry-After"),
     # The service.

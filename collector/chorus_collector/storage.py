@@ -45,8 +45,8 @@ from chorus_shared.campaign import (
     canonical_json,
 )
 
-__all__ = ["FoldStatus", "FoldedStatistics", "SchemaError", "Storage", "StoredReport",
-           "WindowSnapshot", "migrations", "open_storage"]
+__all__ = ["BucketSnapshot", "FoldStatus", "FoldedStatistics", "SchemaError", "Storage",
+           "StoredReport", "WindowSnapshot", "migrations", "open_storage"]
 
 migrations = Migrations("chorus")
 
@@ -234,6 +234,15 @@ class FoldStatus:
 class WindowSnapshot:
     n: int  # folded reports in the window
     state: np.ndarray  # their summed statistics
+    tail: list[tuple[int, str]]  # (time bucket, payload) of the window's unfolded reports
+    folded_at: float | None
+
+
+@dataclass(frozen=True)
+class BucketSnapshot:
+    """A window's statistics bucket by bucket (a time series' input), not summed."""
+
+    buckets: list[tuple[int, int, bytes]]  # (time bucket, n, state blob) of folded reports
     tail: list[tuple[int, str]]  # (time bucket, payload) of the window's unfolded reports
     folded_at: float | None
 
@@ -763,6 +772,45 @@ class Storage:
         finally:
             conn.execute("COMMIT")
         return WindowSnapshot(n, total, tail, folded_at)
+
+    def bucket_snapshot(self, campaign_id: int, start: int | None,
+                        end: int | None) -> BucketSnapshot:
+        """``window_snapshot`` bucket by bucket: the folded (n, state) of each bucket with
+        start <= time < end (O(buckets × state size)) and the window's unfolded reports, in
+        one snapshot, so that a series' points add up to what one window's read gives."""
+        conn = self.connect()
+        self._begin_read(conn)
+        try:
+            watermark, folded_at = conn.execute(
+                "SELECT seq, folded_at FROM fold_state WHERE id = 1").fetchone()
+            sql, args = _in_window("SELECT time, n, state FROM aggregates WHERE campaign_id = ?",
+                                   campaign_id, start, end)
+            buckets = conn.execute(sql + " ORDER BY time", args).fetchall()
+            sql, args = _in_window("SELECT time, payload FROM reports "
+                                   "WHERE +campaign_id = ? AND seq > ?", campaign_id,
+                                   start, end, watermark)
+            tail = conn.execute(sql, args).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        return BucketSnapshot([(int(t), int(n), bytes(blob)) for t, n, blob in buckets],
+                              [(int(t), payload) for t, payload in tail], folded_at)
+
+    def time_span(self, campaign_id: int) -> tuple[int, int] | None:
+        """The first and last time bucket holding a report of the campaign, folded or not
+        (None: none), in one snapshot: a series' default window."""
+        conn = self.connect()
+        self._begin_read(conn)
+        try:
+            folded = conn.execute("SELECT min(time), max(time) FROM aggregates "
+                                  "WHERE campaign_id = ?", (campaign_id,)).fetchone()
+            unfolded = conn.execute(
+                "SELECT min(time), max(time) FROM reports WHERE +campaign_id = ? "
+                "AND seq > (SELECT seq FROM fold_state WHERE id = 1)", (campaign_id,)).fetchone()
+        finally:
+            conn.execute("COMMIT")
+        firsts = [int(row[0]) for row in (folded, unfolded) if row[0] is not None]
+        lasts = [int(row[1]) for row in (folded, unfolded) if row[1] is not None]
+        return (min(firsts), max(lasts)) if firsts else None
 
     # -- retention ----------------------------------------------------------------------------
 

@@ -1,0 +1,290 @@
+"""Time series: a campaign's estimates per point of a time grid, from the per-bucket statistics.
+
+A point's estimate is the estimator's ``finalize`` of the point's summed statistics: the
+folded (n, state) of its buckets (the ``aggregates`` table) plus its unfolded reports mapped
+now, read in one snapshot (``Storage.bucket_snapshot``). So a series costs O(points × state
+size) whatever the number of reports, and every point equals the estimates route's answer
+for the point's interval. Raw reports are read only for the unfolded tail, as every estimate
+does.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from chorus_collector.analysis.steps import MAX_POINTS, Step, parse_step, points
+from chorus_collector.analysis.windows import (
+    Estimate,
+    ValueEstimate,
+    check_window,
+    estimate_kind,
+    finalize,
+    query_labels,
+    value_estimates,
+)
+from chorus_collector.estimators import Query, estimator_for
+from chorus_collector.folding import map_payloads
+from chorus_collector.problems import Problem
+from chorus_collector.results import CONFIDENCE, _CsvWriter
+from chorus_collector.storage import Storage, StoredCampaign, state_array
+from chorus_shared.campaign import Campaign
+
+__all__ = ["MAX_POINTS", "MAX_SERIES_CELLS", "Series", "SeriesPoint", "SeriesResult",
+           "estimate_series"]
+
+#: Points × values finalized: bounds a query's time and its answer's size (a 1,024-category
+#: campaign gets 244 points, a 16-category one the full 1,000).
+MAX_SERIES_CELLS = 250_000
+
+INDEPENDENCE = ("Each point's standard error is its own window's: two points are independent "
+                "only when every user reports at most once per point (a user who reports in "
+                "several points, e.g. a memoized report, correlates them).")
+SUPPRESSION = ("A point with fewer reports than the campaign's min_batch_size (an empty one "
+               "too) keeps its start, end and n but has null estimates and suppressed: true.")
+
+
+@dataclass(slots=True)
+class SeriesPoint:
+    start: int
+    end: int
+    n: int
+    estimate: float | None = None
+    std_error: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    suppressed: bool = False
+    reason: str | None = None  # why a point is suppressed
+    detected: bool | None = None  # open-string candidates only
+
+    def to_json(self, with_detected: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "start": self.start, "end": self.end, "n": self.n,
+            "estimate": _finite(self.estimate), "std_error": _finite(self.std_error),
+            "ci_low": _finite(self.ci_low), "ci_high": _finite(self.ci_high),
+            "suppressed": self.suppressed, "reason": self.reason}
+        if with_detected:
+            body["detected"] = self.detected
+        return body
+
+
+@dataclass(frozen=True)
+class Series:
+    value: str
+    points: list[SeriesPoint]
+
+
+@dataclass(frozen=True)
+class SeriesResult:
+    campaign: str
+    mechanism: str
+    epsilon: float
+    estimate_kind: str  # "frequency", "mean" or "means"
+    step: int  # seconds
+    step_name: str  # "bucket", "day", "week" or "<n>s"
+    window: dict[str, int | None]
+    variance_model: str
+    min_batch_size: int
+    series: list[Series]
+    confidence: float = CONFIDENCE
+    freshness: dict[str, Any] = field(default_factory=dict)
+    #: Whether points carry the estimator's ``detected`` flag (open-string candidates).
+    detects: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "series", "campaign": self.campaign, "mechanism": self.mechanism,
+            "epsilon": self.epsilon, "estimate_kind": self.estimate_kind, "step": self.step,
+            "step_name": self.step_name, "window": dict(self.window),
+            "confidence": self.confidence, "variance_model": self.variance_model,
+            "suppression": SUPPRESSION, "min_batch_size": self.min_batch_size,
+            "freshness": dict(self.freshness),
+            "series": [{"value": s.value,
+                        "points": [p.to_json(self.detects) for p in s.points]}
+                       for s in self.series]}
+
+    def to_csv(self) -> str:
+        buffer = io.StringIO()
+        writer = _CsvWriter(buffer)
+        header = ["value", "start", "end", "start_iso", "n", "estimate", "std_error", "ci_low",
+                  "ci_high", "suppressed", "epsilon"]
+        writer.writerow([*header, "detected"] if self.detects else header)
+        for series in self.series:
+            for p in series.points:
+                row = [series.value, p.start, p.end, iso(p.start), p.n, _finite(p.estimate),
+                       _finite(p.std_error), _finite(p.ci_low), _finite(p.ci_high),
+                       p.suppressed, self.epsilon]
+                writer.writerow([*row, p.detected] if self.detects else row)
+        return buffer.getvalue()
+
+
+def iso(seconds: int) -> str:
+    """Unix seconds as ISO 8601 UTC: 2026-01-01T00:00:00Z."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def estimate_series(storage: Storage, stored: StoredCampaign, *, start: int | None = None,
+                    end: int | None = None, step: int | str = "bucket",
+                    values: Sequence[str] = (), top: int | None = None,
+                    candidates: Sequence[str] = ()) -> SeriesResult:
+    """The campaign's unbiased estimates per point of ``step`` over [start, end).
+
+    ``step``: "bucket" (the time precision), "day", "week" or seconds (a multiple of the
+    time precision). The window defaults to all stored data, widened to whole points.
+    Frequencies give one series per category (``values`` names some, ``top`` keeps the k
+    largest over the whole window), open-string campaigns one per candidate (required),
+    means one ("mean"), vector means one per attribute. Raises :class:`Problem`.
+    """
+    campaign = stored.campaign
+    precision = campaign.time_precision
+    check_window(start, end, precision)
+    grid = parse_step(step, precision)
+    wanted = tuple(candidates)
+    labels = query_labels(campaign, wanted)
+    _check_selection(campaign, labels, values, top)
+    start, end = _default_window(storage, stored, grid, start, end)
+    intervals = points(grid, start, end) if start is not None and end is not None \
+        and end > start else []
+    if len(intervals) * len(labels) > MAX_SERIES_CELLS:
+        raise Problem("query-too-large",
+                      f"{len(intervals)} points × {len(labels)} values is more than "
+                      f"{MAX_SERIES_CELLS:,} estimates in one series: use a longer step, a "
+                      "shorter window or fewer candidates")
+    counts, states, unfolded, folded_at = _point_statistics(storage, stored, intervals,
+                                                            start, end)
+    chosen = _chosen(campaign, labels, values, top, counts, states, start, end, wanted)
+    results: list[Estimate | str] = [
+        _point_result(campaign, int(n), state, Query(a, b, wanted))
+        for (a, b), n, state in zip(intervals, counts, states, strict=True)]
+    model = next((r.variance_model for r in results if not isinstance(r, str)), None)
+    series = [Series(value, []) for value in chosen]
+    for (a, b), n, result in zip(intervals, counts.tolist(), results, strict=True):
+        estimates = None if isinstance(result, str) else value_estimates(result)
+        for one in series:
+            one.points.append(_point(a, b, n, estimates, result, one.value))
+    return SeriesResult(
+        campaign=campaign.name, mechanism=campaign.mechanism.name,
+        epsilon=campaign.mechanism.epsilon, estimate_kind=estimate_kind(campaign),
+        step=grid.seconds, step_name=grid.name, window={"start": start, "end": end},
+        variance_model=f"{model}. {INDEPENDENCE}" if model else INDEPENDENCE,
+        min_batch_size=campaign.min_batch_size, series=series,
+        freshness={"folded_at": folded_at, "unfolded_reports": unfolded},
+        detects=campaign.domain.kind == "strings")
+
+
+def _check_selection(campaign: Campaign, labels: list[str], values: Sequence[str],
+                     top: int | None) -> None:
+    if values and top is not None:
+        raise Problem("invalid-query", "ask for named values or the top k, not both")
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise Problem("invalid-query", "top must be a whole number of at least 1")
+    if top is not None and estimate_kind(campaign) != "frequency":
+        raise Problem("invalid-query", "top applies to frequencies; this campaign estimates "
+                                       "means")
+    known = set(labels)
+    unknown = [v for v in values if v not in known]
+    if unknown:
+        shown = ", ".join(repr(v) for v in labels[:5]) + (", …" if len(labels) > 5 else "")
+        raise Problem("invalid-query", f"unknown values {unknown[:5]!r}: this campaign's "
+                      f"values are {shown}")
+    if len(set(values)) != len(values):
+        raise Problem("invalid-query", "a value is listed twice")
+
+
+def _default_window(storage: Storage, stored: StoredCampaign, grid: Step, start: int | None,
+                    end: int | None) -> tuple[int | None, int | None]:
+    """Open bounds become the first and last bucket with data, widened to whole points."""
+    if start is not None and end is not None:
+        return start, end
+    span = storage.time_span(stored.id)
+    if span is None:
+        return start, end
+    first, last = span
+    return (grid.floor(first) if start is None else start,
+            grid.ceil(last + stored.campaign.time_precision) if end is None else end)
+
+
+def _point_statistics(storage: Storage, stored: StoredCampaign,
+                      intervals: list[tuple[int, int]], start: int | None,
+                      end: int | None) -> tuple[np.ndarray, np.ndarray, int, float | None]:
+    """(n per point, summed state per point, unfolded reports, folded_at)."""
+    mechanism = stored.campaign.mechanism
+    size = estimator_for(mechanism.name).state_size(mechanism)
+    counts = np.zeros(len(intervals), dtype=np.int64)
+    states = np.zeros((len(intervals), size), dtype=np.int64)
+    if not intervals:
+        return counts, states, 0, None
+    snapshot = storage.bucket_snapshot(stored.id, start, end)
+    starts = np.array([a for a, _ in intervals], dtype=np.int64)
+    for time, n, blob in snapshot.buckets:
+        at = int(np.searchsorted(starts, time, side="right")) - 1
+        counts[at] += n
+        states[at] += state_array(blob)
+    tails: dict[int, list[str]] = {}
+    for time, payload in snapshot.tail:
+        tails.setdefault(int(np.searchsorted(starts, time, side="right")) - 1,
+                         []).append(payload)
+    for at, payloads in tails.items():
+        counts[at] += len(payloads)
+        states[at] += map_payloads(stored.campaign, payloads)
+    return counts, states, len(snapshot.tail), snapshot.folded_at
+
+
+def _chosen(campaign: Campaign, labels: list[str], values: Sequence[str], top: int | None,
+            counts: np.ndarray, states: np.ndarray, start: int | None, end: int | None,
+            candidates: tuple[str, ...]) -> list[str]:
+    """The values to give a series for: named ones, the top k over the window, or all."""
+    if values:
+        return list(values)
+    if top is None:
+        return labels
+    n = int(counts.sum())
+    if n < campaign.min_batch_size:
+        raise Problem("invalid-batch-size",
+                      f"{n} accepted reports in the window; ranking the top {top} needs at "
+                      f"least {campaign.min_batch_size}", n=n,
+                      min_batch_size=campaign.min_batch_size)
+    whole = value_estimates(finalize(campaign, n, states.sum(axis=0),
+                                     Query(start, end, candidates)))
+
+    def rank(value: str) -> float:
+        estimate = whole[value].estimate
+        return -estimate if math.isfinite(estimate) else math.inf
+
+    return sorted(labels, key=rank)[:top]
+
+
+def _point_result(campaign: Campaign, n: int, state: np.ndarray,
+                  query: Query) -> Estimate | str:
+    """The point's estimate, or why it is suppressed."""
+    if n == 0:
+        return "no reports in this interval"
+    if n < campaign.min_batch_size:
+        return (f"{n} reports, fewer than the campaign's min_batch_size "
+                f"({campaign.min_batch_size})")
+    try:
+        return finalize(campaign, n, state, query)
+    except Problem as problem:
+        if problem.kind != "candidates-not-identifiable":  # the query's fault, not the data's
+            raise
+        return problem.detail
+
+
+def _point(start: int, end: int, n: int, estimates: dict[str, ValueEstimate] | None,
+           result: Estimate | str, value: str) -> SeriesPoint:
+    if estimates is None:
+        assert isinstance(result, str)
+        return SeriesPoint(start, end, n, suppressed=True, reason=result)
+    one = estimates[value]
+    return SeriesPoint(start, end, n, one.estimate, one.std_error, one.ci_low, one.ci_high,
+                       detected=one.detected)

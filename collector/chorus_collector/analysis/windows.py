@@ -1,0 +1,129 @@
+"""One window's estimate, and the per-value numbers that series and comparisons read from it.
+
+``estimate_window`` is what ``GET /v1/campaigns/<name>/estimates`` answers: the window's folded
+statistics plus its unfolded tail (``folding.estimate_inputs``), finalized by the campaign's
+estimator. A series point and each side of a comparison are read from the same kind of result,
+so a point equals the estimates route's answer for the point's interval.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from chorus_collector.estimators import Query, QueryError, estimator_for
+from chorus_collector.folding import EstimateInputs, estimate_inputs
+from chorus_collector.problems import Problem
+from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
+from chorus_collector.storage import Storage, StoredCampaign
+from chorus_shared.campaign import Campaign
+from chorus_shared.mechanisms import STRING_MECHANISMS
+
+__all__ = ["Estimate", "ValueEstimate", "check_window", "estimate_kind", "estimate_window",
+           "finalize", "query_labels", "series_labels", "value_estimates"]
+
+Estimate = FrequencyEstimate | MeanEstimate | VectorMeanEstimate
+
+
+@dataclass(frozen=True, slots=True)
+class ValueEstimate:
+    """One value's unbiased estimate in one window (a frequency is a fraction of n)."""
+
+    estimate: float
+    std_error: float
+    ci_low: float
+    ci_high: float
+    detected: bool | None = None
+
+
+def check_window(start: int | None, end: int | None, precision: int,
+                 label: str = "") -> None:
+    """A window's bounds fall on time buckets and end comes after start (``label`` names the
+    window in the message when a query has two)."""
+    for name, value in (("start", start), ("end", end)):
+        if value is not None and value % precision:
+            raise Problem("window-misaligned",
+                          f"{label}{name} = {value} is not a multiple of the time precision "
+                          f"({precision} s); use {value - value % precision} or "
+                          f"{value - value % precision + precision}")
+    if start is not None and end is not None and end <= start:
+        raise Problem("invalid-query", f"{label}end must be after {label}start")
+
+
+def estimate_window(storage: Storage, stored: StoredCampaign,
+                    query: Query) -> tuple[Estimate, EstimateInputs]:
+    """The estimate of one window, from the folded statistics and the unfolded tail.
+
+    Raises :class:`Problem` (``invalid-batch-size`` when the window has fewer reports than
+    the campaign's ``min_batch_size``, or the estimator's query errors)."""
+    campaign = stored.campaign
+    inputs = estimate_inputs(storage, stored, query.start, query.end)
+    n = inputs.n
+    if n < campaign.min_batch_size:
+        raise Problem("invalid-batch-size",
+                      f"{n} accepted reports in this window; estimates need at least "
+                      f"{campaign.min_batch_size}",
+                      headers={"Retry-After": str(campaign.time_precision)}, n=n,
+                      min_batch_size=campaign.min_batch_size)
+    return finalize(campaign, n, inputs.state, query), inputs
+
+
+def finalize(campaign: Campaign, n: int, state: np.ndarray, query: Query) -> Estimate:
+    """The estimator's finalize, its query errors as problems."""
+    try:
+        return estimator_for(campaign.mechanism.name).finalize(campaign, n, state, query)
+    except QueryError as error:
+        raise Problem(error.kind, str(error)) from None
+
+
+def estimate_kind(campaign: Campaign) -> str:
+    """"frequency" (categories, or candidates of open strings), "mean" or "means"."""
+    kind = campaign.domain.kind
+    return {"numeric": "mean", "vector": "means"}.get(kind, "frequency")
+
+
+def series_labels(campaign: Campaign, candidates: tuple[str, ...]) -> list[str]:
+    """The values a campaign's estimates are given for, in the estimator's order."""
+    domain = campaign.domain
+    if domain.kind == "categories":
+        return list(domain.values)  # type: ignore[union-attr]
+    if domain.kind == "vector":
+        return list(domain.names)  # type: ignore[union-attr]
+    if domain.kind == "numeric":
+        return ["mean"]
+    return list(candidates)
+
+
+def query_labels(campaign: Campaign, candidates: tuple[str, ...]) -> list[str]:
+    """The values a query's answer is given for; candidates are required for open strings
+    and refused elsewhere."""
+    strings = campaign.domain.kind == "strings"
+    if strings and not candidates:
+        raise Problem("candidates-required",
+                      "estimates over open strings need a candidate list (candidate=... or "
+                      "a JSON body with \"candidates\")")
+    if candidates and not strings:
+        raise Problem("invalid-query", "candidates apply to campaigns over open strings ("
+                      f"{', '.join(STRING_MECHANISMS)}) only")
+    if len(set(candidates)) != len(candidates):
+        raise Problem("invalid-candidate", "a candidate is listed twice")
+    return series_labels(campaign, candidates)
+
+
+def value_estimates(result: Estimate) -> dict[str, ValueEstimate]:
+    """Each value's unbiased estimate in ``result`` (which must not be post-processed)."""
+    if isinstance(result, MeanEstimate):
+        return {"mean": ValueEstimate(result.mean, result.std_error, result.ci_low,
+                                      result.ci_high)}
+    if isinstance(result, VectorMeanEstimate):
+        return {row.attribute: ValueEstimate(row.mean, row.std_error, row.ci_low, row.ci_high)
+                for row in result.rows}
+    return {row.value: ValueEstimate(row.frequency, row.frequency_std_error,
+                                     row.frequency_ci_low, row.frequency_ci_high, row.detected)
+            for row in result.rows}
+
+
+def finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None

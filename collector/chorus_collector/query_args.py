@@ -1,0 +1,162 @@
+"""The analyst routes' questions, read from a query string (GET) or a JSON body (POST).
+
+The same fields either way: a repeatable query parameter (``candidate=a&candidate=b``) is a
+list in the body (``"candidates": ["a", "b"]``). An unknown parameter or field is refused: a
+misspelt one must not silently answer another question (the whole window, as JSON).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from flask import request
+
+from chorus_collector.analysis.windows import check_window
+from chorus_collector.estimators import Query, estimator_for
+from chorus_collector.problems import Problem
+from chorus_collector.storage import StoredCampaign
+from chorus_shared.mechanisms import STRING_MECHANISMS
+from chorus_shared.wire import MAX_TIME
+
+__all__ = ["CompareQuery", "SeriesQuery", "compare_query", "estimate_query", "series_query"]
+
+_DIGITS = re.compile(r"[0-9]{1,13}")
+#: body field → its repeatable query parameter
+_LISTS = {"candidates": "candidate", "values": "value"}
+
+
+@dataclass(frozen=True)
+class SeriesQuery:
+    start: int | None
+    end: int | None
+    step: int | str
+    values: tuple[str, ...]
+    top: int | None
+    candidates: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CompareQuery:
+    baseline: tuple[int | None, int | None]
+    current: tuple[int | None, int | None]
+    candidates: tuple[str, ...]
+    correction: str
+    alpha: float
+
+
+def _source(body: Any, fields: set[str]) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """(scalar fields, list fields) of the question; ``body`` is the POST body (None: GET)."""
+    lists = {name: _LISTS[name] for name in fields if name in _LISTS}
+    if request.method == "POST":
+        if not isinstance(body, dict):
+            raise Problem("invalid-query", "send a JSON object")
+        unknown = set(body) - fields
+        if unknown:
+            raise Problem("invalid-query",
+                          f"unknown fields {sorted(unknown)}; allowed: {sorted(fields)}")
+        found = {name: body.get(name) or [] for name in lists}
+        for name, items in found.items():
+            if not isinstance(items, list) or not all(isinstance(c, str) for c in items):
+                raise Problem("invalid-query", f"{name} must be a list of strings")
+        return {k: v for k, v in body.items() if k not in lists}, found
+    parameters = (fields - set(lists)) | set(lists.values())
+    unknown = set(request.args) - parameters
+    if unknown:
+        raise Problem("invalid-query", f"unknown query parameters {sorted(unknown)}; "
+                                       f"allowed: {sorted(parameters)}")
+    source = {k: v for k, v in request.args.to_dict().items() if k not in lists.values()}
+    return source, {name: request.args.getlist(parameter) for name, parameter in lists.items()}
+
+
+def _int_arg(source: Mapping[str, Any], name: str) -> int | None:
+    value = source.get(name)
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        value = int(value) if _DIGITS.fullmatch(value) else None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_TIME:
+        raise Problem("invalid-query",
+                      f"{name} must be a Unix time in seconds (0 <= {name} < 2**40)")
+    return value
+
+
+def _candidates(stored: StoredCampaign, candidates: list[str], limit: int) -> tuple[str, ...]:
+    if candidates and stored.campaign.domain.kind != "strings":
+        raise Problem("invalid-query", "candidates apply to campaigns over open strings ("
+                      f"{', '.join(STRING_MECHANISMS)}) only")
+    if len(candidates) > limit:
+        raise Problem("too-many-candidates", f"at most {limit} candidates per query")
+    return tuple(candidates)
+
+
+def response_format(source: Mapping[str, Any]) -> str:
+    fmt = source.get("format")
+    if fmt is None:
+        fmt = "csv" if request.accept_mimetypes.best == "text/csv" else "json"
+    if fmt not in ("json", "csv"):
+        raise Problem("invalid-query", "format must be json or csv")
+    return str(fmt)
+
+
+def estimate_query(stored: StoredCampaign, body: Any, limit: int) -> tuple[Query, str]:
+    """The estimates route's question: (query, format)."""
+    source, lists = _source(body, {"candidates", "start", "end", "format", "postprocessing"})
+    candidates = _candidates(stored, lists["candidates"], limit)
+    start, end = _int_arg(source, "start"), _int_arg(source, "end")
+    check_window(start, end, stored.campaign.time_precision)
+    fmt = response_format(source)
+    method = source.get("postprocessing") or "none"
+    allowed = estimator_for(stored.campaign.mechanism.name).postprocessing
+    if method not in allowed:
+        raise Problem("invalid-query",
+                      f"postprocessing must be one of {list(allowed)} for this campaign")
+    return Query(start=start, end=end, candidates=candidates, postprocessing=method), fmt
+
+
+def series_query(stored: StoredCampaign, body: Any, limit: int) -> tuple[SeriesQuery, str]:
+    """The series route's question: (query, format)."""
+    source, lists = _source(body, {"start", "end", "step", "values", "top", "candidates",
+                                   "format"})
+    step = source.get("step")
+    if step is None or step == "":
+        step = "bucket"
+    if isinstance(step, bool) or not isinstance(step, str | int):
+        raise Problem("invalid-query", 'step must be "bucket", "day", "week" or seconds')
+    top = source.get("top")
+    if isinstance(top, str):
+        top = int(top) if _DIGITS.fullmatch(top) else -1
+    if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+        raise Problem("invalid-query", "top must be a whole number of at least 1")
+    return SeriesQuery(start=_int_arg(source, "start"), end=_int_arg(source, "end"),
+                       step=step, values=tuple(lists["values"]), top=top,
+                       candidates=_candidates(stored, lists["candidates"], limit)), \
+        response_format(source)
+
+
+def compare_query(stored: StoredCampaign, body: Any, limit: int) -> tuple[CompareQuery, str]:
+    """The comparison route's question: (query, format)."""
+    source, lists = _source(body, {"baseline_start", "baseline_end", "start", "end",
+                                   "candidates", "correction", "alpha", "format"})
+    correction = source.get("correction") or "benjamini-hochberg"
+    if not isinstance(correction, str):
+        raise Problem("invalid-query", "correction must be benjamini-hochberg or bonferroni")
+    alpha = source.get("alpha")
+    if alpha is None or alpha == "":
+        alpha = 0.05
+    elif isinstance(alpha, str):
+        try:
+            alpha = float(alpha)
+        except ValueError:
+            alpha = math.nan
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) \
+            or not 0 < alpha < 1:
+        raise Problem("invalid-query", "alpha must be a number between 0 and 1")
+    return CompareQuery(
+        baseline=(_int_arg(source, "baseline_start"), _int_arg(source, "baseline_end")),
+        current=(_int_arg(source, "start"), _int_arg(source, "end")),
+        candidates=_candidates(stored, lists["candidates"], limit),
+        correction=correction, alpha=float(alpha)), response_format(source)
