@@ -133,7 +133,7 @@ def _duchi_md(mechanism: Mechanism, inputs: np.ndarray,
     s = rng.random((n, d)) < 0.5
     dot = d - 2 * (s != v).sum(axis=1)
     s ^= (dot < 0)[:, None]
-    s ^= (rng.random(n) >= mechanism.keep)[:, None]
+    s ^= np.greater_equal(rng.random(n), mechanism.keep)[:, None]
     weights = np.left_shift(np.int64(1), np.arange(d, dtype=np.int64))
     result: list[Any] = (s.astype(np.int64) * weights).sum(axis=1).tolist()
     return result
@@ -143,12 +143,13 @@ def _harmony(mechanism: Mechanism, inputs: np.ndarray,
              rng: np.random.Generator) -> list[Any]:
     """One attribute drawn uniformly, Duchi's bit on it at the full ε."""
     assert isinstance(mechanism, Harmony)
-    n, d = inputs.shape
+    n, d = len(inputs), int(inputs.shape[1])
     chosen = rng.integers(0, d, size=n)
     t = inputs[np.arange(n), chosen]
     e = math.exp(mechanism.epsilon)
-    bits = rng.random(n) < 0.5 + t * (e - 1) / (2 * (e + 1))
-    return [{"j": [int(j)], "y": [int(b)]} for j, b in zip(chosen, bits, strict=True)]
+    bits = np.less(rng.random(n), 0.5 + t * (e - 1) / (2 * (e + 1)))
+    return [{"j": [j], "y": [int(b)]} for j, b in zip(chosen.tolist(), bits.tolist(),
+                                                        strict=True)]
 
 
 def _rappor(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) -> list[Any]:
