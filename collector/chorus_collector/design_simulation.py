@@ -37,6 +37,7 @@ MAX_RANDOMIZER_USERS = 20_000
 class SimulatedWindow:
     users: int
     simulator: str  # "vectorized" or "client randomizer"
+    cap: int  # the most users that simulator is asked for
     result: FrequencyEstimate | MeanEstimate | VectorMeanEstimate
 
 
@@ -70,7 +71,8 @@ def simulate_window(request: DesignRequest, campaign: Campaign, distribution: Di
     """``request.users`` users (capped) drawn i.i.d. from ``distribution``, one report each."""
     mechanism = campaign.mechanism
     vectorized = mechanism.name in SIMULATORS
-    users = min(request.users, MAX_SIMULATED_USERS if vectorized else MAX_RANDOMIZER_USERS)
+    cap = MAX_SIMULATED_USERS if vectorized else MAX_RANDOMIZER_USERS
+    users = min(request.users, cap)
     rng = np.random.default_rng(seed)
     points = unit_points(request, distribution)
     inputs = points[rng.choice(len(points), size=users, p=np.array(distribution.weights))]
@@ -85,7 +87,7 @@ def simulate_window(request: DesignRequest, campaign: Campaign, distribution: Di
         else Query()
     result = estimator.finalize(campaign, users, state, query)
     return SimulatedWindow(users=users, simulator="vectorized" if vectorized
-                           else "client randomizer", result=result)
+                           else "client randomizer", cap=cap, result=result)
 
 
 def _python_values(inputs: np.ndarray) -> list[Any]:

@@ -28,8 +28,6 @@ from typing import Any
 
 from chorus_collector.design_request import KINDS, DesignRequest
 from chorus_collector.design_simulation import (
-    MAX_RANDOMIZER_USERS,
-    MAX_SIMULATED_USERS,
     estimate_rows,
     simulate_window,
     true_values,
@@ -150,7 +148,10 @@ def as_request(request: DesignRequest | Mapping[str, Any]) -> DesignRequest:
 def design(request: DesignRequest | Mapping[str, Any]) -> Design:
     """Every applicable mechanism's figures for this request (see the module docstring)."""
     request = as_request(request)
-    rows, notes = [], []
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    if request.kind in ("numeric", "vector"):
+        notes.append("values outside [lo, hi] are clipped on the device, before any noise")
     for name in CANDIDATES[request.kind]:
         try:
             mechanism = REGISTRY[name].resolve(epsilon=request.epsilon, domain=request.domain,
@@ -160,7 +161,7 @@ def design(request: DesignRequest | Mapping[str, Any]) -> Design:
             continue
         rows.append(_row(request, mechanism))
     if not rows:
-        raise CampaignError("no mechanism applies to this design: " + "; ".join(notes))
+        raise CampaignError("no mechanism applies to this design: " + "; ".join(notes[-4:]))
     recommended = _recommended(request, rows)
     for row in rows:
         row["recommended"] = row["mechanism"] == recommended
@@ -222,8 +223,6 @@ def _notes(request: DesignRequest, mechanism: Mechanism) -> list[str]:
         elif request.candidates is not None and cells and request.candidates > cells:
             notes.append(f"{request.candidates} candidates exceed the {cells} cohort × bit "
                          "cells: not all can be told apart (raise k or m)")
-    if request.kind in ("numeric", "vector"):
-        notes.append("values outside [lo, hi] are clipped on the device")
     return notes
 
 
@@ -311,9 +310,8 @@ def simulate_design(request: DesignRequest | Mapping[str, Any], mechanism: str,
         row["predicted_std_error"] = std_error
     notes = []
     if window.users < request.users:
-        cap = MAX_SIMULATED_USERS if window.simulator == "vectorized" else MAX_RANDOMIZER_USERS
         notes.append(f"simulated {window.users} users, not {request.users} (the cap for "
-                     f"the {window.simulator} is {cap}): the standard errors shown are for "
+                     f"the {window.simulator} is {window.cap}): the standard errors shown are for "
                      f"{window.users}; at {request.users} they shrink by √({window.users}/"
                      f"{request.users}) = {math.sqrt(window.users / request.users):.3g}")
     return {"mechanism": campaign.mechanism.name, "kind": request.kind,
