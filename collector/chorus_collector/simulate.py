@@ -7,7 +7,9 @@ is tested against the mechanism's exact output distribution
 produce the same distribution.
 
 Supported: ``rr``, ``krr``, ``sue``, ``oue``, ``olh``, ``blh``, ``hr``, ``duchi``,
-``one_bit_mean``, ``rappor`` (one report per user, no memoization).
+``one_bit_mean``, ``pm``, ``duchi_md``, ``harmony``, ``rappor`` (one report per user, no
+memoization). Numeric inputs are already on the [−1, 1] scale (``mechanism.encode``); vector
+inputs are an (n, D) array of them.
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ from chorus_shared.mechanisms import (
     OUE,
     SUE,
     Duchi,
+    DuchiMultidim,
     HadamardResponse,
+    Harmony,
     Mechanism,
+    PiecewiseMechanism,
     Rappor,
 )
 from chorus_shared.mechanisms.local_hashing import LocalHashing
@@ -98,6 +103,55 @@ def _duchi(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) -
     return result
 
 
+def _piecewise(mechanism: Mechanism, inputs: np.ndarray,
+               rng: np.random.Generator) -> list[Any]:
+    """The client's draw (inside [l, r] or on the rest of [−C, C]), then the same randomized
+    rounding to the grid."""
+    assert isinstance(mechanism, PiecewiseMechanism)
+    n, c, z = len(inputs), mechanism.c, mechanism.z
+    left = (c + 1) * inputs / 2 - (c - 1) / 2
+    right = left + c - 1
+    inside = left + (right - left) * rng.random(n)
+    u = (c + 1) * rng.random(n)
+    below = left + c
+    outside = np.where(u < below, -c + u, right + (u - below))
+    s = np.where(rng.random(n) < z / (z + 1), inside, outside)
+    position = np.clip(s / mechanism.step, -mechanism.resolution, mechanism.resolution)
+    low = np.floor(position)
+    grid = low + (rng.random(n) < position - low)
+    result: list[Any] = grid.astype(np.int64).tolist()
+    return result
+
+
+def _duchi_md(mechanism: Mechanism, inputs: np.ndarray,
+              rng: np.random.Generator) -> list[Any]:
+    """v ~ signs of t, s uniform turned towards v (s·v ≥ 0), then −s with probability
+    1/(e^ε + 1): the client's draw, as bit masks (bit j set when s_j = +1)."""
+    assert isinstance(mechanism, DuchiMultidim)
+    n, d = inputs.shape
+    v = rng.random((n, d)) < (1 + inputs) / 2
+    s = rng.random((n, d)) < 0.5
+    dot = d - 2 * (s != v).sum(axis=1)
+    s ^= (dot < 0)[:, None]
+    s ^= np.greater_equal(rng.random(n), mechanism.keep)[:, None]
+    weights = np.left_shift(np.int64(1), np.arange(d, dtype=np.int64))
+    result: list[Any] = (s.astype(np.int64) * weights).sum(axis=1).tolist()
+    return result
+
+
+def _harmony(mechanism: Mechanism, inputs: np.ndarray,
+             rng: np.random.Generator) -> list[Any]:
+    """One attribute drawn uniformly, Duchi's bit on it at the full ε."""
+    assert isinstance(mechanism, Harmony)
+    n, d = len(inputs), int(inputs.shape[1])
+    chosen = rng.integers(0, d, size=n)
+    t = inputs[np.arange(n), chosen]
+    e = math.exp(mechanism.epsilon)
+    bits = np.less(rng.random(n), 0.5 + t * (e - 1) / (2 * (e + 1)))
+    return [{"j": [j], "y": [int(b)]} for j, b in zip(chosen.tolist(), bits.tolist(),
+                                                        strict=True)]
+
+
 def _rappor(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) -> list[Any]:
     """``inputs`` are strings; Bloom filters are computed once per distinct (value, cohort)."""
     assert isinstance(mechanism, Rappor)
@@ -119,7 +173,7 @@ Simulator = Callable[[Mechanism, np.ndarray, np.random.Generator], list[Any]]
 SIMULATORS: dict[str, Simulator] = {
     "rr": _krr, "krr": _krr, "sue": _unary, "oue": _unary, "olh": _local_hashing,
     "blh": _local_hashing, "hr": _hadamard, "duchi": _duchi, "one_bit_mean": _duchi,
-    "rappor": _rappor,
+    "pm": _piecewise, "duchi_md": _duchi_md, "harmony": _harmony, "rappor": _rappor,
 }
 
 

@@ -12,13 +12,15 @@
 * ``chorus check-aggregates NAME``: recompute statistics from raw reports on every core
   (``--scheduler``: on a Dask cluster);
 * ``chorus mechanisms``: which mechanism for this ε and domain (variance and report size);
+* ``chorus design``: the campaign designer: standard errors, report size and privacy over
+  time per mechanism, a simulated window (``--distribution``), creation (``--create``);
 * ``chorus rappor params|import``: campaigns and reports from google/rappor clients.
 """
 
 from __future__ import annotations
 
 # Each module registers its commands on the group when imported.
-from chorus_collector.cli import campaigns, jobs, rappor, servers, tools  # noqa: F401
+from chorus_collector.cli import campaigns, design, jobs, rappor, servers, tools  # noqa: F401
 from chorus_collector.cli.root import main
 
 __all__ = ["main"]

@@ -1,0 +1,194 @@
+"""``chorus design``: the campaign designer in a terminal (:mod:`chorus_collector.designer`).
+
+Prints each mechanism's standard error and interval for the planned campaign, the report size
+and the privacy spent over time; with ``--distribution``, one simulated window; with
+``--create NAME``, creates the campaign through the collector (admin token).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from chorus_collector.cli.campaigns import worst_case_line
+from chorus_collector.cli.common import call_collector, collector_api, token_option, url_option
+from chorus_collector.cli.root import main
+from chorus_collector.design_request import KINDS
+
+
+@main.command("design")
+@click.option("--kind", type=click.Choice(KINDS), required=True, help="The kind of data.")
+@click.option("--categories", default=None, metavar="A,B,C", help="Category names.")
+@click.option("--domain-size", type=int, default=None, help="How many categories (v0, v1…).")
+@click.option("--range", "value_range", default=None, metavar="LO,HI",
+              help="The numbers' range (for a vector: every attribute's).")
+@click.option("--dimensions", type=int, default=None, help="Numbers reported together.")
+@click.option("--candidates", type=int, default=None,
+              help="Strings: how many candidates the analyst will decode against.")
+@click.option("--epsilon", type=float, required=True, help="ε of one report.")
+@click.option("--users", type=int, required=True, help="Users (reports) per time window.")
+@click.option("--frequency", type=float, default=None,
+              help="The share whose standard error to show beside f → 0 (default 0.1).")
+@click.option("--unit", type=click.Choice(["lifetime", "day"]), default=None,
+              help="Privacy period of the campaign's policy (default: lifetime).")
+@click.option("--budget", type=float, default=None, help="ε one install may spend per period.")
+@click.option("--max-reports", type=int, default=None, help="Reports per install per period.")
+@click.option("--time-precision", type=int, default=None, help="Seconds per time bucket.")
+@click.option("--distribution", default=None, metavar="A=0.5,B=0.5",
+              help="Simulate users holding these values: category=share, number=weight, "
+                   "x:y:z=weight for a vector, or JSON.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Simulation seed.")
+@click.option("--mechanism", default=None,
+              help="The mechanism to simulate or create (default: the recommended one).")
+@click.option("--create", "create_name", default=None, metavar="NAME",
+              help="Create the campaign with this name (admin token).")
+@click.option("--description", default="", help="The created campaign's description.")
+@click.option("--format", "output", type=click.Choice(["table", "json"]), default="table",
+              show_default=True)
+@url_option
+@token_option
+def design_command(kind: str, categories: str | None, domain_size: int | None,
+                   value_range: str | None, dimensions: int | None, candidates: int | None,
+                   epsilon: float, users: int, frequency: float | None, unit: str | None,
+                   budget: float | None, max_reports: int | None, time_precision: int | None,
+                   distribution: str | None, seed: int, mechanism: str | None,
+                   create_name: str | None, description: str, output: str, url: str,
+                   token: str | None) -> None:
+    """Compare mechanisms for a planned campaign; simulate it; create it."""
+    from chorus_collector.designer import design, simulate_design, spec
+    from chorus_shared.errors import CampaignError
+
+    request: dict[str, Any] = {"kind": kind, "epsilon": epsilon, "users": users}
+    try:
+        if categories is not None:
+            request["categories"] = [c.strip() for c in categories.split(",")]
+        optional = {"domain_size": domain_size, "dimensions": dimensions,
+                    "candidates": candidates, "frequency": frequency,
+                    "time_precision": time_precision}
+        request.update({k: v for k, v in optional.items() if v is not None})
+        if value_range is not None:
+            request["lo"], request["hi"] = _numbers(value_range, "--range", 2)
+        policy = {"unit": unit, "budget": budget, "max_reports": max_reports}
+        if any(v is not None for v in policy.values()):
+            request["privacy"] = {k: v for k, v in policy.items() if v is not None}
+        if distribution is not None:
+            request["distribution"] = parse_distribution(kind, distribution)
+        result = design(request)
+        chosen = mechanism or result.recommended
+        simulation = simulate_design(result.request, chosen, seed) \
+            if distribution is not None else None
+        definition = spec(result.request, chosen, create_name, description=description) \
+            if create_name is not None else None
+    except CampaignError as error:
+        raise click.ClickException(str(error)) from None
+    if output == "json":
+        click.echo(json.dumps({"design": result.to_json(), "simulation": simulation},
+                              indent=2, ensure_ascii=False))
+    else:
+        click.echo(design_table(result.to_json()))
+        if simulation is not None:
+            click.echo("\n" + simulation_table(simulation))
+    if definition is not None:
+        created = call_collector(lambda: collector_api(url, token).create_campaign(definition))
+        for warning in created.get("warnings", []):
+            click.secho(f"warning: {warning}", fg="yellow", err=True)
+        click.echo(f"created {created['name']} ({created['mechanism']}, digest "
+                   f"{created['digest']})", err=True)
+        click.echo(worst_case_line(created), err=True)
+
+
+def _numbers(text: str, option: str, count: int | None = None) -> list[float]:
+    try:
+        numbers = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise click.ClickException(f"{option} takes numbers separated by commas, got "
+                                   f"{text!r}") from None
+    if count is not None and len(numbers) != count:
+        raise click.ClickException(f"{option} takes {count} numbers, got {len(numbers)}")
+    return numbers
+
+
+def parse_distribution(kind: str, text: str) -> Any:
+    """``a=0.5,b=0.5`` (categories, strings), ``1=0.2,5=0.8`` or ``1,5`` (numbers),
+    ``1:2=0.5,3:4=0.5`` (vectors), or the JSON form the designer reads."""
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            return json.loads(text)
+        except ValueError as error:
+            raise click.ClickException(f"--distribution: not JSON: {error}") from None
+    pairs = [part.rpartition("=") for part in text.split(",") if part.strip()]
+    try:
+        if kind in ("categories", "strings"):
+            return {key.strip(): float(weight) for key, _, weight in pairs}
+        values = [[float(x) for x in (key if key else weight).split(":")]
+                  for key, _, weight in pairs]
+        body: dict[str, Any] = {"values": [v[0] for v in values] if kind == "numeric"
+                                else values}
+        if all(sep for _, sep, _ in pairs):
+            body["weights"] = [float(weight) for _, _, weight in pairs]
+        return body
+    except ValueError:
+        raise click.ClickException(f"--distribution: cannot read {text!r} (e.g. a=0.5,b=0.5; "
+                                   "1=0.2,5=0.8; 1:2=0.5,3:4=0.5)") from None
+
+
+def _number(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:.4g}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns as wide as their widest cell: nothing is ever cut."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                       for i, (cell, w) in enumerate(zip(line, widths, strict=True))).rstrip()
+             for line in (header, *rows)]
+    return "\n".join(lines)
+
+
+def design_table(body: dict[str, Any]) -> str:
+    """The designer's answer for a terminal."""
+    request = body["request"]
+    frequencies = body["kind"] in ("categories", "strings")
+    lines = [f"{body['kind']} at ε = {body['epsilon']:g}, {body['users']} users per window "
+             f"(95% intervals; {body['variance_model']})"]
+    if frequencies:
+        header = ["mechanism", "SE f→0", "±95% f→0", f"SE f={request['frequency']:g}",
+                  f"±95% f={request['frequency']:g}", "n·Var", "bits", ""]
+    else:
+        header = ["mechanism", "SE (worst)", "±95%", "n·Var [−1,1]", "bits", ""]
+    rows = []
+    for row in body["rows"]:
+        cells = [row["mechanism"], _number(row["std_error"]), _number(row["ci_half_width"])]
+        if frequencies:
+            cells += [_number(row["std_error_at_frequency"]),
+                      _number(row["ci_half_width_at_frequency"])]
+        cells += [_number(row["variance_per_user"]), str(row["report_bits"]),
+                  "← recommended" if row["recommended"] else ""]
+        rows.append(cells)
+    lines += ["", _table(header, rows), "", "privacy: " + body["privacy"]["summary"],
+              "memoization: " + body["privacy"]["memoization"]]
+    # One line per note, naming every mechanism it applies to.
+    by_note: dict[str, list[str]] = {}
+    for row in body["rows"]:
+        for note in row["notes"]:
+            by_note.setdefault(note, []).append(row["mechanism"])
+    lines += [f"note: {note}" for note in body["notes"]]
+    lines += [f"note ({', '.join(names)}): {note}" for note, names in by_note.items()]
+    return "\n".join(lines)
+
+
+def simulation_table(body: dict[str, Any]) -> str:
+    header = ["", "true", "estimate", "SE", "95% interval", "predicted SE"]
+    rows = [[e["label"], _number(e["true"]), _number(e["estimate"]), _number(e["std_error"]),
+             f"[{_number(e['ci_low'])}, {_number(e['ci_high'])}]",
+             _number(e["predicted_std_error"])] for e in body["estimates"]]
+    lines = [f"simulated {body['mechanism']}: {body['simulated_users']} users "
+             f"({body['simulator']}, seed {body['seed']})", "", _table(header, rows)]
+    lines += [f"note: {note}" for note in body["notes"]]
+    return "\n".join(lines)
