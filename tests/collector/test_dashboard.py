@@ -15,7 +15,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from helpers.support import ANALYST, ANALYST_HEADERS, ADMIN, NOW, campaign_spec, make_report
+from helpers.support import ADMIN, ANALYST, ANALYST_HEADERS, NOW, make_report
 
 HOUR = 3600
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')

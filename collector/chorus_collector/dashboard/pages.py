@@ -285,3 +285,13 @@ def comparison_chart(body: Mapping[str, Any]) -> Markup:
                    f"bars drawn in the accent colour are significant after the "
                    f"{body['correction']} correction.")
     return interval_chart(items, title=title, description=description, zero_line=True)
+
+
+def simulation_chart(simulation: Mapping[str, Any]) -> Markup:
+    items = [Interval(row["label"], row["estimate"], row["ci_low"], row["ci_high"])
+             for row in simulation["estimates"][:MAX_CHART_BARS]]
+    title = (f"One simulated run of {simulation['mechanism']} with "
+             f"{simulation['simulated_users']} users: estimates with 95% intervals")
+    description = (f"{len(items)} bars, one per estimate of the simulated run; the table "
+                   "gives the true values beside them.")
+    return interval_chart(items, title=title, description=description)

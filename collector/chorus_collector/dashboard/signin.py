@@ -36,10 +36,11 @@ def current_role() -> Role | None:
 
 
 def sign_in(token: str) -> Role | None:
-    """Start a session for the token's role; None (and no session) for any other token."""
+    """Start a session for the token's role; None (and the session as it was) for any other
+    token."""
     role = _verifier().role_of(token) if token.strip() else None
-    session.clear()  # nothing from before the sign-in carries over
     if role is not None:
+        session.clear()  # nothing from before the sign-in carries over (the CSRF token too)
         session["role"] = role
         session["token"] = _verifier().fingerprint(role)
         session.permanent = True

@@ -20,7 +20,8 @@ from flask import (
 from flask_wtf.csrf import CSRFError, CSRFProtect
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from chorus_collector.dashboard import pages
+from chorus_collector import designer
+from chorus_collector.dashboard import designing, pages
 from chorus_collector.dashboard.charts import sparkline
 from chorus_collector.dashboard.signin import (
     current_role,
@@ -33,6 +34,8 @@ from chorus_collector.estimators import estimator_for
 from chorus_collector.problems import Problem
 from chorus_collector.ratelimit import RateLimiter
 from chorus_collector.storage import Storage, StoredCampaign
+from chorus_shared.campaign import campaign_from_spec
+from chorus_shared.errors import CampaignError
 
 __all__ = ["dashboard"]
 
@@ -44,6 +47,7 @@ dashboard = Blueprint("dashboard", __name__, template_folder="templates",
 DAY = 86400
 LIST_DAYS = 30  # days of report counts drawn beside each campaign
 MAX_UPLOAD_BYTES = 1024 * 1024
+SIMULATION_SEED = 1  # the designer's simulated run: the same page shows the same run
 # Pages load only what the collector serves, run no script, and cannot be framed.
 CONTENT_SECURITY_POLICY = ("default-src 'none'; style-src 'self'; img-src 'self' data:; "
                            "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -221,3 +225,52 @@ def download(name: str, what: str, fmt: str) -> Response:
         return Response(result.to_csv(), mimetype="text/csv", headers=headers)
     return Response(json.dumps(result.to_json(), indent=2), mimetype="application/json",
                     headers=headers)
+
+
+# -- the campaign designer --------------------------------------------------------------------
+
+@dashboard.get("/design")
+@require_role("analyst")
+def design() -> str:
+    """Each mechanism's expected standard error, report size and privacy over time for a
+    planned campaign; with a distribution, one simulated run. Anyone signed in may look;
+    creating the campaign (below) is the admin's."""
+    form = {key: request.args.get(key, default) for key, default in designing.DEFAULTS.items()}
+    form["simulate"] = request.args.get("simulate", "")
+    plan = simulation = chart = None
+    if "kind" in request.args:  # the form was sent
+        try:
+            body = designing.design_request(form)
+            plan = designer.design(body).to_json()
+            if "distribution" in body:
+                mechanism = form["simulate"] or plan["recommended"]
+                simulation = _gated(lambda: designer.simulate_design(body, mechanism,
+                                                                      seed=SIMULATION_SEED))
+                chart = pages.simulation_chart(simulation)
+        except CampaignError as error:
+            raise Problem("invalid-campaign", str(error)) from None
+    return render_template("design.html", form=form, plan=plan, simulation=simulation,
+                           chart=chart, kinds=("categories", "numeric", "vector", "strings"))
+
+
+@dashboard.post("/design")
+@require_role("admin")
+def create_from_design() -> WerkzeugResponse:
+    form = {key: request.form.get(key, default) for key, default in designing.DEFAULTS.items()}
+    name = request.form.get("name", "").strip()
+    try:
+        body = designing.design_request(form)
+        body.pop("distribution", None)
+        spec = designer.spec(body, request.form.get("mechanism") or "auto", name,
+                             description=request.form.get("description", "").strip(),
+                             accept_weak_privacy=request.form.get("accept_weak_privacy") == "on")
+        campaign = campaign_from_spec(spec, require_consent=True, warn=False)
+    except CampaignError as error:
+        raise Problem("invalid-campaign", str(error)) from None
+    try:
+        _storage().insert_campaign(campaign)
+    except FileExistsError:
+        raise Problem("campaign-exists", f"a different campaign is already named {name!r}; "
+                      "pick another name") from None
+    log.info("campaign %s created from the designer", campaign.name)
+    return redirect(url_for("dashboard.campaign", name=campaign.name))

@@ -1,0 +1,96 @@
+"""The designer page's form, read into the designer's request (``chorus_collector.designer``):
+the same fields the ``chorus design`` command and its JSON take."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from chorus_collector.problems import Problem
+
+__all__ = ["DEFAULTS", "design_request"]
+
+DEFAULTS = {"kind": "categories", "categories": "chrome\nfirefox\nsafari\nedge\nother",
+            "lo": "0", "hi": "1000", "dimensions": "3", "candidates": "100",
+            "epsilon": "1", "users": "100000", "frequency": "0.1", "distribution": "",
+            "time_precision": "3600"}
+_SPLIT = re.compile(r"[\n,]")
+
+
+def _number(values: Mapping[str, str], name: str, label: str) -> float:
+    text = values.get(name, "").strip()
+    try:
+        return float(text)
+    except ValueError:
+        raise Problem("invalid-campaign", f"{label} must be a number, not {text!r}") from None
+
+
+def _whole(values: Mapping[str, str], name: str, label: str) -> int:
+    text = values.get(name, "").strip().replace("_", "").replace(",", "")
+    if not text.isdigit():
+        raise Problem("invalid-campaign", f"{label} must be a whole number, not {text!r}")
+    return int(text)
+
+
+def design_request(values: Mapping[str, str]) -> dict[str, Any]:
+    """The designer's JSON request from the page's form (strings, as typed)."""
+    kind = values.get("kind") or DEFAULTS["kind"]
+    body: dict[str, Any] = {"kind": kind, "epsilon": _number(values, "epsilon", "ε"),
+                            "users": _whole(values, "users", "the number of users"),
+                            "time_precision": _whole(values, "time_precision",
+                                                     "the time precision")}
+    if values.get("frequency", "").strip():
+        body["frequency"] = _number(values, "frequency", "the frequency of interest")
+    if kind == "categories":
+        names = [n.strip() for n in _SPLIT.split(values.get("categories", "")) if n.strip()]
+        if len(names) == 1 and names[0].isdigit():
+            body["domain_size"] = int(names[0])
+        else:
+            body["categories"] = names
+    elif kind in ("numeric", "vector"):
+        body["lo"], body["hi"] = _number(values, "lo", "lo"), _number(values, "hi", "hi")
+        if kind == "vector":
+            body["dimensions"] = _whole(values, "dimensions", "the number of attributes")
+    elif kind == "strings":
+        body["candidates"] = _whole(values, "candidates", "the number of candidates")
+    else:
+        raise Problem("invalid-campaign", "kind must be categories, numeric, vector or strings")
+    distribution = values.get("distribution", "").strip()
+    if distribution:
+        body["distribution"] = _distribution(kind, distribution)
+    return body
+
+
+def _distribution(kind: str, text: str) -> Any:
+    """``name = share`` lines (categories, strings) or ``value = weight`` lines (numbers; a
+    vector's value is its numbers separated by spaces; weights may be left out: equal)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    pairs = []
+    for line in lines:
+        left, sep, right = line.rpartition("=")
+        if not sep:
+            left, right = line, ""
+        pairs.append((left.strip(), right.strip()))
+    if kind in ("categories", "strings"):
+        shares = {}
+        for name, share in pairs:
+            try:
+                shares[name] = float(share)
+            except ValueError:
+                raise Problem("invalid-campaign", f"write each share as name = share, e.g. "
+                                                  f"'chrome = 0.6', not {name!r}") from None
+        return shares
+    try:
+        points: list[Any] = [[float(x) for x in v.split()] if kind == "vector" else float(v)
+                             for v, _ in pairs]
+        weights = [float(w) for _, w in pairs if w]
+    except ValueError:
+        raise Problem("invalid-campaign", "write each value as 'value = weight' (a vector's "
+                                          "numbers separated by spaces)") from None
+    body: dict[str, Any] = {"values": points}
+    if weights:
+        if len(weights) != len(points):
+            raise Problem("invalid-campaign", "give a weight to every value, or to none")
+        body["weights"] = weights
+    return body
