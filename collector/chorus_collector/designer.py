@@ -162,11 +162,16 @@ def design(request: DesignRequest | Mapping[str, Any]) -> Design:
         rows.append(_row(request, mechanism))
     if not rows:
         raise CampaignError("no mechanism applies to this design: " + "; ".join(notes[-4:]))
+    privacy = privacy_over_time(request)
+    if privacy["reports_per_period"] > 1:
+        notes.append(f"one install may send {privacy['reports_per_period']} reports per "
+                     f"{privacy['period']}: the standard errors assume one report per user in "
+                     "the window queried (more understate them), so query whole periods")
     recommended = _recommended(request, rows)
     for row in rows:
         row["recommended"] = row["mechanism"] == recommended
-    return Design(request=request, rows=rows, recommended=recommended,
-                  privacy=privacy_over_time(request), notes=notes)
+    return Design(request=request, rows=rows, recommended=recommended, privacy=privacy,
+                  notes=notes)
 
 
 def _row(request: DesignRequest, mechanism: Mechanism) -> dict[str, Any]:

@@ -138,6 +138,7 @@ def test_privacy_over_time_follows_the_policy() -> None:
     assert daily.privacy["per_utc_day"] == 4.0
     assert daily.privacy["per_30_days"] == 4.0 * 31
     assert daily.privacy["per_365_days"] == 4.0 * 366
+    assert any("one report per user in the window" in note for note in daily.notes)
     lifetime = design(NUMBERS).privacy
     assert lifetime["per_report"] == lifetime["per_365_days"] == 2.0
     assert "not offered" in lifetime["memoization"]
