@@ -4,8 +4,9 @@ run them).
 
 Reports come from the vectorized simulator (:mod:`chorus_collector.simulate`) where it has the
 mechanism, else from the client's own randomizer in Python, which is slower: so at most
-:data:`MAX_SIMULATED_USERS` users are simulated with the first and
-:data:`MAX_RANDOMIZER_USERS` with the second, and the answer says how many.
+:data:`MAX_SIMULATED_USERS` users (and :data:`MAX_SIMULATED_BITS` reported bits) are
+simulated with the first and :data:`MAX_RANDOMIZER_USERS` with the second, and the answer
+says how many.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from chorus_collector.simulate import SIMULATORS, simulate
 from chorus_shared.campaign import Campaign
 from chorus_shared.domain import Categories, NumericRange, NumericVector
 
-__all__ = ["MAX_RANDOMIZER_USERS", "MAX_SIMULATED_USERS", "SimulatedWindow", "estimate_rows",
-           "simulate_window",
-           "true_values", "unit_points"]
+__all__ = ["MAX_RANDOMIZER_USERS", "MAX_SIMULATED_BITS", "MAX_SIMULATED_USERS",
+           "SimulatedWindow", "estimate_rows", "simulate_window", "true_values", "unit_points"]
 
 #: A million vectorized reports take about a second to draw and decode (k-RR, OUE at d ≤ 64).
 MAX_SIMULATED_USERS = 10**6
+#: Bit-vector reports (OUE, SUE, RAPPOR) are drawn as an n × bits matrix: 64 million bits take
+#: about 3 s and 64 MB (OUE at d = 64 and 10^6 users; at d = 1024, 62,500 users).
+MAX_SIMULATED_BITS = 64 * 10**6
 #: The client's randomizer runs at 10–50 µs a report in Python: well under a second here.
 MAX_RANDOMIZER_USERS = 20_000
 
@@ -71,7 +74,8 @@ def simulate_window(request: DesignRequest, campaign: Campaign, distribution: Di
     """``request.users`` users (capped) drawn i.i.d. from ``distribution``, one report each."""
     mechanism = campaign.mechanism
     vectorized = mechanism.name in SIMULATORS
-    cap = MAX_SIMULATED_USERS if vectorized else MAX_RANDOMIZER_USERS
+    cap = min(MAX_SIMULATED_USERS, max(1, MAX_SIMULATED_BITS // mechanism.report_bits)) \
+        if vectorized else MAX_RANDOMIZER_USERS
     users = min(request.users, cap)
     rng = np.random.default_rng(seed)
     points = unit_points(request, distribution)

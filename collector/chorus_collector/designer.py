@@ -34,7 +34,7 @@ from chorus_collector.design_simulation import (
     unit_points,
 )
 from chorus_collector.results import CONFIDENCE, Z95
-from chorus_shared.campaign import campaign_from_spec
+from chorus_shared.campaign import campaign_from_spec, privacy_warnings
 from chorus_shared.compare import FREQUENCY_ORACLES, MEAN_MECHANISMS, VECTOR_MECHANISMS
 from chorus_shared.domain import Categories, NumericRange, NumericVector
 from chorus_shared.errors import CampaignError
@@ -149,7 +149,7 @@ def design(request: DesignRequest | Mapping[str, Any]) -> Design:
     """Every applicable mechanism's figures for this request (see the module docstring)."""
     request = as_request(request)
     rows: list[dict[str, Any]] = []
-    notes: list[str] = []
+    notes: list[str] = privacy_warnings(request.epsilon)
     if request.kind in ("numeric", "vector"):
         notes.append("values outside [lo, hi] are clipped on the device, before any noise")
     for name in CANDIDATES[request.kind]:
@@ -162,11 +162,16 @@ def design(request: DesignRequest | Mapping[str, Any]) -> Design:
         rows.append(_row(request, mechanism))
     if not rows:
         raise CampaignError("no mechanism applies to this design: " + "; ".join(notes[-4:]))
+    privacy = privacy_over_time(request)
+    if privacy["reports_per_period"] > 1:
+        notes.append(f"one install may send {privacy['reports_per_period']} reports per "
+                     f"{privacy['period']}: the standard errors assume one report per user in "
+                     "the window queried (more understate them), so query whole periods")
     recommended = _recommended(request, rows)
     for row in rows:
         row["recommended"] = row["mechanism"] == recommended
-    return Design(request=request, rows=rows, recommended=recommended,
-                  privacy=privacy_over_time(request), notes=notes)
+    return Design(request=request, rows=rows, recommended=recommended, privacy=privacy,
+                  notes=notes)
 
 
 def _row(request: DesignRequest, mechanism: Mechanism) -> dict[str, Any]:
@@ -289,10 +294,11 @@ def spec(request: DesignRequest | Mapping[str, Any], mechanism: str, name: str, 
 
 def simulate_design(request: DesignRequest | Mapping[str, Any], mechanism: str,
                     seed: int = 0) -> dict[str, Any]:
-    """One simulated window: ``users`` reports (at most 10^6; 20,000 where only the client's
-    Python randomizer has the mechanism) from the request's distribution, decoded by the real
-    estimator. Each row: the true value, the estimate with its SE and 95% interval, and the SE
-    this module predicts for that distribution at the simulated number of users."""
+    """One simulated window: ``users`` reports (at most 10^6 and 64 million reported bits;
+    20,000 where only the client's Python randomizer has the mechanism) from the request's
+    distribution, decoded by the real estimator. Each row: the true value, the estimate with
+    its SE and 95% interval, and the SE this module predicts for that distribution at the
+    simulated number of users."""
     request = as_request(request)
     distribution = request.distribution
     if distribution is None:
@@ -310,8 +316,9 @@ def simulate_design(request: DesignRequest | Mapping[str, Any], mechanism: str,
         row["predicted_std_error"] = std_error
     notes = []
     if window.users < request.users:
-        notes.append(f"simulated {window.users} users, not {request.users} (the cap for "
-                     f"the {window.simulator} is {window.cap}): the standard errors shown are for "
+        notes.append(f"simulated {window.users} users, not {request.users} (the most the "
+                     f"{window.simulator} draws for {mechanism} here, to answer in seconds): "
+                     f"the standard errors shown are for "
                      f"{window.users}; at {request.users} they shrink by √({window.users}/"
                      f"{request.users}) = {math.sqrt(window.users / request.users):.3g}")
     return {"mechanism": campaign.mechanism.name, "kind": request.kind,

@@ -138,6 +138,7 @@ def test_privacy_over_time_follows_the_policy() -> None:
     assert daily.privacy["per_utc_day"] == 4.0
     assert daily.privacy["per_30_days"] == 4.0 * 31
     assert daily.privacy["per_365_days"] == 4.0 * 366
+    assert any("one report per user in the window" in note for note in daily.notes)
     lifetime = design(NUMBERS).privacy
     assert lifetime["per_report"] == lifetime["per_365_days"] == 2.0
     assert "not offered" in lifetime["memoization"]
@@ -207,6 +208,25 @@ def test_simulation_caps_the_users_and_says_so(monkeypatch: pytest.MonkeyPatch) 
     assert result["simulator"] == "client randomizer" and result["simulated_users"] == 300
     assert "not 1500" in result["notes"][0]
     assert [e["label"] for e in result["estimates"]] == ["a", "b", "c", "d", "e"]
+
+
+def test_bit_vector_reports_are_capped_by_their_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chorus_collector import design_simulation
+
+    monkeypatch.setattr(design_simulation, "MAX_SIMULATED_BITS", 5 * 1000)
+    result = simulate_design(CATEGORIES, "oue", 1)  # 5 bits a report: 1000 reports
+    assert result["simulator"] == "vectorized" and result["simulated_users"] == 1000
+    assert simulate_design(CATEGORIES, "krr", 1)["simulated_users"] == USERS  # 3 bits
+
+
+def test_weak_privacy_is_said_and_needs_consent_to_create() -> None:
+    weak = {**CATEGORIES, "epsilon": 12.0}
+    assert any("protects little" in note for note in design(weak).notes)
+    with pytest.raises(CampaignError, match="accept_weak_privacy"):
+        spec(weak, "krr", "weak")
+    assert spec(weak, "krr", "weak", accept_weak_privacy=True)["accept_weak_privacy"] is True
+    result = CliRunner().invoke(main, [*CLI_DESIGN, "--epsilon", "12", "--create", "weak"])
+    assert result.exit_code == 1 and "--accept-weak-privacy" in result.output
 
 
 def test_strings_are_decoded_against_the_distribution() -> None:

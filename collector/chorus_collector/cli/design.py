@@ -47,6 +47,8 @@ from chorus_collector.design_request import KINDS
 @click.option("--create", "create_name", default=None, metavar="NAME",
               help="Create the campaign with this name (admin token).")
 @click.option("--description", default="", help="The created campaign's description.")
+@click.option("--accept-weak-privacy", is_flag=True,
+              help="Create it even with ε ≥ 10 (each report then protects little).")
 @click.option("--format", "output", type=click.Choice(["table", "json"]), default="table",
               show_default=True)
 @url_option
@@ -56,8 +58,8 @@ def design_command(kind: str, categories: str | None, domain_size: int | None,
                    epsilon: float, users: int, frequency: float | None, unit: str | None,
                    budget: float | None, max_reports: int | None, time_precision: int | None,
                    distribution: str | None, seed: int, mechanism: str | None,
-                   create_name: str | None, description: str, output: str, url: str,
-                   token: str | None) -> None:
+                   create_name: str | None, description: str, accept_weak_privacy: bool,
+                   output: str, url: str, token: str | None) -> None:
     """Compare mechanisms for a planned campaign; simulate it; create it."""
     from chorus_collector.designer import design, simulate_design, spec
     from chorus_shared.errors import CampaignError
@@ -81,10 +83,12 @@ def design_command(kind: str, categories: str | None, domain_size: int | None,
         chosen = mechanism or result.recommended
         simulation = simulate_design(result.request, chosen, seed) \
             if distribution is not None else None
-        definition = spec(result.request, chosen, create_name, description=description) \
+        definition = spec(result.request, chosen, create_name, description=description,
+                          accept_weak_privacy=accept_weak_privacy) \
             if create_name is not None else None
     except CampaignError as error:
-        raise click.ClickException(str(error)) from None
+        hint = " (here: --accept-weak-privacy)" if "accept_weak_privacy" in str(error) else ""
+        raise click.ClickException(f"{error}{hint}") from None
     if output == "json":
         click.echo(json.dumps({"design": result.to_json(), "simulation": simulation},
                               indent=2, ensure_ascii=False))
