@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 from flask import Flask
-from werkzeug.serving import make_server
+from werkzeug.serving import WSGIRequestHandler, make_server
 
 from chorus_collector.app import start_background_work
 from chorus_collector.folding import BackgroundFolder
@@ -92,11 +92,18 @@ def _decode(body: bytes, content_type: str) -> Any:
     return body.decode()
 
 
+class _QuietHandler(WSGIRequestHandler):
+    """No line per request on stderr: the app logs its requests itself (chorus.collector)."""
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass
+
+
 @contextmanager
 def serving(app: Flask, clock: FakeClock) -> Iterator[LiveCollector]:
     """Serve ``app`` on 127.0.0.1 (a free port) in a thread, with its background folder
     running; shut both down on exit."""
-    server = make_server("127.0.0.1", 0, app, threaded=True)
+    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=_QuietHandler)
     thread = threading.Thread(target=server.serve_forever, name="live-collector", daemon=True)
     thread.start()
     start_background_work(app)
