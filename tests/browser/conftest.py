@@ -67,12 +67,19 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 @pytest.fixture
-def live_collector(make_app: Callable[..., Flask],
-                   clock: FakeClock) -> Iterator[LiveCollector]:
+def live_config() -> dict[str, Any]:
+    """Settings for ``live_collector`` beyond the suite's: a module or test overrides this
+    fixture to serve another configuration."""
+    return {}
+
+
+@pytest.fixture
+def live_collector(make_app: Callable[..., Flask], clock: FakeClock,
+                   live_config: dict[str, Any]) -> Iterator[LiveCollector]:
     """A collector (``create_app`` on this test's SQLite file, the suite's admin and analyst
-    tokens, the ``clock`` fixture) served on 127.0.0.1 at a free port, folding in the
-    background every second; stopped at the end."""
-    with serving(make_app(FOLD_INTERVAL=1), clock) as live:
+    tokens, the ``clock`` fixture, then ``live_config``) served on 127.0.0.1 at a free port,
+    folding in the background every second; stopped at the end."""
+    with serving(make_app(**{"FOLD_INTERVAL": 1, **live_config}), clock) as live:
         yield live
 
 

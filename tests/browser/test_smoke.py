@@ -12,7 +12,8 @@ import pytest
 from playwright.sync_api import Page
 
 from helpers.browser import RequestRecorder
-from helpers.live import LiveCollector, SeededCampaign
+from helpers.live import DAY, LiveCollector, SeededCampaign, seed_campaigns
+from helpers.support import z_threshold
 
 
 def test_chromium_opens_the_health_check_and_a_screenshot_is_saved(
@@ -78,6 +79,27 @@ def test_seeded_campaigns_answer_estimates_over_http(
     assert browser["n"] == seeded["browser"].accepted == 8 * 2_000
     assert {row["value"] for row in browser["rows"]} == set(seeded["browser"].truth[0])
     load_time = live_collector.get_json("/v1/campaigns/load_time/estimates")
-    assert load_time["n"] == 16_000
+    assert load_time["n"] == seeded["load_time"].accepted == 16_000
     assert len(seeded["homepage"].buckets) == 8
-    assert seeded["homepage"].buckets[-1] - seeded["homepage"].buckets[0] == 7 * 86_400
+    assert seeded["homepage"].buckets[-1] - seeded["homepage"].buckets[0] == 7 * DAY
+    assert seeded["homepage"].buckets[-1] == live_collector.clock() // DAY * DAY
+
+
+@pytest.mark.parametrize("live_config", [{"FOLD_INTERVAL": 0}])
+def test_a_change_planted_in_the_seed_is_in_the_estimates(live_collector: LiveCollector) -> None:
+    """Each window's estimates lie within z standard errors of that window's true shares
+    (the population is fixed: only the mechanism is random; Bonferroni over 2 × 5 rows)."""
+    seeded = seed_campaigns(live_collector, days=6, change_day=3)["browser"]
+    assert live_collector.fold() == 3 * 6 * 2_000  # no background folder: it was off
+    z = z_threshold(1e-6, tests=10)
+    for days in (range(0, 3), range(3, 6)):
+        start, end = seeded.buckets[days.start], seeded.buckets[days.stop - 1] + DAY
+        answer = live_collector.get_json(
+            f"/v1/campaigns/browser/estimates?start={start}&end={end}")
+        assert answer["n"] == 3 * 2_000
+        for row in answer["rows"]:
+            truth = sum(seeded.truth[d].get(row["value"], 0.0) for d in days) / len(days)
+            assert abs(row["frequency"] - truth) <= z * row["frequency_std_error"], row
+    before = [seeded.truth[d]["safari"] for d in range(3)]
+    after = [seeded.truth[d]["safari"] for d in range(3, 6)]
+    assert max(before) < 0.30 < min(after)  # 0.25, then 0.35: far beyond sampling noise

@@ -14,6 +14,7 @@ import math
 import threading
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -166,10 +167,7 @@ def seed_campaign(live: LiveCollector, spec: Mapping[str, Any],
 def _truth(values: Sequence[Any]) -> dict[str, float]:
     if values and all(isinstance(v, float) for v in values):
         return {"mean": math.fsum(values) / len(values)}
-    shares: dict[str, float] = {}
-    for value in values:
-        shares[str(value)] = shares.get(str(value), 0.0) + 1 / len(values)
-    return shares
+    return {str(value): count / len(values) for value, count in Counter(values).items()}
 
 
 def categorical(values: Sequence[str], shares: Sequence[float]) -> Draw:
