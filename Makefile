@@ -36,13 +36,14 @@ lint: $(STAMP)
 # second backend; the tests start a throwaway cluster as the postgres user on 127.0.0.1),
 # nginx (the deployment's proxy, started by the tests on 127.0.0.1) and Chromium with its
 # WebDriver (the browser tests drive it headless through Playwright, which never downloads a
-# browser of its own). Each stops at the end. Installing all four takes under a minute.
+# browser of its own; its bundled Node.js driver needs libatomic1, absent where no compiler
+# is installed). Each stops at the end. Installing them all takes under a minute.
 services:
 	@{ ls /usr/lib/postgresql/*/bin/pg_ctl && command -v nginx && command -v chromium && \
-	  command -v chromedriver; } >/dev/null 2>&1 || { \
+	  command -v chromedriver && dpkg -s libatomic1; } >/dev/null 2>&1 || { \
 	  apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql nginx \
-	    chromium chromium-driver >/dev/null; }
+	    chromium chromium-driver libatomic1 >/dev/null; }
 
 # Everything on SQLite, then the storage-facing suites (collector, end to end) on PostgreSQL.
 test: lint services
