@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 
 BENCH_STAMP := $(VENV)/.bench-stamp
 
-.PHONY: demo test quick lint bench clean services
+.PHONY: demo serve-demo test quick lint bench clean services
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,20 +20,30 @@ $(STAMP): pyproject.toml
 	  ''.join(f'{root / d}\n' for d in ('client', 'collector', 'shared')))"
 	touch $(STAMP)
 
+# The demo ends by itself (it prints the dashboard's address and how to keep it running);
+# serve-demo keeps the collector and its dashboard on loopback until Ctrl-C.
 demo: $(STAMP)
 	$(BIN)/chorus demo
+
+serve-demo: $(STAMP)
+	$(BIN)/chorus demo --serve
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 # The real components the tests run, from Debian: PostgreSQL's server binaries (the suite's
-# second backend; the tests start a throwaway cluster as the postgres user on 127.0.0.1) and
-# nginx (the deployment's proxy, started by the tests on 127.0.0.1). Each stops at the end.
+# second backend; the tests start a throwaway cluster as the postgres user on 127.0.0.1),
+# nginx (the deployment's proxy, started by the tests on 127.0.0.1) and Chromium with its
+# WebDriver (the browser tests drive it headless through Playwright, which never downloads a
+# browser of its own; its bundled Node.js driver needs libatomic1, absent where no compiler
+# is installed). Each stops at the end. Installing them all takes under a minute.
 services:
-	@{ ls /usr/lib/postgresql/*/bin/pg_ctl && command -v nginx; } >/dev/null 2>&1 || { \
+	@{ ls /usr/lib/postgresql/*/bin/pg_ctl && command -v nginx && command -v chromium && \
+	  command -v chromedriver && dpkg -s libatomic1; } >/dev/null 2>&1 || { \
 	  apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql nginx >/dev/null; }
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql nginx \
+	    chromium chromium-driver libatomic1 >/dev/null; }
 
 # Everything on SQLite, then the storage-facing suites (collector, end to end) on PostgreSQL.
 test: lint services

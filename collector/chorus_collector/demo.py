@@ -3,7 +3,8 @@
 Starts a collector (the production server, on loopback, on a fresh SQLite file), creates
 three campaigns, simulates users who each report through their own instance of the real
 client library over real HTTP (noise from the OS CSPRNG), then prints the true value, the
-estimate and its 95% interval side by side, and stops the server.
+estimate and its 95% interval side by side, the dashboard's address and this demo's tokens,
+and stops the server; with ``serve``, it goes on serving on loopback until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import math
 import random
 import secrets
+import signal
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -24,6 +27,7 @@ from requests.adapters import HTTPAdapter
 
 from chorus_client import Client, CollectorAPI, RequestsTransport
 from chorus_collector.formatting import format_estimates
+from chorus_collector.process import CollectorProcess
 from chorus_collector.progress import progress_bar
 from chorus_shared.campaign import Campaign, campaign_from_config
 
@@ -100,55 +104,101 @@ def _simulate(url: str, campaigns: dict[str, Campaign], population: Population,
     return accepted
 
 
-def run_demo(users: int = 20_000, seed: int = 7,
-             echo: Callable[[str], None] = print) -> dict[str, Any]:
-    from chorus_collector.process import CollectorProcess
-
+def run_demo(users: int = 20_000, seed: int = 7, echo: Callable[[str], None] = print, *,
+             serve: bool = False, port: int | None = None,
+             until_stopped: Callable[[CollectorProcess], None] | None = None,
+             ) -> dict[str, Any]:
+    """Run the demo and print the results, the dashboard's address and the tokens to sign in
+    with. With ``serve``, the collector then goes on answering on loopback until
+    ``until_stopped`` returns (by default: until Ctrl-C, or until the server dies)."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="chorus-demo-") as tmp:
         database = Path(tmp) / "demo.db"
         admin, analyst = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
         settings = {"ADMIN_TOKEN": admin, "ANALYST_TOKEN": analyst, "LOG_LEVEL": "WARNING"}
-        with CollectorProcess(database, settings=settings) as server:
+        with CollectorProcess(database, settings=settings, port=port) as server:
             echo(f"collector: {server.url} (gunicorn), database {database}")
-            api = CollectorAPI(server.url, admin)
-            campaigns: dict[str, Campaign] = {}
-            for spec in DEMO_CAMPAIGNS:
-                config = api.create_campaign(spec)
-                campaigns[spec["name"]] = campaign_from_config(config)
-                echo(f"campaign {spec['name']}: {spec['mechanism']}, ε = {config['epsilon']:.3g}"
-                     f", digest {config['digest'][:12]}")
-            population = Population(users, seed)
-            echo(f"simulating {users} users through the client library over HTTP ...")
-            t0 = time.monotonic()
-            accepted = _simulate(server.url, campaigns, population)
-            echo(f"{accepted} reports accepted in {time.monotonic() - t0:.1f} s")
-
-            analyst_api = CollectorAPI(server.url, analyst)
-            truth = population.truth()
-            results = {
-                "browser": analyst_api.estimates("browser"),
-                "homepage": analyst_api.estimates("homepage", candidates=HOMEPAGES),
-                "load_time": analyst_api.estimates("load_time"),
-            }
-        covered = total = 0
-        for name, result in results.items():
+            results, truth, accepted = _run(server.url, admin, analyst, users, seed, echo)
+            covered, total = _print_results(results, truth, echo)
+            echo(f"\n{covered} of {total} true values lie inside their 95% interval "
+                 f"({100 * covered / total:.1f}%); finished in "
+                 f"{time.monotonic() - started:.0f} s")
             echo("")
-            if name == "homepage":  # the 15 most common, of 100 candidates
-                top = sorted(result["rows"], key=lambda r: -truth[name].get(r["value"], 0))[:15]
-                shown = {**result, "rows": top}
-                echo(format_estimates(shown, truth[name]))
-                echo(f"  … and {len(result['rows']) - 15} more candidates")
-            else:
-                echo(format_estimates(result, truth[name]))
-            rows = result.get("rows") or [{**result, "value": "mean",
-                                           "frequency_ci_low": result["ci_low"],
-                                           "frequency_ci_high": result["ci_high"]}]
-            for row in rows:
-                true = truth[name].get(row["value"], 0.0)
-                total += 1
-                covered += row["frequency_ci_low"] <= true <= row["frequency_ci_high"]
-        echo(f"\n{covered} of {total} true values lie inside their 95% interval "
-             f"({100 * covered / total:.1f}%); finished in {time.monotonic() - started:.0f} s")
+            lasts = ("serving on loopback until Ctrl-C" if serve else
+                     "it stops with this demo: `chorus demo --serve`, or `make serve-demo`, "
+                     "keeps it until Ctrl-C")
+            echo(f"dashboard: {server.url}/ ({lasts})")
+            echo(f"  sign in with the analyst token {analyst}")
+            echo(f"  or the admin token {admin} (both new for this run)")
+            if serve:
+                (until_stopped or _until_interrupted)(server)
+                echo("stopping the collector")
     return {"results": results, "truth": truth, "covered": covered, "total": total,
             "accepted": accepted}
+
+
+def _run(url: str, admin: str, analyst: str, users: int, seed: int,
+         echo: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, dict[str, float]], int]:
+    """Create the campaigns, simulate the users and query the estimates."""
+    api = CollectorAPI(url, admin)
+    campaigns: dict[str, Campaign] = {}
+    for spec in DEMO_CAMPAIGNS:
+        config = api.create_campaign(spec)
+        campaigns[spec["name"]] = campaign_from_config(config)
+        echo(f"campaign {spec['name']}: {spec['mechanism']}, ε = {config['epsilon']:.3g}"
+             f", digest {config['digest'][:12]}")
+    population = Population(users, seed)
+    echo(f"simulating {users} users through the client library over HTTP ...")
+    t0 = time.monotonic()
+    accepted = _simulate(url, campaigns, population)
+    echo(f"{accepted} reports accepted in {time.monotonic() - t0:.1f} s")
+    analyst_api = CollectorAPI(url, analyst)
+    results = {
+        "browser": analyst_api.estimates("browser"),
+        "homepage": analyst_api.estimates("homepage", candidates=HOMEPAGES),
+        "load_time": analyst_api.estimates("load_time"),
+    }
+    return results, population.truth(), accepted
+
+
+def _print_results(results: dict[str, Any], truth: dict[str, dict[str, float]],
+                   echo: Callable[[str], None]) -> tuple[int, int]:
+    """Each table beside the truth; returns how many true values the intervals cover, of
+    how many."""
+    covered = total = 0
+    for name, result in results.items():
+        echo("")
+        if name == "homepage":  # the 15 most common, of 100 candidates
+            top = sorted(result["rows"], key=lambda r: -truth[name].get(r["value"], 0))[:15]
+            shown = {**result, "rows": top}
+            echo(format_estimates(shown, truth[name]))
+            echo(f"  … and {len(result['rows']) - 15} more candidates")
+        else:
+            echo(format_estimates(result, truth[name]))
+        rows = result.get("rows") or [{**result, "value": "mean",
+                                       "frequency_ci_low": result["ci_low"],
+                                       "frequency_ci_high": result["ci_high"]}]
+        for row in rows:
+            true = truth[name].get(row["value"], 0.0)
+            total += 1
+            covered += row["frequency_ci_low"] <= true <= row["frequency_ci_high"]
+    return covered, total
+
+
+def _until_interrupted(server: CollectorProcess) -> None:
+    """Return on Ctrl-C (SIGINT) or SIGTERM; fail if the server dies first."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    # The server runs in its own session: a terminal's Ctrl-C reaches this process only,
+    # which then stops the server with SIGTERM (a graceful shutdown) as it leaves.
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.wait(0.5):
+            if server.process is None or server.process.poll() is not None:
+                raise RuntimeError(f"the collector exited unexpectedly:\n{server.log()}")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

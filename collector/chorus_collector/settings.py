@@ -85,8 +85,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("THREADS", int, 8, "Threads per worker process."),
     Setting("LOG_LEVEL", str, "INFO", "Python logging level for the collector."),
 )
-# CHORUS_* variables read by the CLI and client, not by the collector app.
-_NON_APP_ENV = {"URL", "TOKEN"}
+# CHORUS_* variables read by the CLI and client, not by the collector app (and the test
+# suite's folder for browser screenshots, which a shell may export while a collector runs).
+_NON_APP_ENV = {"URL", "TOKEN", "SCREENSHOTS"}
 
 
 def coerce_setting(setting: Setting, value: object, source: str) -> Any:

@@ -4,7 +4,7 @@
 * ``chorus shuffler``: run the optional shuffler (``--flush``: one forwarding pass);
 * ``chorus campaign create|list``: admin calls over HTTP (``CHORUS_URL``, ``CHORUS_TOKEN``);
 * ``chorus estimates NAME``: analyst call, printed as a table, JSON or CSV;
-* ``chorus demo``: a collector, three campaigns and 20,000 simulated users, end to end;
+* ``chorus demo [--serve]``: a collector, three campaigns and 20,000 simulated users, end to end;
 * ``chorus gc``: drop reports past their campaign's expiry, keeping the statistics;
 * ``chorus aggregate``: fold new reports into the statistics (``--scheduler``: on a Dask
   cluster; ``--from-parquet``: aggregate an export instead);

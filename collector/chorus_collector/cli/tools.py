@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import click
@@ -10,14 +11,39 @@ from chorus_collector.cli.root import main
 
 
 @main.command()
-@click.option("--users", type=int, default=20_000, show_default=True)
+@click.option("--users", type=click.IntRange(min=100), default=20_000, show_default=True,
+              help="Simulated users (estimates need 100 reports per campaign).")
 @click.option("--seed", type=int, default=7, show_default=True,
               help="Seed of the simulated population (the client's noise is always the CSPRNG).")
-def demo(users: int, seed: int) -> None:
-    """Start a collector, create three campaigns, simulate users, print the estimates."""
+@click.option("--serve", is_flag=True,
+              help="Keep the collector and its dashboard serving on loopback until Ctrl-C.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Port on 127.0.0.1 (default: a free one).")
+def demo(users: int, seed: int, serve: bool, port: int | None) -> None:
+    """Start a collector, create three campaigns, simulate users, print the estimates and
+    the dashboard's address; with --serve, keep serving until Ctrl-C."""
     from chorus_collector.demo import run_demo
 
-    run_demo(users=users, seed=seed, echo=click.echo)
+    if port is not None and not _port_is_free(port):
+        raise click.ClickException(f"port {port} on 127.0.0.1 is in use: choose another, or "
+                                   "leave --port out for a free one")
+    try:
+        run_demo(users=users, seed=seed, echo=click.echo, serve=serve, port=port)
+    except RuntimeError as error:  # the server did not start, or died while serving
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        # What happened, and the server log's last word on why (a port in use, say).
+        raise click.ClickException(" ".join(dict.fromkeys([lines[0], lines[-1]]))) from None
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        # As gunicorn binds: a port whose last connections linger in TIME_WAIT is free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 @main.command()
