@@ -44,7 +44,7 @@ _HTTP_KINDS = {400: "bad-request", 404: "not-found", 405: "method-not-allowed",
 def create_app(config: Mapping[str, Any] | None = None, *,
                clock: Callable[[], float] = time.time) -> Flask:
     settings = resolve_settings(config)
-    app = Flask("chorus_collector")
+    app = Flask("chorus_collector", static_folder=None)  # the dashboard serves its own
     app.config["MAX_CONTENT_LENGTH"] = settings["MAX_BODY_BYTES"]
     # Tokens are hashed at once; the raw values are not kept in app.config.
     secret = {s.name for s in SETTINGS if s.secret}
