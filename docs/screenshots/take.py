@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -31,17 +32,30 @@ from helpers.browser import (  # noqa: E402
     missing_browser,
     save_screenshot,
 )
-from helpers.live import DAY, LiveCollector, seed_campaigns, serving  # noqa: E402
+from helpers.live import (  # noqa: E402
+    BROWSER_SHARES,
+    BROWSERS,
+    DAY,
+    HOMEPAGES,
+    LiveCollector,
+    seed_campaigns,
+    serving,
+)
 from helpers.support import ADMIN, ANALYST, FakeClock  # noqa: E402
 
+DESIGN = urlencode({"kind": "categories", "categories": "\n".join(BROWSERS), "epsilon": "1",
+                    "users": "200000", "time_precision": "86400",
+                    "distribution": "\n".join(f"{b} = {s}" for b, s in
+                                              zip(BROWSERS, BROWSER_SHARES, strict=True))})
 # (file name, path, signed in): the pages the README shows.
 PAGES = [
     ("login", "/login", False),
     ("campaigns", "/", True),
     ("campaign-browser", "/campaigns/browser", True),
     ("campaign-load_time", "/campaigns/load_time", True),
-    ("campaign-homepage", "/campaigns/homepage", True),
-    ("designer", "/design", True),
+    ("campaign-homepage",
+     "/campaigns/homepage?" + urlencode({"candidates": "\n".join(HOMEPAGES)}), True),
+    ("designer", "/design?" + DESIGN, True),
 ]
 TOKEN_FIELD = "form input[type=password], form input[name=token]"
 

@@ -15,7 +15,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from helpers.support import ADMIN, ANALYST, ANALYST_HEADERS, NOW, make_report
+from helpers.support import ADMIN, ADMIN_HEADERS, ANALYST, ANALYST_HEADERS, NOW, make_report
 
 HOUR = 3600
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -238,3 +238,19 @@ def test_sign_in_attempts_are_limited(http: FlaskClient) -> None:
     statuses = [http.post("/login", data={"token": f"guess-{i}", "csrf_token": token})
                 .status_code for i in range(11)]
     assert statuses == [401] * 10 + [429]
+
+
+def test_vector_campaign_page(signed_in: FlaskClient) -> None:
+    domain = {"kind": "vector", "attributes": [{"name": "cpu", "lo": 0, "hi": 100},
+                                               {"name": "memory", "lo": 0, "hi": 16}]}
+    spec = {"name": "usage", "mechanism": "duchi_md", "epsilon": 2.0, "domain": domain,
+            "min_batch_size": 1, "privacy": {"budget": 1e6, "max_reports": 1_000_000}}
+    reply = signed_in.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS)
+    assert reply.status_code == 201, reply.get_json()
+    config = reply.get_json()
+    seed(signed_in, config, lambda bucket, i: [float(i % 100), float(i % 16)], buckets=2)
+    page = signed_in.get("/campaigns/usage").get_data(as_text=True)
+    api = signed_in.get("/v1/campaigns/usage/estimates", headers=ANALYST_HEADERS).get_json()
+    assert bars(page.split('id="series"')[0]) == {
+        row["attribute"]: (row["mean"], row["ci_low"], row["ci_high"]) for row in api["rows"]}
+    assert 'class="series" data-label="cpu"' in page and 'data-label="memory"' in page

@@ -24,8 +24,8 @@ EXAMPLE_CAMPAIGN = "browsers"
 def _routes(app: Flask) -> set[tuple[str, str]]:
     routes = set()
     for rule in app.url_map.iter_rules():
-        if rule.endpoint == "static":
-            continue
+        if rule.endpoint.startswith("dashboard."):
+            continue  # the dashboard's HTML pages are for browsers, not part of the API
         path = re.sub(r"<(?:[a-z]+:)?([a-z_]+)>", r"{\1}", rule.rule)
         routes |= {(path, method.lower()) for method in rule.methods or ()
                    if method not in ("HEAD", "OPTIONS")}

@@ -154,7 +154,7 @@ def line_chart(lines: Sequence[Line], *, step: int, title: str, description: str
     def y(v: float) -> float:
         return top + (hi - v) / (hi - lo) * plot_height
 
-    width, height = left + plot_width + 20, top + plot_height + bottom
+    width, height = left + plot_width + 50, top + plot_height + bottom  # room for the last date
     parts = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" role="img" '
              f'viewBox="0 0 {width} {height}" aria-label="{escape(title)}">'
              f'<title>{escape(title)}</title><desc>{escape(description)}</desc>']

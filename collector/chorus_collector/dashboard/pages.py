@@ -295,3 +295,12 @@ def simulation_chart(simulation: Mapping[str, Any]) -> Markup:
     description = (f"{len(items)} bars, one per estimate of the simulated run; the table "
                    "gives the true values beside them.")
     return interval_chart(items, title=title, description=description)
+
+
+def duration_label(seconds: int) -> str:
+    """3600 → "1 hour", 86400 → "1 day", 604800 → "1 week", else "N s"."""
+    for unit, size in (("week", 7 * 86400), ("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{seconds} s"

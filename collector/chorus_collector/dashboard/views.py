@@ -95,7 +95,7 @@ def _csrf_page(error: CSRFError) -> tuple[str, int]:
 
 @dashboard.context_processor
 def _globals() -> dict[str, Any]:
-    return {"role": current_role(), "iso": pages.iso}
+    return {"role": current_role(), "iso": pages.iso, "duration": pages.duration_label}
 
 
 @dashboard.route("/login", methods=["GET", "POST"])
