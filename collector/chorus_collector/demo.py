@@ -37,16 +37,23 @@ BROWSERS = ["chrome", "safari", "edge", "firefox", "samsung", "opera", "uc", "br
             "vivaldi", "other"]
 BROWSER_SHARES = [0.42, 0.20, 0.11, 0.08, 0.06, 0.045, 0.035, 0.025, 0.015, 0.01]
 HOMEPAGES = [f"https://site-{i:03d}.example/" for i in range(100)]
+DAY = 86400
+# Each simulated user reports on one of the last DEMO_DAYS UTC days (today included), so the
+# dashboard has a series to draw; the estimates over all data are of the whole population.
+DEMO_DAYS = 7
 
 DEMO_CAMPAIGNS: list[dict[str, Any]] = [
     {"name": "browser", "mechanism": "krr", "epsilon": 2.0,
      "domain": {"kind": "categories", "values": BROWSERS, "other": "other"},
-     "min_batch_size": 100, "description": "Which browser do you use? (k-RR, 10 categories)"},
+     "min_batch_size": 100, "time_precision": DAY,
+     "description": "Which browser do you use? (k-RR, 10 categories)"},
     {"name": "homepage", "mechanism": "rappor", "epsilon": 2.0,
      "domain": {"kind": "strings"}, "params": {"k": 128, "h": 2, "m": 32},
-     "min_batch_size": 100, "description": "Homepage URL (Bloom-filter RAPPOR)"},
+     "min_batch_size": 100, "time_precision": DAY,
+     "description": "Homepage URL (Bloom-filter RAPPOR)"},
     {"name": "load_time", "mechanism": "duchi", "epsilon": 1.0,
      "domain": {"kind": "numeric", "lo": 0.0, "hi": 10.0}, "min_batch_size": 100,
+     "time_precision": DAY,
      "description": "Page load time in seconds, clipped to [0, 10] (Duchi et al.)"},
 ]
 
@@ -86,8 +93,9 @@ def _simulate(url: str, campaigns: dict[str, Campaign], population: Population,
         # Each user is one app install with the configs pinned, CSPRNG noise and the default
         # caps; ephemeral and without a send delay only because the whole simulation lasts a
         # minute (a real app keeps its state on disk and lets reports leave at random times).
+        reported_at = time.time() - (i % DEMO_DAYS) * DAY
         client = Client(url, ephemeral=True, transport=transport, campaigns=campaigns,
-                        send_delay=0.0)
+                        send_delay=0.0, clock=lambda: reported_at)
         client.report("browser", population.browsers[i])
         client.report("homepage", population.homepages[i])
         client.report("load_time", population.load_times[i])
