@@ -278,3 +278,14 @@ def test_series_need_the_analyst_token(http: FlaskClient,
     create("krr")
     assert http.get("/v1/campaigns/krr/series").status_code == 401
     assert http.get("/v1/campaigns/krr/series", headers=ADMIN_HEADERS).status_code == 200
+
+
+def test_far_future_points_render_as_csv(http: FlaskClient,
+                                         create: Callable[..., dict[str, Any]]) -> None:
+    create("krr")
+    last = (2**40 // HOUR) * HOUR  # the year 36812: no ISO 8601 four-digit year
+    reply = http.get("/v1/campaigns/krr/series", headers=ANALYST_HEADERS,
+                     query_string={"start": last - 2 * HOUR, "end": last, "format": "csv"})
+    assert reply.status_code == 200
+    rows = list(csv.DictReader(io.StringIO(reply.get_data(as_text=True))))
+    assert len(rows) == 8 and rows[0]["start_iso"] == "" and rows[0]["suppressed"] == "true"
