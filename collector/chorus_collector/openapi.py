@@ -170,6 +170,80 @@ _SCHEMAS: dict[str, Any] = {
             "warnings": {"type": "array", "items": {"type": "string"}},
         },
     },
+    "SeriesQuery": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "start": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1},
+            "end": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1},
+            "step": {"oneOf": [{"type": "integer", "minimum": 1},
+                               {"type": "string"}],
+                     "description": '"bucket" (default), "day", "week" or seconds (a '
+                                    "multiple of the time precision)"},
+            "values": {"type": "array", "items": {"type": "string"}},
+            "top": {"type": "integer", "minimum": 1},
+            "candidates": {"type": "array", "items": {"type": "string"}},
+            "format": {"enum": ["json", "csv"]},
+        },
+    },
+    "Series": {
+        "type": "object",
+        "description": "kind 'series': one series per category, candidate, mean or "
+                       "attribute, each a point per step with n, the unbiased estimate, its "
+                       "standard error and 95% interval (null and suppressed: true below "
+                       "min_batch_size).",
+        "required": ["kind", "campaign", "step", "step_name", "window", "series"],
+        "properties": {
+            "kind": {"const": "series"},
+            "campaign": {"type": "string"},
+            "mechanism": {"type": "string"},
+            "epsilon": {"type": "number"},
+            "estimate_kind": {"enum": ["frequency", "mean", "means"]},
+            "step": {"type": "integer"},
+            "step_name": {"type": "string"},
+            "window": {"type": "object"},
+            "variance_model": {"type": "string"},
+            "min_batch_size": {"type": "integer"},
+            "series": {"type": "array", "items": {
+                "type": "object", "required": ["value", "points"],
+                "properties": {"value": {"type": "string"},
+                               "points": {"type": "array", "items": {"type": "object"}}}}},
+        },
+    },
+    "CompareQuery": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "baseline_start": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1},
+            "baseline_end": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1},
+            "start": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1},
+            "end": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1},
+            "candidates": {"type": "array", "items": {"type": "string"}},
+            "correction": {"enum": ["benjamini-hochberg", "bonferroni"]},
+            "alpha": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "format": {"enum": ["json", "csv"]},
+        },
+    },
+    "Comparison": {
+        "type": "object",
+        "description": "kind 'comparison': per value, both windows' estimates, the "
+                       "difference with its standard error, 95% interval and p-value, "
+                       "adjusted across values by the named correction.",
+        "required": ["kind", "campaign", "baseline", "current", "correction", "rows"],
+        "properties": {
+            "kind": {"const": "comparison"},
+            "campaign": {"type": "string"},
+            "mechanism": {"type": "string"},
+            "epsilon": {"type": "number"},
+            "estimate_kind": {"enum": ["frequency", "mean", "means"]},
+            "baseline": {"type": "object"},
+            "current": {"type": "object"},
+            "correction": {"enum": ["benjamini-hochberg", "bonferroni"]},
+            "alpha": {"type": "number"},
+            "variance_model": {"type": "string"},
+            "rows": {"type": "array", "items": {"type": "object"}},
+        },
+    },
 }
 
 _NAME_PARAMETER = {"name": "name", "in": "path", "required": True,
@@ -218,6 +292,40 @@ def openapi_document() -> dict[str, Any]:
         "content": {JSON: {"schema": _ref("Estimate")}, "text/csv": {"schema": {
             "type": "string"}}}}}
     estimate_problems = (*_COMMON, 409, 422)
+    time_parameter = {"type": "integer", "minimum": 0}
+    series_parameters = [
+        _NAME_PARAMETER,
+        {"name": "start", "in": "query", "schema": time_parameter},
+        {"name": "end", "in": "query", "schema": time_parameter},
+        {"name": "step", "in": "query", "schema": {"type": "string"},
+         "description": '"bucket" (default), "day", "week" or seconds'},
+        {"name": "value", "in": "query", "explode": True,
+         "schema": {"type": "array", "items": {"type": "string"}}},
+        {"name": "top", "in": "query", "schema": {"type": "integer", "minimum": 1}},
+        {"name": "candidate", "in": "query", "explode": True,
+         "schema": {"type": "array", "items": {"type": "string"}}},
+        {"name": "format", "in": "query", "schema": {"enum": ["json", "csv"]}},
+    ]
+    compare_parameters = [
+        _NAME_PARAMETER,
+        *({"name": name, "in": "query", "schema": time_parameter}
+          for name in ("baseline_start", "baseline_end", "start", "end")),
+        {"name": "candidate", "in": "query", "explode": True,
+         "schema": {"type": "array", "items": {"type": "string"}}},
+        {"name": "correction", "in": "query",
+         "schema": {"enum": ["benjamini-hochberg", "bonferroni"]}},
+        {"name": "alpha", "in": "query",
+         "schema": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}},
+        {"name": "format", "in": "query", "schema": {"enum": ["json", "csv"]}},
+    ]
+
+    def answers(schema: str, what: str) -> dict[str, Any]:
+        return {"200": {"description": f"{what} (JSON, or CSV with format=csv)",
+                        "content": {JSON: {"schema": _ref(schema)},
+                                    "text/csv": {"schema": {"type": "string"}}}}}
+
+    series_answers = answers("Series", "the series")
+    compare_answers = answers("Comparison", "the comparison")
     return {
         "openapi": "3.1.0",
         "info": {
@@ -286,6 +394,26 @@ def openapi_document() -> dict[str, Any]:
                                    estimate_answers, security=[{"bearer": []}],
                                    body=_ref("EstimateQuery"), parameters=[_NAME_PARAMETER],
                                    problems=estimate_problems),
+            },
+            "/v1/campaigns/{name}/series": {
+                "get": _operation("estimates per time bucket, day, week or n seconds",
+                                  series_answers, security=[{"bearer": []}],
+                                  parameters=series_parameters,
+                                  problems=estimate_problems),
+                "post": _operation("estimates per time bucket, day, week or n seconds (a "
+                                   "long candidate list)", series_answers,
+                                   security=[{"bearer": []}], body=_ref("SeriesQuery"),
+                                   parameters=[_NAME_PARAMETER], problems=estimate_problems),
+            },
+            "/v1/campaigns/{name}/compare": {
+                "get": _operation("each value's change between two windows",
+                                  compare_answers, security=[{"bearer": []}],
+                                  parameters=compare_parameters,
+                                  problems=estimate_problems),
+                "post": _operation("each value's change between two windows (a long "
+                                   "candidate list)", compare_answers,
+                                   security=[{"bearer": []}], body=_ref("CompareQuery"),
+                                   parameters=[_NAME_PARAMETER], problems=estimate_problems),
             },
         },
     }

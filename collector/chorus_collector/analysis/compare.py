@@ -7,11 +7,12 @@ two-sided z-test p-value; across the m values, Benjamini–Hochberg (false disco
 Bonferroni (family-wise error rate) adjusts the p-values, and ``significant`` is adjusted
 p < alpha.
 
-Why the SE is conservative when users are in both windows: for an estimator linear in the
-reports, f̂_W = (1/n_W) Σ_{u∈W} g(y_u), two windows' estimates have covariance
-(1/(n_B n_C)) Σ_{u in both} Cov(g(y_u,B), g(y_u,C)). Reports of different users are
-independent; one user's memoized report is the same random variable in both windows (or
-shares its permanent part), so its term is Var(g(y_u)) ≥ 0 (or Var(E[g | permanent]) ≥ 0).
+Why the SE is conservative when users report in both windows: for an estimator linear in the
+reports, f̂_W = (1/n_W) Σ_{u∈W} g(y_u) with E[g(y) | x] = 1[x = v] (unbiased), two windows'
+estimates have covariance (1/(n_B n_C)) Σ_{u in both} Cov(g(y_u,B), g(y_u,C)); reports of
+different users are independent. A user's two reports share the user's value: randomized
+afresh, their covariance is Var(E[g | x]) = Var(1[x = v]) ≥ 0 (zero when the population is
+fixed); memoized (the same report in both windows), it is Var(g(y)) ≥ 0. So
 Var(diff) = var_B + var_C − 2 Cov ≤ var_B + var_C: the stated SE can only overstate it.
 """
 
@@ -209,13 +210,13 @@ def _variance_model(model: str, correction: str, m: int) -> str:
             "bonferroni": "Bonferroni (family-wise error rate)"}[correction]
     return (f"Each window: {model}. Independent windows: the difference's standard error is "
             "sqrt(se_baseline² + se_current²), which assumes each user reports at most once "
-            "per window and the two windows' reports are independent. When the same users "
-            "send memoized reports in both windows, the two windows' noise is positively "
-            "correlated (for an estimator linear in the reports), so the stated standard "
-            "error is conservative: the interval is too wide, never too narrow. p-values are "
-            f"two-sided z-tests, adjusted by {name} over the {m} values compared; "
-            "significant means adjusted p < alpha. Unbiased estimates only (no "
-            "post-processing).")
+            "per window and the two windows' reports are independent. A user who reports in "
+            "both windows (the same value randomized afresh, or a memoized report) makes the "
+            "two windows' errors positively correlated (for an estimator linear in the "
+            "reports), so the stated standard error is then conservative: the interval is too "
+            "wide, never too narrow. p-values are two-sided z-tests, adjusted by "
+            f"{name} over the {m} values compared; significant means adjusted p < alpha. "
+            "Unbiased estimates only (no post-processing).")
 
 
 def _finite(value: Any) -> Any:

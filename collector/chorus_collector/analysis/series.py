@@ -125,8 +125,12 @@ class SeriesResult:
 
 
 def iso(seconds: int) -> str:
-    """Unix seconds as ISO 8601 UTC: 2026-01-01T00:00:00Z."""
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Unix seconds as ISO 8601 UTC: 2026-01-01T00:00:00Z (empty past the year 9999, which
+    ISO 8601's four-digit years cannot write; report times go to 2**40 s)."""
+    try:
+        return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):
+        return ""
 
 
 def _finite(value: float | None) -> float | None:

@@ -24,6 +24,7 @@ WEEK = 7 * DAY
 _MONDAY = 4 * DAY  # 1970-01-05, the first Monday after the epoch
 #: A series has at most this many points: the query's cost and answer stay bounded.
 MAX_POINTS = 1_000
+MAX_STEP = 10 * 366 * DAY  # ten years: a longer point is a whole window, not a series
 _SECONDS = re.compile(r"([0-9]{1,10})s?")
 
 
@@ -58,7 +59,7 @@ def parse_step(step: int | str, precision: int) -> Step:
         if match is None:
             raise Problem("invalid-query", _STEP_HELP)
         step = int(match.group(1))
-    if not isinstance(step, int) or step <= 0:
+    if not isinstance(step, int) or not 0 < step <= MAX_STEP:
         raise Problem("invalid-query", _STEP_HELP)
     if step % precision:
         lower = max(precision, step - step % precision)
@@ -69,7 +70,7 @@ def parse_step(step: int | str, precision: int) -> Step:
 
 
 _STEP_HELP = ('step must be "bucket", "day", "week" or a whole number of seconds (e.g. 3600 '
-              'or "3600s") that is a multiple of the time precision')
+              f'or "3600s", at most {MAX_STEP}) that is a multiple of the time precision')
 
 
 def points(step: Step, start: int, end: int) -> list[tuple[int, int]]:
