@@ -254,3 +254,24 @@ def test_vector_campaign_page(signed_in: FlaskClient) -> None:
     assert bars(page.split('id="series"')[0]) == {
         row["attribute"]: (row["mean"], row["ci_low"], row["ci_high"]) for row in api["rows"]}
     assert 'class="series" data-label="cpu"' in page and 'data-label="memory"' in page
+
+
+def test_the_admin_creates_a_campaign_from_the_designer(http: FlaskClient) -> None:
+    sign_in(http, ADMIN)
+    form = {"kind": "categories", "categories": "yes\nno", "epsilon": "1", "users": "5000",
+            "time_precision": "86400"}
+    page = http.get("/design", query_string=form).get_data(as_text=True)
+    assert 'id="design-table"' in page and 'id="create"' in page
+    token = _CSRF.search(page.split('id="create"')[1])
+    assert token is not None
+    reply = http.post("/design", data={**form, "csrf_token": token.group(1),
+                                       "name": "consent", "mechanism": "krr"})
+    assert reply.status_code == 302 and reply.headers["Location"] == "/campaigns/consent"
+    config = http.get("/v1/campaigns/consent").get_json()
+    assert (config["mechanism"], config["epsilon"], config["time_precision"]) == ("krr", 1.0,
+                                                                                 86400)
+    again = http.post("/design", data={**form, "csrf_token": token.group(1),
+                                       "name": "consent", "mechanism": "oue"})
+    assert again.status_code == 409  # a different campaign under a taken name
+    bad = http.get("/design", query_string={**form, "epsilon": "lots"})
+    assert bad.status_code == 400 and "ε must be a number" in bad.get_data(as_text=True)
