@@ -303,7 +303,8 @@ def _series_campaign(campaign: Campaign, reports: int, workdir: Path) -> tuple[A
     hour0 = campaign.time_bucket(time.time()) - SERIES_BUCKETS * 3600
     for start in range(0, reports, 50_000):
         size = min(50_000, reports - start)
-        payloads = simulate(campaign.mechanism, rng.integers(0, 16, size=size), rng)
+        d = len(campaign.config["domain"]["values"])
+        payloads = simulate(campaign.mechanism, rng.integers(0, d, size=size), rng)
         hours = rng.integers(0, SERIES_BUCKETS, size=size).tolist()
         with storage.write() as conn:
             storage.insert_reports(conn, stored.id, [
@@ -318,7 +319,8 @@ def bench_series(campaign: Campaign, sizes: list[int], workdir: Path) -> dict[st
     from chorus_collector.analysis import estimate_series, estimate_window
     from chorus_collector.estimators import Query
 
-    out: dict[str, Any] = {"buckets": SERIES_BUCKETS, "d": campaign.mechanism.d}
+    d = len(campaign.config["domain"]["values"])
+    out: dict[str, Any] = {"buckets": SERIES_BUCKETS, "d": d}
     for size in sizes:
         storage, stored = _series_campaign(campaign, size, workdir)
         result = estimate_series(storage, stored)
