@@ -11,6 +11,9 @@ baseline measured in the same run, so ratios stay comparable across machines:
   1,000-report batches, against a bare SQLite ``executemany`` of the same rows;
 * estimate: latency of a query on campaigns with 10^3 and 10^5 stored reports (it should not
   grow with n);
+* series: latency of a 30-bucket k-RR time series (``analysis.estimate_series``) over 10^4 and
+  10^6 folded reports (it reads the per-bucket statistics: the ratio should be about 1), and
+  against one window's estimate of the same data;
 * HTTP: reports/s and p50/p99 latency against the production server on loopback, batched and
   single-report, bounded in count and time.
 """
@@ -284,6 +287,56 @@ def bench_estimates(camps: dict[str, Campaign], sizes: list[int],
     return out
 
 
+SERIES_BUCKETS = 30
+
+
+def _series_campaign(campaign: Campaign, reports: int, workdir: Path) -> tuple[Any, Any]:
+    """A database holding ``reports`` simulated k-RR reports over SERIES_BUCKETS hourly
+    buckets, appended as ingest would and folded, as the server's folders keep it."""
+    from chorus_collector.simulate import simulate
+    from chorus_collector.storage import Storage, StoredReport
+
+    storage = Storage(str(workdir / f"series-{reports}.db"), synchronous="NORMAL")
+    storage.migrate()
+    stored, _ = storage.insert_campaign(campaign)
+    rng = np.random.default_rng(11)
+    hour0 = campaign.time_bucket(time.time()) - SERIES_BUCKETS * 3600
+    for start in range(0, reports, 50_000):
+        size = min(50_000, reports - start)
+        d = len(campaign.config["domain"]["values"])
+        payloads = simulate(campaign.mechanism, rng.integers(0, d, size=size), rng)
+        hours = rng.integers(0, SERIES_BUCKETS, size=size).tolist()
+        with storage.write() as conn:
+            storage.insert_reports(conn, stored.id, [
+                StoredReport(secrets.token_bytes(16), int(hour0 + 3600 * h), json.dumps(p))
+                for p, h in zip(payloads, hours, strict=True)])
+    fold(storage)
+    return storage, stored
+
+
+def bench_series(campaign: Campaign, sizes: list[int], workdir: Path) -> dict[str, Any]:
+    """The series' cost is flat in the number of reports: O(points × d)."""
+    from chorus_collector.analysis import estimate_series, estimate_window
+    from chorus_collector.estimators import Query
+
+    d = len(campaign.config["domain"]["values"])
+    out: dict[str, Any] = {"buckets": SERIES_BUCKETS, "d": d}
+    for size in sizes:
+        storage, stored = _series_campaign(campaign, size, workdir)
+        result = estimate_series(storage, stored)
+        assert sum(p.n for p in result.series[0].points) == size
+        assert len(result.series[0].points) == SERIES_BUCKETS
+        series = partial(estimate_series, storage, stored)
+        window = partial(estimate_window, storage, stored, Query())
+        series_s = min(per_call_seconds(series, 5) for _ in range(3))
+        window_s = min(per_call_seconds(window, 5) for _ in range(3))
+        out[f"ms_at_{size}"] = series_s * 1000
+        out[f"one_window_ms_at_{size}"] = window_s * 1000
+        out[f"ratio_to_one_window_at_{size}"] = series_s / window_s
+    out["ratio_largest_to_smallest"] = out[f"ms_at_{sizes[-1]}"] / out[f"ms_at_{sizes[0]}"]
+    return out
+
+
 def _median_query_ms(http: Any, url: str, query: dict[str, Any],
                      headers: dict[str, str]) -> float:
     first = http.post(url, json=query, headers=headers)
@@ -479,6 +532,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ("ingest", lambda: bench_ingest(camps, 2_000 if quick else 50_000, workdir)),
             ("estimates", lambda: bench_estimates(camps, [100, 1_000] if quick
                                                   else [1_000, 100_000], workdir)),
+            ("series", lambda: bench_series(camps["krr"], [1_000, 10_000] if quick
+                                            else [10_000, 1_000_000], workdir)),
             ("http", lambda: bench_http(camps, 3 if quick else 300, 20 if quick else 20_000,
                                         5 if quick else 20, workdir,
                                         rounds=1 if quick else 3)),
@@ -503,6 +558,13 @@ def print_table(results: dict[str, Any]) -> None:
               f"{results['ingest'][name]['reports_per_s']:>14,.0f}"
               f"{results['ingest'][name]['ratio_to_bare']:>16.2f}"
               f"{est[sizes[0]]:>16.2f} → {est[sizes[-1]]:.2f}")
+    series = results["series"]
+    sizes = [k.removeprefix("ms_at_") for k in series if k.startswith("ms_at_")]
+    print(f"series of {series['buckets']} buckets (k-RR, d = {series['d']}): "
+          + ", ".join(f"{series[f'ms_at_{n}']:.2f} ms at {int(n):,} reports "
+                      f"({series[f'ratio_to_one_window_at_{n}']:.1f}× one window)"
+                      for n in sizes)
+          + f"; ratio largest/smallest {series['ratio_largest_to_smallest']:.2f}")
     sdk = results["client_sdk"]
     print("Client.report() p50 µs (in-memory state / on-disk state, fsync before each send, "
           "not per report): "

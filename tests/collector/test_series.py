@@ -289,3 +289,23 @@ def test_far_future_points_render_as_csv(http: FlaskClient,
     assert reply.status_code == 200
     rows = list(csv.DictReader(io.StringIO(reply.get_data(as_text=True))))
     assert len(rows) == 8 and rows[0]["start_iso"] == "" and rows[0]["suppressed"] == "true"
+
+
+@pytest.mark.parametrize(("step", "seconds", "name"), [
+    ("bucket", HOUR, "bucket"), ("3600", HOUR, "bucket"), (7200, 7200, "7200s"),
+    ("7200s", 7200, "7200s"), ("day", 86400, "day"), ("week", 7 * 86400, "week")])
+def test_steps_are_named_and_sized(step: int | str, seconds: int, name: str) -> None:
+    from chorus_collector.analysis.steps import parse_step
+
+    parsed = parse_step(step, HOUR)
+    assert (parsed.seconds, parsed.name) == (seconds, name)
+
+
+def test_unknown_body_fields_are_refused(http: FlaskClient,
+                                        create: Callable[..., dict[str, Any]]) -> None:
+    create("krr")
+    for route, body in (("series", {"steps": "day"}), ("compare", {"baseline": [0, 3600]}),
+                        ("series", {"values": "a"}), ("series", ["a"])):
+        reply = http.post(f"/v1/campaigns/krr/{route}", json=body, headers=ANALYST_HEADERS)
+        assert reply.status_code == 400, (route, body)
+        assert reply.get_json()["type"].endswith("/invalid-query")

@@ -8,7 +8,6 @@ so a point equals the estimates route's answer for the point's interval.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,7 +122,3 @@ def value_estimates(result: Estimate) -> dict[str, ValueEstimate]:
     return {row.value: ValueEstimate(row.frequency, row.frequency_std_error,
                                      row.frequency_ci_low, row.frequency_ci_high, row.detected)
             for row in result.rows}
-
-
-def finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None
