@@ -53,16 +53,20 @@ def format_series(result: Mapping[str, Any]) -> str:
             lines += _row(label, width, "(no points in the window)")
         for index, point in enumerate(entry["points"]):
             numbers = f"{format_instant(point['start']):<{instant}}{point['n']:>8}"
+            # A window that cuts the grid makes its first or last point shorter than a step.
+            length = point["end"] - point["start"]
+            partial = (f"  (partial: {_seconds_in_words(length)} of the step)"
+                       if length < result["step"] else "")
             if point["suppressed"]:
                 suppressed += 1
                 reason = point.get("reason") or "too few reports"
-                numbers += f"{'-':>11}{'-':>10}   (suppressed: {reason})"
+                numbers += f"{'-':>11}{'-':>10}   (suppressed: {reason}){partial}"
             else:
                 flag = "" if point.get("detected") in (None, True) else "  (not detected)"
                 numbers += (f"{_cell(point['estimate'], spec, 11)}"
                             f"{_cell(point['std_error'], spec, 10)}   "
                             f"[{_cell(point['ci_low'], spec)}, "
-                            f"{_cell(point['ci_high'], spec)}]{flag}")
+                            f"{_cell(point['ci_high'], spec)}]{flag}{partial}")
             lines += _row(label if index == 0 else "", width, numbers)
     lines += _wrap_note(labels, width)
     if suppressed:

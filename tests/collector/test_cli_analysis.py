@@ -160,6 +160,29 @@ def test_series_last_aligns_to_the_time_precision(chorus: Chorus, api: Collector
                                                  end=int(NOW) + 3 * HOUR)
 
 
+def test_series_last_is_widened_to_whole_steps(chorus: Chorus, api: CollectorAPI,
+                                               three_hours: dict[str, Any],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(timespec, "time", SimpleNamespace(time=lambda: NOW + 3 * HOUR - 600))
+    # [00:50, 02:50) → whole two-hour points [00:00, 04:00)
+    result = chorus("series", "survey", "--last", "2h", "--step", "2h", "--format", "json")
+    assert json.loads(_ok(result)) == api.series("survey", start=int(NOW),
+                                                 end=int(NOW) + 4 * HOUR, step=7200)
+    assert ("window [2026-01-01T00:00Z, 2026-01-01T04:00Z): whole points of the step (7200) "
+            "from [2026-01-01T00:50Z, 2026-01-01T02:50Z)") in result.stderr
+    days = json.loads(_ok(chorus("series", "survey", "--last", "1h", "--step", "day",
+                                 "--format", "json")))
+    assert days["window"] == {"start": int(NOW), "end": int(NOW) + 24 * HOUR}
+
+
+def test_series_table_marks_partial_points(chorus: Chorus, three_hours: dict[str, Any]) -> None:
+    output = _ok(chorus("series", "survey", *WINDOW, "--step", "2h", "--value", "a"))
+    first, second = (line for line in output.splitlines() if "2026-01-01T0" in line
+                     and "window" not in line)
+    assert "partial" not in first
+    assert second.endswith("(partial: 1 h of the step)")
+
+
 # -- compare -------------------------------------------------------------------------------------
 
 

@@ -30,6 +30,8 @@ from chorus_collector.formatting import format_instant
 from chorus_collector.formatting_analysis import format_comparison, format_series
 
 STEP_NAMES = ("bucket", "day", "week")
+DAY, WEEK = 86_400, 604_800
+MONDAY = 4 * DAY  # 1970-01-05, the first Monday after the epoch
 
 candidate_option = click.option("--candidate", "candidates", multiple=True,
                                 help="A candidate string, for campaigns over open strings "
@@ -57,6 +59,23 @@ def step_value(text: str) -> int | str:
     except ValueError:
         raise click.BadParameter(f"{text!r}: use bucket, day, week, seconds (3600) or a "
                                  "duration (6h, 2d)", param_hint="--step") from None
+
+
+def _whole_steps(window: Window, step: int | str) -> Window:
+    """``--last`` widened to whole points of a day, week or n-second step, so that its first
+    and last points are not cut short (a point covers less when a window cuts it); the time
+    buckets' alignment follows in ``campaign_window``. Says so on stderr."""
+    if step == "bucket" or window.start is None or window.end is None:
+        return window
+    size = {"day": DAY, "week": WEEK}.get(str(step), step if isinstance(step, int) else 0)
+    origin = MONDAY if step == "week" else 0  # ISO weeks start on Monday (steps.py)
+    shifted = Window(window.start - origin, window.end - origin).aligned(int(size))
+    assert shifted.start is not None and shifted.end is not None
+    widened = Window(max(0, shifted.start + origin), shifted.end + origin)
+    if widened != window:
+        click.echo(f"window {widened.describe()}: whole points of the step ({step}) from "
+                   f"{window.describe()}", err=True)
+    return widened
 
 
 def wanted_candidates(candidates: tuple[str, ...], candidates_file: Path | None) -> list[str]:
@@ -88,11 +107,16 @@ def series(name: str, start: int | None, end: int | None, last: int | None, step
            candidates_file: Path | None, fmt: str, url: str, token: str | None) -> None:
     """Print a campaign's estimates per time step: one series per value, each point with its
     n, standard error and 95% interval; points with fewer reports than the campaign's
-    min_batch_size are suppressed. Over all data or a window (--start/--end or --last)."""
+    min_batch_size are suppressed. Over all data or a window (--start/--end or --last; --last
+    is widened to whole steps, while --start/--end are kept, so their first and last points may
+    be partial, as the table says)."""
     wanted = wanted_candidates(candidates, candidates_file)
     grid = step_value(step)
     api = collector_api(url, token)
-    window = campaign_window(api, name, requested_window(start, end, last))
+    window = requested_window(start, end, last)
+    if last is not None:
+        window = _whole_steps(window, grid)
+    window = campaign_window(api, name, window)
     question: dict[str, Any] = {"start": window.start, "end": window.end, "step": grid,
                                 "values": values, "top": top, "candidates": wanted}
     if fmt == "csv":
