@@ -1,4 +1,4 @@
-"""Admin and analyst calls to a collector: campaigns and estimates.
+"""Admin and analyst calls to a collector: campaigns, estimates, series and comparisons.
 
 The CLI is a thin layer over :class:`CollectorAPI`; tests call it too.
 """
@@ -8,13 +8,19 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from chorus_client.errors import APIError, ClientError
 from chorus_client.retry import RetryPolicy, send_with_retries
 from chorus_client.transport import RequestsTransport, Response, Transport
 
-__all__ = ["CollectorAPI"]
+__all__ = ["MAX_GET_URL", "CollectorAPI"]
+
+#: A question whose URL would be longer than this goes as a POST body: proxies and servers
+#: refuse URLs past a few kilobytes, and a long candidate list makes one.
+MAX_GET_URL = 2000
+#: body field → the repeatable query parameter that carries it in a GET
+_LIST_PARAMETERS = {"candidates": "candidate", "values": "value"}
 
 
 class CollectorAPI:
@@ -49,6 +55,22 @@ class CollectorAPI:
 
     def _json(self, method: str, path: str, body: Any = None) -> Any:
         return json.loads(self._call(method, path, body).body)
+
+    def _ask(self, path: str, question: Mapping[str, Any], accept: str) -> Response:
+        """An analyst question as a GET (cacheable, readable in logs), or as a POST with the
+        same fields when its URL would be too long. Fields that are None are left out."""
+        pairs: list[tuple[str, str]] = []
+        for name, value in question.items():
+            if name in _LIST_PARAMETERS:
+                pairs += [(_LIST_PARAMETERS[name], str(item)) for item in value]
+            elif value is not None:
+                pairs.append((name, str(value)))
+        query = urlencode(pairs)
+        if len(self.url + path) + 1 + len(query) <= MAX_GET_URL:
+            return self._call("GET", f"{path}?{query}" if query else path, accept=accept)
+        body = {name: (list(value) if name in _LIST_PARAMETERS else value)
+                for name, value in question.items() if value is not None}
+        return self._call("POST", path, body, accept=accept)
 
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._json("GET", "/healthz")
@@ -103,3 +125,65 @@ class CollectorAPI:
             accept="text/csv",
         )
         return response.body.decode()
+
+    def series(self, name: str, *, start: int | None = None, end: int | None = None,
+               step: int | str = "bucket", values: Sequence[str] = (), top: int | None = None,
+               candidates: Sequence[str] = ()) -> dict[str, Any]:
+        """Estimates per point of ``step`` ("bucket", "day", "week" or seconds) over
+        [start, end), one series per value (analyst): the ``kind: "series"`` JSON answer."""
+        question = _series_question(start, end, step, values, top, candidates)
+        result: dict[str, Any] = json.loads(self._ask(
+            f"/v1/campaigns/{quote(name, safe='')}/series", {**question, "format": "json"},
+            "application/json").body)
+        return result
+
+    def series_csv(self, name: str, *, start: int | None = None, end: int | None = None,
+                   step: int | str = "bucket", values: Sequence[str] = (),
+                   top: int | None = None, candidates: Sequence[str] = ()) -> str:
+        """The series as the collector's CSV: one row per (value, point)."""
+        question = _series_question(start, end, step, values, top, candidates)
+        return self._ask(f"/v1/campaigns/{quote(name, safe='')}/series",
+                         {**question, "format": "csv"}, "text/csv").body.decode()
+
+    def compare(self, name: str, *, baseline_start: int | None = None,
+                baseline_end: int | None = None, start: int | None = None,
+                end: int | None = None, candidates: Sequence[str] = (),
+                correction: str = "benjamini-hochberg", alpha: float = 0.05,
+                ) -> dict[str, Any]:
+        """Each value's change from the baseline window to the current one [start, end), with
+        p-values adjusted by ``correction`` (analyst): the ``kind: "comparison"`` JSON answer."""
+        question = _compare_question(baseline_start, baseline_end, start, end, candidates,
+                                     correction, alpha)
+        result: dict[str, Any] = json.loads(self._ask(
+            f"/v1/campaigns/{quote(name, safe='')}/compare", {**question, "format": "json"},
+            "application/json").body)
+        return result
+
+    def compare_csv(self, name: str, *, baseline_start: int | None = None,
+                    baseline_end: int | None = None, start: int | None = None,
+                    end: int | None = None, candidates: Sequence[str] = (),
+                    correction: str = "benjamini-hochberg", alpha: float = 0.05) -> str:
+        """The comparison as the collector's CSV: one row per value."""
+        question = _compare_question(baseline_start, baseline_end, start, end, candidates,
+                                     correction, alpha)
+        return self._ask(f"/v1/campaigns/{quote(name, safe='')}/compare",
+                         {**question, "format": "csv"}, "text/csv").body.decode()
+
+
+def _series_question(start: int | None, end: int | None, step: int | str,
+                     values: Sequence[str], top: int | None,
+                     candidates: Sequence[str]) -> dict[str, Any]:
+    if isinstance(values, str) or isinstance(candidates, str):
+        raise ClientError("values and candidates are lists of strings, not one string")
+    return {"start": start, "end": end, "step": step, "values": list(values), "top": top,
+            "candidates": list(candidates)}
+
+
+def _compare_question(baseline_start: int | None, baseline_end: int | None,
+                      start: int | None, end: int | None, candidates: Sequence[str],
+                      correction: str, alpha: float) -> dict[str, Any]:
+    if isinstance(candidates, str):
+        raise ClientError("candidates is a list of strings, not one string")
+    return {"baseline_start": baseline_start, "baseline_end": baseline_end, "start": start,
+            "end": end, "candidates": list(candidates), "correction": correction,
+            "alpha": alpha}

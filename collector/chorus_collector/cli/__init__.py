@@ -4,6 +4,9 @@
 * ``chorus shuffler``: run the optional shuffler (``--flush``: one forwarding pass);
 * ``chorus campaign create|list``: admin calls over HTTP (``CHORUS_URL``, ``CHORUS_TOKEN``);
 * ``chorus estimates NAME``: analyst call, printed as a table, JSON or CSV;
+* ``chorus series NAME``: estimates per bucket, day, week or n seconds (``--step``);
+* ``chorus compare NAME``: each value's change between a baseline and a current window
+  (``--last 7d``: the last 7 days against the 7 before), with a multiple-testing correction;
 * ``chorus demo [--serve]``: a collector, three campaigns and 20,000 simulated users, end to end;
 * ``chorus gc``: drop reports past their campaign's expiry, keeping the statistics;
 * ``chorus aggregate``: fold new reports into the statistics (``--scheduler``: on a Dask
@@ -20,7 +23,7 @@
 from __future__ import annotations
 
 # Each module registers its commands on the group when imported.
-from chorus_collector.cli import campaigns, design, jobs, rappor, servers, tools  # noqa: F401
+from chorus_collector.cli import analysis, campaigns, design, jobs, rappor, servers, tools  # noqa: F401
 from chorus_collector.cli.root import main
 
 __all__ = ["main"]

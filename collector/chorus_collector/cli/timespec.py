@@ -164,17 +164,19 @@ def requested_window(start: int | None, end: int | None, last: int | None, *,
     return Window(start, end)
 
 
-def campaign_window(api: CollectorAPI, name: str, window: Window) -> Window:
+def campaign_window(api: CollectorAPI, name: str, window: Window, *,
+                    label: str = "window") -> Window:
     """``window`` aligned to the campaign's time precision (the collector refuses a bound
     that is not a multiple of it), fetched from the campaign's config; says on stderr when a
-    bound moved. A window on all data is returned as it is, without a call."""
+    bound moved (``label`` names the window there). A window on all data is returned as it
+    is, without a call."""
     if window.start is None and window.end is None:
         return window
     config = call_collector(lambda: api.get_campaign(name))
     precision = int(config["time_precision"])
     aligned = window.aligned(precision)
     if aligned != window:
-        click.echo(f"window {aligned.describe()}: aligned to the campaign's time precision "
+        click.echo(f"{label} {aligned.describe()}: aligned to the campaign's time precision "
                    f"({_seconds_in_words(precision)}) from {window.describe()}", err=True)
     return aligned
 
