@@ -138,8 +138,6 @@ def read_settings(settings: Sequence[Setting], prefix: str, *, config: Mapping[s
             values[name] = coerce_setting(by_name[name], raw, "config")
         elif not (lowercase_config_is_ours and not name.isupper()):
             raise unknown(name, "config")
-    if values["SECURE_COOKIES"] not in (0, 1):
-        raise SettingsError("SECURE_COOKIES must be 0 or 1")
     return values
 
 
