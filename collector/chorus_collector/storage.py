@@ -752,26 +752,13 @@ class Storage:
         """The folded statistics of the buckets with start <= time < end (summed: O(buckets ×
         state size)), and the reports of those buckets past the watermark, in one snapshot:
         a fold committing meanwhile can neither double-count nor hide a report."""
-        conn = self.connect()
-        self._begin_read(conn)
-        try:
-            watermark, folded_at = conn.execute(
-                "SELECT seq, folded_at FROM fold_state WHERE id = 1").fetchone()
-            sql, args = _in_window("SELECT n, state FROM aggregates WHERE campaign_id = ?",
-                                   campaign_id, start, end)
-            total = np.zeros(size, dtype=np.int64)
-            n = 0
-            for count, blob in conn.execute(sql, args):
-                n += count
-                total += state_array(blob)
-            # "+campaign_id": walk the tail by seq, not the campaign's whole index.
-            sql, args = _in_window("SELECT time, payload FROM reports "
-                                   "WHERE +campaign_id = ? AND seq > ?", campaign_id,
-                                   start, end, watermark)
-            tail = conn.execute(sql, args).fetchall()
-        finally:
-            conn.execute("COMMIT")
-        return WindowSnapshot(n, total, tail, folded_at)
+        snapshot = self.bucket_snapshot(campaign_id, start, end)
+        total = np.zeros(size, dtype=np.int64)
+        n = 0
+        for _, count, blob in snapshot.buckets:
+            n += count
+            total += state_array(blob)
+        return WindowSnapshot(n, total, snapshot.tail, snapshot.folded_at)
 
     def bucket_snapshot(self, campaign_id: int, start: int | None,
                         end: int | None) -> BucketSnapshot:

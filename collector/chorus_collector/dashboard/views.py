@@ -159,10 +159,10 @@ def _campaign(name: str) -> StoredCampaign:
 
 def _extent(stored: StoredCampaign) -> tuple[int, int] | None:
     """The first bucket with reports and the end of the last one."""
-    times = _storage().report_counts().get(stored.id, {})
-    if not times:
+    span = _storage().time_span(stored.id)
+    if span is None:
         return None
-    return min(times), max(times) + stored.campaign.time_precision
+    return span[0], span[1] + stored.campaign.time_precision
 
 
 def _parameters(stored: StoredCampaign) -> pages.PageParameters:
