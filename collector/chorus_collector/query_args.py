@@ -109,8 +109,9 @@ def estimate_query(stored: StoredCampaign, body: Any, limit: int) -> tuple[Query
     start, end = _int_arg(source, "start"), _int_arg(source, "end")
     check_window(start, end, stored.campaign.time_precision)
     fmt = response_format(source)
-    method = source.get("postprocessing") or "none"
-    allowed = estimator_for(stored.campaign.mechanism.name).postprocessing
+    estimator = estimator_for(stored.campaign.mechanism.name)
+    method = source.get("postprocessing") or estimator.default_postprocessing
+    allowed = estimator.postprocessing
     if method not in allowed:
         raise Problem("invalid-query",
                       f"postprocessing must be one of {list(allowed)} for this campaign")

@@ -21,7 +21,10 @@ from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMean
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import Mechanism
 
-__all__ = ["Estimator", "M", "MechanismTypes", "Query", "QueryError"]
+__all__ = ["DEFAULT_QUANTILES", "Estimator", "M", "MechanismTypes", "Query", "QueryError"]
+
+#: p50, p95 and p99: what a latency dashboard reads.
+DEFAULT_QUANTILES = (0.5, 0.95, 0.99)
 
 #: The mechanism class an estimator decodes.
 M = TypeVar("M", bound=Mechanism)
@@ -43,6 +46,10 @@ class Query:
     end: int | None = None
     candidates: tuple[str, ...] = field(default_factory=tuple)
     postprocessing: str = "none"
+    #: Distribution campaigns: the quantiles to read (fractions in (0, 1)) and the ranges
+    #: [a, b] (on the campaign's own scale) whose shares to estimate.
+    quantiles: tuple[float, ...] = DEFAULT_QUANTILES
+    ranges: tuple[tuple[float, float], ...] = field(default_factory=tuple)
 
     @property
     def window(self) -> dict[str, int | None]:
@@ -58,6 +65,8 @@ class Estimator(ABC, Generic[M]):
     mechanism_type: ClassVar[MechanismTypes]
     #: Post-processing methods a query may ask for; "none" is the unbiased estimate.
     postprocessing: ClassVar[tuple[str, ...]] = ("none",)
+    #: What a query that names no method gets (Square Wave has no unbiased "none": EMS).
+    default_postprocessing: ClassVar[str] = "none"
 
     def mechanism_of(self, campaign: Campaign) -> M:
         """The campaign's mechanism, as the type this estimator decodes."""

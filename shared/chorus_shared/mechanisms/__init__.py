@@ -12,6 +12,7 @@ from chorus_shared.mechanisms.base import Mechanism
 from chorus_shared.mechanisms.dbitflip import DBitFlip
 from chorus_shared.mechanisms.duchi import Duchi, OneBitMean
 from chorus_shared.mechanisms.hadamard import HadamardResponse
+from chorus_shared.mechanisms.hierarchical import HierarchicalHistogram
 from chorus_shared.mechanisms.krr import KRR, BinaryRR
 from chorus_shared.mechanisms.laplace import LaplaceMechanism
 from chorus_shared.mechanisms.local_hashing import BLH, OLH
@@ -27,6 +28,7 @@ from chorus_shared.mechanisms.piecewise import HybridMechanism, PiecewiseMechani
 from chorus_shared.mechanisms.pure import PureOracle
 from chorus_shared.mechanisms.rappor import BasicRappor, BooleanRappor, Rappor
 from chorus_shared.mechanisms.sketch import CountMeanSketch, HadamardCountMeanSketch
+from chorus_shared.mechanisms.square_wave import SquareWave
 from chorus_shared.mechanisms.subset import SubsetSelection
 from chorus_shared.mechanisms.succinct import SuccinctHistogram
 from chorus_shared.mechanisms.unary import OUE, SUE
@@ -48,6 +50,7 @@ __all__ = [
     "DuchiMultidim",
     "HadamardCountMeanSketch",
     "HadamardResponse",
+    "HierarchicalHistogram",
     "Harmony",
     "HybridMechanism",
     "HybridMultidim",
@@ -61,6 +64,7 @@ __all__ = [
     "PureOracle",
     "Rappor",
     "SampledAttributes",
+    "SquareWave",
     "SubsetSelection",
     "SuccinctHistogram",
     "mechanism_class",
@@ -73,6 +77,7 @@ REGISTRY: dict[str, type[Mechanism]] = {
         CountMeanSketch, HadamardCountMeanSketch,
         Duchi, OneBitMean, PiecewiseMechanism, HybridMechanism, LaplaceMechanism,
         DuchiMultidim, Harmony, PiecewiseMultidim, HybridMultidim,
+        SquareWave, HierarchicalHistogram,
     )
 }
 

@@ -1,0 +1,259 @@
+"""What every distribution estimator shares: from fitted bucket shares to the answers.
+
+A distribution estimator (Square Wave, hierarchical histograms) fits the share θ_j of each of
+the campaign's D buckets, with its uncertainty in one of two forms:
+
+* ``covariance``: the exact covariance of θ̂ for an estimator that is *linear* in the report
+  counts (hierarchical histograms after constrained least squares). Every answer below that
+  is linear in θ (a bucket, a range, the CDF at an edge, the mean) then has an analytic
+  standard error r^T Σ r, and a quantile's interval inverts the CDF's pointwise band
+  ({t : |F̂(t) − q| ≤ z·σ(t)}, MECHANISMS-2.md §1.2);
+* ``replicates``: R fits to reports re-randomized from the fitted distribution (a parametric
+  bootstrap, for EM/EMS, which has no closed form: §1.1). Each answer is computed on every
+  replicate; its standard error is their spread and its interval the *basic* bootstrap
+  interval [2s − s*_{97.5%}, 2s − s*_{2.5%}], which corrects for the part of the smoothing
+  bias that the replicates reproduce.
+
+Quantiles and the CDF read a monotone F̂ (the running maximum of the cumulative shares,
+clipped to [0, 1]); inside a bucket, values are taken as uniform on the campaign's scale
+(linear or log), which is also how a range that does not fall on bucket edges is split.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from chorus_collector.estimators.base import Estimator, M, Query, QueryError
+from chorus_collector.results import CONFIDENCE, Z95
+from chorus_collector.results_distribution import DistributionEstimate, Statistic
+from chorus_shared.campaign import Campaign
+from chorus_shared.mechanisms.distribution import DistributionMechanism
+
+__all__ = ["DistributionEstimator", "FittedDistribution", "answer", "quantile_of"]
+
+Z = Z95
+LOW_TAIL, HIGH_TAIL = (1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2
+
+
+@dataclass(frozen=True)
+class FittedDistribution:
+    """Fitted bucket shares and their uncertainty (exactly one of the two forms)."""
+
+    mechanism: DistributionMechanism
+    n: int
+    #: θ̂: (D,) estimated share of each bucket. Sums to 1; may hold small negative shares
+    #: where the estimator is unbiased (hierarchical histograms).
+    leaves: np.ndarray
+    #: (D, D) covariance of θ̂, for estimators linear in the report counts.
+    covariance: np.ndarray | None = None
+    #: (R, D) bootstrap fits, for the others.
+    replicates: np.ndarray | None = None
+    #: How θ̂ was fitted, and how its uncertainty was computed, in words.
+    method: str = ""
+    uncertainty: str = ""
+    variance_model: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if (self.covariance is None) == (self.replicates is None):
+            raise ValueError("a fitted distribution has a covariance or replicates, not both")
+
+
+class DistributionEstimator(Estimator[M]):
+    """The collector half of a distribution mechanism: ``fit`` the bucket shares from the
+    merged statistic; ``finalize`` answers the query from the fit."""
+
+    @abstractmethod
+    def fit(self, mechanism: M, n: int, state: np.ndarray, method: str,
+            uncertainty: bool = True) -> FittedDistribution:
+        """θ̂ and its uncertainty; ``uncertainty=False`` skips the (costly) uncertainty and
+        returns a zero covariance (benchmarks read only θ̂)."""
+
+    def method_of(self, query: Query) -> str:
+        """The query's post-processing, or this estimator's default where it names one this
+        estimator does not offer (internal callers build ``Query()`` with "none")."""
+        method = query.postprocessing
+        return method if method in self.postprocessing else self.default_postprocessing
+
+    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
+                 query: Query) -> DistributionEstimate:
+        mechanism = self.mechanism_of(campaign)
+        if n == 0:
+            raise QueryError("no-reports", "there are no reports in this window to estimate a "
+                                           "distribution from")
+        fitted = self.fit(mechanism, n, state, self.method_of(query))
+        return answer(campaign, fitted, query, postprocessing=self.method_of(query))
+
+
+def _unit_edges(buckets: int) -> np.ndarray:
+    return np.linspace(0.0, 1.0, buckets + 1)
+
+
+def _bucket_means(mechanism: DistributionMechanism) -> np.ndarray:
+    """E[x | x in bucket j], x uniform on the campaign's scale inside the bucket."""
+    edges = np.asarray(mechanism.edges())
+    low, high = edges[:-1], edges[1:]
+    if mechanism.scale == "log":
+        return (high - low) / np.log(high / low)
+    return (low + high) / 2
+
+
+def _range_weights(mechanism: DistributionMechanism, a: float, b: float) -> np.ndarray:
+    """r with r·θ = the share in [a, b]: 1 for buckets inside, the covered fraction (on the
+    campaign's scale) for the two it cuts."""
+    u_a, u_b = mechanism.to_unit(mechanism.domain.clip(a)), \
+        mechanism.to_unit(mechanism.domain.clip(b))
+    edges = _unit_edges(mechanism.buckets)
+    covered = np.clip(np.minimum(edges[1:], u_b) - np.maximum(edges[:-1], u_a), 0.0, None)
+    return covered * mechanism.buckets
+
+
+def _monotone_cdf(cumulative: np.ndarray) -> np.ndarray:
+    """Running maximum along the last axis, clipped to [0, 1]."""
+    return np.clip(np.maximum.accumulate(cumulative, axis=-1), 0.0, 1.0)
+
+
+def _crossing(levels: np.ndarray, q: float) -> float:
+    """The first u ∈ [0, 1] where the piecewise-linear curve through (i/D, levels[i]),
+    i = 0 … D, reaches q (1 if it never does). ``levels`` is non-decreasing."""
+    buckets = len(levels) - 1
+    index = int(np.searchsorted(levels, q, side="left"))
+    if index > buckets:
+        return 1.0
+    if index == 0:
+        return 0.0
+    below, above = levels[index - 1], levels[index]
+    inside = (q - below) / (above - below) if above > below else 0.0
+    return (index - 1 + inside) / buckets
+
+
+def quantile_of(cdf_at_edges: np.ndarray, q: float) -> float:
+    """The q-quantile, on the unit scale, of a monotone CDF given at the D + 1 edges."""
+    return _crossing(cdf_at_edges, q)
+
+
+def _with_zero(cumulative: np.ndarray) -> np.ndarray:
+    zero = np.zeros((*cumulative.shape[:-1], 1))
+    return np.concatenate([zero, cumulative], axis=-1)
+
+
+def _interval_from_replicates(point: np.ndarray, replicates: np.ndarray
+                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(std error, low, high) per column: the replicates' spread and the basic interval."""
+    spread = replicates.std(axis=0, ddof=1)
+    low_q, high_q = np.quantile(replicates, [LOW_TAIL, HIGH_TAIL], axis=0)
+    return spread, 2 * point - high_q, 2 * point - low_q
+
+
+def _linear_answers(fitted: FittedDistribution, weights: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(estimate, std error, low, high) of each row of ``weights`` · θ."""
+    point = weights @ fitted.leaves
+    if fitted.covariance is not None:
+        variance = np.einsum("ij,jk,ik->i", weights, fitted.covariance, weights)
+        error = np.sqrt(np.clip(variance, 0.0, None))
+        return point, error, point - Z * error, point + Z * error
+    assert fitted.replicates is not None
+    spread, low, high = _interval_from_replicates(point, fitted.replicates @ weights.T)
+    return point, spread, low, high
+
+
+def _cdf_band(fitted: FittedDistribution) -> tuple[np.ndarray, np.ndarray]:
+    """(F̂ at the D + 1 edges, its standard error there), F̂ raw (not yet monotone)."""
+    cumulative = _with_zero(np.cumsum(fitted.leaves))
+    if fitted.covariance is not None:
+        prefix = np.cumsum(np.cumsum(fitted.covariance, axis=0), axis=1)
+        error = np.sqrt(np.clip(np.diag(prefix), 0.0, None))
+    else:
+        assert fitted.replicates is not None
+        error = np.cumsum(fitted.replicates, axis=1).std(axis=0, ddof=1)
+    return cumulative, _with_zero(error)
+
+
+def _quantiles(fitted: FittedDistribution, levels: Sequence[float]) -> list[Statistic]:
+    mechanism = fitted.mechanism
+    cumulative, error = _cdf_band(fitted)
+    monotone = _monotone_cdf(cumulative)
+    rows = []
+    for q in levels:
+        unit = quantile_of(monotone, q)
+        if fitted.covariance is not None:
+            # Invert the pointwise band: the quantile lies where F̂ − zσ ≤ q ≤ F̂ + zσ.
+            upper_band = np.maximum.accumulate(np.clip(cumulative + Z * error, 0.0, 1.0))
+            lower_band = np.maximum.accumulate(np.clip(cumulative - Z * error, 0.0, 1.0))
+            low_unit, high_unit = _crossing(upper_band, q), _crossing(lower_band, q)
+            low, high = mechanism.from_unit(low_unit), mechanism.from_unit(high_unit)
+            spread = (high - low) / (2 * Z)
+        else:
+            assert fitted.replicates is not None
+            replicated = _monotone_cdf(_with_zero(np.cumsum(fitted.replicates, axis=1)))
+            units = np.array([quantile_of(row, q) for row in replicated])
+            values = np.array([mechanism.from_unit(u) for u in units])
+            spread = float(values.std(ddof=1))
+            # The basic interval on the unit scale (where buckets are equal), then mapped.
+            _, low_a, high_a = _interval_from_replicates(np.array([unit]), units[:, None])
+            low = mechanism.from_unit(min(max(float(low_a[0]), 0.0), 1.0))
+            high = mechanism.from_unit(min(max(float(high_a[0]), 0.0), 1.0))
+        rows.append(Statistic(value=mechanism.from_unit(unit), std_error=spread, ci_low=low,
+                              ci_high=high, q=q))
+    return rows
+
+
+def answer(campaign: Campaign, fitted: FittedDistribution, query: Query,
+           postprocessing: str) -> DistributionEstimate:
+    """Every answer a distribution campaign gives, from one fit."""
+    mechanism = fitted.mechanism
+    edges = mechanism.edges()
+    buckets = mechanism.buckets
+    point, error, low, high = _linear_answers(fitted, np.eye(buckets))
+    histogram = [Statistic(value=float(point[j]), std_error=float(error[j]),
+                           ci_low=float(low[j]), ci_high=float(high[j]), lo=edges[j],
+                           hi=edges[j + 1]) for j in range(buckets)]
+
+    cumulative, cdf_error = _cdf_band(fitted)
+    monotone = _monotone_cdf(cumulative)
+    cdf = [Statistic(value=float(monotone[i]), std_error=float(cdf_error[i]),
+                     ci_low=max(0.0, float(monotone[i] - Z * cdf_error[i])),
+                     ci_high=min(1.0, float(monotone[i] + Z * cdf_error[i])), hi=edges[i])
+           for i in range(1, buckets + 1)]
+
+    ranges = []
+    if query.ranges:
+        weights = np.array([_range_weights(mechanism, a, b) for a, b in query.ranges])
+        point, error, low, high = _linear_answers(fitted, weights)
+        ranges = [Statistic(value=float(point[i]), std_error=float(error[i]),
+                            ci_low=float(low[i]), ci_high=float(high[i]), lo=a, hi=b)
+                  for i, (a, b) in enumerate(query.ranges)]
+
+    means = _bucket_means(mechanism)
+    point, error, low, high = _linear_answers(fitted, means[None, :])
+    mean = Statistic(value=float(point[0]), std_error=float(error[0]), ci_low=float(low[0]),
+                     ci_high=float(high[0]))
+
+    extra = {**fitted.extra,
+             "mean_note": "read from the histogram: values are taken as uniform inside each "
+                          "bucket, so it can be off by up to half a bucket's width",
+             "cdf_note": "the running maximum of the cumulative shares, clipped to [0, 1]"}
+    if query.ranges:
+        extra["range_alignment"] = [
+            _on_edge(mechanism, a) and _on_edge(mechanism, b) for a, b in query.ranges]
+    return DistributionEstimate(
+        campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon,
+        n=fitted.n, edges=edges, scale=mechanism.scale, histogram=histogram, cdf=cdf,
+        quantiles=_quantiles(fitted, query.quantiles), ranges=ranges, mean=mean,
+        variance_model=fitted.variance_model, method=fitted.method,
+        uncertainty=fitted.uncertainty, window=query.window, postprocessing=postprocessing,
+        extra=extra, warnings=list(fitted.warnings))
+
+
+def _on_edge(mechanism: DistributionMechanism, value: float) -> bool:
+    """Whether ``value`` falls on a bucket edge (a range between edges is split exactly)."""
+    unit = mechanism.to_unit(mechanism.domain.clip(value)) * mechanism.buckets
+    return math.isclose(unit, round(unit), abs_tol=1e-9)
