@@ -10,6 +10,7 @@ from chorus_collector.estimators.base import Estimator, Query, QueryError
 from chorus_collector.estimators.dbitflip import DBitFlipEstimator
 from chorus_collector.estimators.duchi import DuchiEstimator, OneBitMeanEstimator
 from chorus_collector.estimators.hadamard import HadamardEstimator
+from chorus_collector.estimators.hierarchical import HierarchicalEstimator
 from chorus_collector.estimators.krr import BinaryRREstimator, KRREstimator
 from chorus_collector.estimators.laplace import LaplaceEstimator
 from chorus_collector.estimators.local_hashing import BLHEstimator, LocalHashingEstimator
@@ -30,6 +31,7 @@ from chorus_collector.estimators.sketch import (
     CountMeanSketchEstimator,
     HadamardCountMeanSketchEstimator,
 )
+from chorus_collector.estimators.square_wave import SquareWaveEstimator
 from chorus_collector.estimators.subset import SubsetEstimator
 from chorus_collector.estimators.succinct import SuccinctHistogramEstimator
 from chorus_collector.estimators.unary import OUEEstimator, UnaryEstimator
@@ -48,7 +50,7 @@ ESTIMATORS: dict[str, Estimator[Any]] = {
         DuchiEstimator(), OneBitMeanEstimator(), PiecewiseEstimator(), HybridEstimator(),
         LaplaceEstimator(),
         DuchiMultidimEstimator(), HarmonyEstimator(), PiecewiseMultidimEstimator(),
-        HybridMultidimEstimator(),
+        HybridMultidimEstimator(), SquareWaveEstimator(), HierarchicalEstimator(),
     )
 }
 
