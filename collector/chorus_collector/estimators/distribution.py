@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from chorus_collector.estimators.base import Estimator, M, Query, QueryError
+from chorus_collector.estimators.consistency import LABELS
 from chorus_collector.results import CONFIDENCE, Z95
 from chorus_collector.results_distribution import DistributionEstimate, Statistic
 from chorus_shared.campaign import Campaign
@@ -38,6 +39,12 @@ from chorus_shared.mechanisms.distribution import DistributionMechanism
 __all__ = ["DistributionEstimator", "FittedDistribution", "answer", "quantile_of"]
 
 Z = Z95
+#: How each method is named in an answer's ``postprocessing`` (the others: ``LABELS``).
+DISTRIBUTION_LABELS = {
+    "none": "none (unbiased)",
+    "ems": "ems: expectation-maximisation with (1,2,1)/4 smoothing (biased, smooth)",
+    "em": "em: maximum likelihood by expectation-maximisation (biased)",
+}
 LOW_TAIL, HIGH_TAIL = (1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2
 
 
@@ -88,8 +95,10 @@ class DistributionEstimator(Estimator[M]):
         if n == 0:
             raise QueryError("no-reports", "there are no reports in this window to estimate a "
                                            "distribution from")
-        fitted = self.fit(mechanism, n, state, self.method_of(query))
-        return answer(campaign, fitted, query, postprocessing=self.method_of(query))
+        method = self.method_of(query)
+        fitted = self.fit(mechanism, n, state, method)
+        return answer(campaign, fitted, query, postprocessing=DISTRIBUTION_LABELS.get(
+            method, LABELS.get(method, method)))
 
 
 def _unit_edges(buckets: int) -> np.ndarray:
