@@ -182,10 +182,10 @@ def _distribution_lines(result: Mapping[str, Any]) -> list[str]:
     rows = [(f"p{round(q['q'] * 100, 6):g}", q) for q in result["quantiles"]]
     rows.append(("mean", result["mean"]))
     for label, row in rows:
-        lines.append(f"  {label:<10}{_number(row['value']):>14}  "
-                     f"[{_number(row['ci_low']):>14}, {_number(row['ci_high']):>14}]")
+        lines.append(f"  {label:<10}{_on_scale(row['value']):>14}  "
+                     f"[{_on_scale(row['ci_low']):>14}, {_on_scale(row['ci_high']):>14}]")
     for row in result["ranges"]:
-        lines.append(f"  share in [{_number(row['lo']).strip()}, {_number(row['hi']).strip()}]"
+        lines.append(f"  share in [{_on_scale(row['lo']).strip()}, {_on_scale(row['hi']).strip()}]"
                      f" {row['value']:.4f} ± {row['std_error']:.4f} (95% CI "
                      f"{row['ci_low']:.4f} … {row['ci_high']:.4f})")
     histogram = result["histogram"]
@@ -198,10 +198,10 @@ def _distribution_lines(result: Mapping[str, Any]) -> list[str]:
     for i, share in zip(range(0, len(histogram), group), shares, strict=True):
         low, high = histogram[i]["lo"], histogram[min(i + group, len(histogram)) - 1]["hi"]
         bar = "█" * round(BAR_WIDTH * share / top)
-        lines.append(f"  [{_number(low):>12}, {_number(high):>12})  {share:6.3f} {bar}")
+        lines.append(f"  [{_on_scale(low):>12}, {_on_scale(high):>12})  {share:6.3f} {bar}")
     return lines
 
 
-def _number(value: float | None) -> str:
+def _on_scale(value: float | None) -> str:
     """A number on the campaign's scale, to 6 significant digits."""
     return "—" if value is None else f"{value:.6g}"
