@@ -107,11 +107,11 @@ def _unit_edges(buckets: int) -> np.ndarray:
 
 def _bucket_means(mechanism: DistributionMechanism) -> np.ndarray:
     """E[x | x in bucket j], x uniform on the campaign's scale inside the bucket."""
-    edges = np.asarray(mechanism.edges())
+    edges = np.asarray(mechanism.edges(), dtype=np.float64)
     low, high = edges[:-1], edges[1:]
-    if mechanism.scale == "log":
-        return (high - low) / np.log(high / low)
-    return (low + high) / 2
+    means: np.ndarray = (high - low) / np.log(high / low) if mechanism.scale == "log" \
+        else (low + high) / 2
+    return means
 
 
 def _range_weights(mechanism: DistributionMechanism, a: float, b: float) -> np.ndarray:
@@ -120,7 +120,8 @@ def _range_weights(mechanism: DistributionMechanism, a: float, b: float) -> np.n
     u_a, u_b = mechanism.to_unit(mechanism.domain.clip(a)), \
         mechanism.to_unit(mechanism.domain.clip(b))
     edges = _unit_edges(mechanism.buckets)
-    covered = np.clip(np.minimum(edges[1:], u_b) - np.maximum(edges[:-1], u_a), 0.0, None)
+    covered: np.ndarray = np.clip(np.minimum(edges[1:], u_b) - np.maximum(edges[:-1], u_a),
+                                  0.0, None)
     return covered * mechanism.buckets
 
 

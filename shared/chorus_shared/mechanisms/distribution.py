@@ -55,7 +55,7 @@ class DistributionMechanism(Mechanism):
         values: dict[str, int] = {}
         for parameter in cls.parameters:
             values[parameter.name] = parameter.read(cls.name, params, eps, domain, values)
-        return cls(domain=domain, epsilon=eps, scale=scale, **values)  # type: ignore[call-arg]
+        return cls(domain=domain, epsilon=eps, scale=scale, **values)
 
     def params(self) -> dict[str, Any]:
         return {**super().params(), "scale": self.scale}
