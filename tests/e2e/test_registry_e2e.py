@@ -7,6 +7,7 @@ exercised the same way without new test code. In process (WSGI), no socket.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import zlib
@@ -89,7 +90,7 @@ def test_mechanism_works_end_to_end(mechanism: str, make_app: Any, clock: FakeCl
             lo, hi = spec["domain"]["lo"], spec["domain"]["hi"]
             edges = result["edges"]
             # Read from the histogram, the mean can be off by half a bucket on top of noise.
-            half_bucket = max(b - a for a, b in zip(edges, edges[1:], strict=False)) / 2
+            half_bucket = max(b - a for a, b in itertools.pairwise(edges)) / 2
             truth = sum(min(max(v, lo), hi) for v in values) / USERS
             mean = result["mean"]
             assert abs(mean["value"] - truth) < 5 * mean["std_error"] + half_bucket, mean

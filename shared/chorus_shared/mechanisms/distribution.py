@@ -71,10 +71,8 @@ class DistributionMechanism(Mechanism):
 
     def to_unit(self, x: float) -> float:
         lo, hi = self.domain.lo, self.domain.hi
-        if self.scale == "log":
-            unit = math.log(x / lo) / math.log(hi / lo)
-        else:
-            unit = (x - lo) / (hi - lo)
+        unit = math.log(x / lo) / math.log(hi / lo) if self.scale == "log" \
+            else (x - lo) / (hi - lo)
         return min(max(unit, 0.0), 1.0)
 
     def from_unit(self, unit: float) -> float:
