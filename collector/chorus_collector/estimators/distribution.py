@@ -93,8 +93,8 @@ class DistributionEstimator(Estimator[M]):
                  query: Query) -> DistributionEstimate:
         mechanism = self.mechanism_of(campaign)
         if n == 0:
-            raise QueryError("no-reports", "there are no reports in this window to estimate a "
-                                           "distribution from")
+            raise QueryError("invalid-batch-size", "there are no reports in this window to "
+                                                   "estimate a distribution from")
         method = self.method_of(query)
         fitted = self.fit(mechanism, n, state, method)
         return answer(campaign, fitted, query, postprocessing=DISTRIBUTION_LABELS.get(
