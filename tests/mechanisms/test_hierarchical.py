@@ -13,7 +13,7 @@ that sampler against exact theory, and another runs the real client randomizer e
 Tolerances: z-tests at α = 1e-6 with Bonferroni over the ranges; χ²_{R−1} bands for variances
 (Wilson–Hilferty); binomial tests for coverage. The stage-1 fit (weights from the n_ℓ only) is
 exactly linear, so its mean and variance are exact; the final (feasible GLS) fit's bias is
-O(1/n), ≤ 0.05 standard errors in the settings below, far under what R runs can detect.
+O(1/n), under 0.1 standard errors in the settings below, far under what R runs can detect.
 """
 
 from __future__ import annotations
