@@ -207,3 +207,34 @@ def test_the_dashboard_draws_the_histogram_with_the_apis_numbers(
         (f"p{q['q'] * 100:g}", q["value"], q["ci_low"], q["ci_high"])
         for q in body["quantiles"]]
     assert "share in [100, 1000]" in html and 'id="histogram-table"' in html
+
+
+def test_a_repeated_fit_is_served_from_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A closed bucket's statistic never changes: the same (mechanism, n, method, statistic)
+    is fitted once; another statistic or method is fitted afresh."""
+    import numpy as np
+
+    from chorus_collector.estimators import Query, estimator_for
+    from chorus_shared import campaign_from_spec
+
+    campaign = campaign_from_spec({"name": "cached", "mechanism": "sw", "epsilon": 1.0,
+                                   "domain": {"kind": "numeric", "lo": 0, "hi": 1},
+                                   "params": {"buckets": 16}})
+    estimator = estimator_for("sw")
+    calls: list[str] = []
+    original = type(estimator).fit
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(args[3])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(estimator), "fit", counting)
+    state = np.arange(16, dtype=np.int64) * 10 + 7
+    n = int(state.sum())
+    first = estimator.finalize(campaign, n, state, Query())
+    again = estimator.finalize(campaign, n, state.copy(), Query(quantiles=(0.3,)))
+    assert calls == ["ems"]
+    assert again.histogram == first.histogram
+    estimator.finalize(campaign, n, state, Query(postprocessing="em"))
+    estimator.finalize(campaign, n + 1, state + np.eye(16, dtype=np.int64)[0], Query())
+    assert calls == ["ems", "em", "ems"]
