@@ -266,9 +266,11 @@ def _mutations(campaign: Campaign, payload: Any) -> list[tuple[str, Any]]:
 
 
 def payload_vectors() -> dict[str, Any]:
-    rng = random.Random(SEED)
     out = []
     for spec in campaign_specs():
+        # One generator per campaign, seeded by its name: a campaign added to the examples
+        # leaves every other campaign's vectors as they were.
+        rng = random.Random(f"{SEED}:{spec['name']}")
         campaign = _campaign(spec)
         mechanism, domain = campaign.mechanism, campaign.domain
         valid: list[Any] = []

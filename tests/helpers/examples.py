@@ -136,6 +136,10 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"epsilon": 1.0, "domain": {"kind": "numeric", "lo": 0, "hi": 300}},
         {"epsilon": 2.5, "domain": {"kind": "numeric", "lo": 0, "hi": 1}},
     ],
+    "duchi": [
+        {"epsilon": 1.0, "domain": {"kind": "numeric", "lo": -5, "hi": 5}},
+        {"epsilon": 3.0, "domain": {"kind": "numeric", "lo": 0, "hi": 1}},
+    ],
     # Distributions: coarse grids, so that every output can be enumerated. sw: 8 output buckets
     # are narrower than the wave (2b ≥ bucket width), so e^ε is reached; hh: ε = 0.5 with
     # B = 2 puts k-RR on levels 1–2 and OUE on level 3, ε = 3 k-RR on every level.
@@ -150,10 +154,6 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
          "params": {"branching": 2, "buckets": 8}},
         {"epsilon": 3.0, "domain": {"kind": "numeric", "lo": 1, "hi": 1000},
          "params": {"branching": 4, "buckets": 16, "scale": "log"}},
-    ],
-    "duchi": [
-        {"epsilon": 1.0, "domain": {"kind": "numeric", "lo": -5, "hi": 5}},
-        {"epsilon": 3.0, "domain": {"kind": "numeric", "lo": 0, "hi": 1}},
     ],
 }
 

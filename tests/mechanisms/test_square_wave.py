@@ -293,7 +293,7 @@ def test_finalize_answers_with_bootstrap_intervals() -> None:
     state = draw_state(mechanism, truth, n, seed=11)
     query = Query(quantiles=(0.5, 0.95), ranges=((0.1, 0.3),))
     result = ESTIMATOR.finalize(campaign, n, state, query)
-    assert result.method == METHODS["ems"] and result.postprocessing == "ems"
+    assert result.method == METHODS["ems"] and result.postprocessing.startswith("ems: ")
     assert "parametric bootstrap" in result.uncertainty and "200" in result.uncertainty
     assert result.variance_model.startswith("iid-sampling: parametric bootstrap")
     assert result.extra["converged"] and result.extra["iterations"] > 2
