@@ -310,7 +310,7 @@ def test_finalize_answers_with_bootstrap_intervals() -> None:
     assert again.quantiles == result.quantiles and again.ranges == result.ranges
     # The query's post-processing picks EM; one this estimator does not offer falls back to EMS.
     em = ESTIMATOR.finalize(campaign, n, state, Query(postprocessing="em"))
-    assert em.method == METHODS["em"] and em.postprocessing == "em"
+    assert em.method == METHODS["em"] and em.postprocessing.startswith("em: ")
 
 
 def test_fit_without_uncertainty_is_valid_and_flat() -> None:
