@@ -4,7 +4,8 @@
 
 It uses the browser tests' own machinery (tests/helpers): a collector on loopback with a
 fresh SQLite file, the three seeded campaigns (k-RR, a mean, RAPPOR: 2,000 simulated users a
-day for 8 days, a change planted in the browser shares 3 days ago) and Debian's headless
+day for 8 days, a change planted in the browser shares 3 days ago) and a distribution
+(hierarchical histogram of load times, 8,000 users a day for 3 days) and Debian's headless
 Chromium, which may request nothing but the collector (the script fails if a page tries).
 The data are seeded, so the pictures change only when the pages do.
 """
@@ -39,6 +40,7 @@ from helpers.live import (  # noqa: E402
     HOMEPAGES,
     LiveCollector,
     seed_campaigns,
+    seed_distribution,
     serving,
 )
 from helpers.support import ADMIN, ANALYST, FakeClock  # noqa: E402
@@ -53,6 +55,7 @@ PAGES = [
     ("campaigns", "/", True),
     ("campaign-browser", "/campaigns/browser", True),
     ("campaign-load_time", "/campaigns/load_time", True),
+    ("campaign-load_time_percentiles", "/campaigns/load_time_percentiles?ranges=1:4", True),
     ("campaign-homepage",
      "/campaigns/homepage?" + urlencode({"candidates": "\n".join(HOMEPAGES)}), True),
     ("designer", "/design?" + DESIGN, True),
@@ -82,6 +85,7 @@ def take(out: Path) -> list[Path]:
                           "ANALYST_TOKEN": ANALYST, "LOG_LEVEL": "WARNING"}, clock=clock)
         with serving(app, clock) as live, sync_playwright() as playwright:
             seed_campaigns(live, change_day=5)
+            seed_distribution(live)
             live.fold()
             browser = playwright.chromium.launch(executable_path=CHROMIUM,
                                                  args=CHROMIUM_FLAGS)

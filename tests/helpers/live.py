@@ -226,3 +226,21 @@ def seed_campaigns(live: LiveCollector, *, days: int = 8, users_per_day: int = 2
                                   [categorical(HOMEPAGES, HOMEPAGE_SHARES)] * days,
                                   users_per_day, rng),
     }
+
+
+DISTRIBUTION_SPEC: dict[str, Any] = {
+    "name": "load_time_percentiles", "mechanism": "hh", "epsilon": 1.0,
+    "domain": {"kind": "numeric", "lo": 0.1, "hi": 20.0},
+    "params": {"branching": 4, "buckets": 64, "scale": "log"},
+    "time_precision": DAY, "min_batch_size": 100,
+    "description": "Page load time in seconds, as a distribution (hierarchical histogram, "
+                   "64 buckets on a log scale)"}
+
+
+def seed_distribution(live: LiveCollector, *, days: int = 3, users_per_day: int = 8_000,
+                      seed: int = 20261201) -> SeededCampaign:
+    """A distribution campaign (``hh`` over load times, log scale) with ``days`` daily
+    buckets ending with the clock's day, log-normal load times with a median of 2 s."""
+    rng = np.random.default_rng(seed)
+    return seed_campaign(live, DISTRIBUTION_SPEC, [lognormal(2.0, 0.6, 0.1, 20.0)] * days,
+                         users_per_day, rng)
