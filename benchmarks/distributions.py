@@ -154,7 +154,8 @@ def _unit(mechanism: DistributionMechanism, values: np.ndarray) -> np.ndarray:
     """``mechanism.encode`` for an array (clip to [lo, hi], map linearly to [0, 1])."""
     assert mechanism.scale == "linear"
     lo, hi = mechanism.domain.lo, mechanism.domain.hi
-    return np.clip((np.clip(values, lo, hi) - lo) / (hi - lo), 0.0, 1.0)
+    unit: np.ndarray = np.clip((np.clip(values, lo, hi) - lo) / (hi - lo), 0.0, 1.0)
+    return unit
 
 
 def _fold(campaign: Campaign, inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -329,8 +330,8 @@ def coverage(shape_name: str, n: int, epsilon: float, runs: int,
     shape = SHAPES[shape_name]
     campaigns = _campaigns(shape, epsilon)
     population = {q: shape.quantile(q) for q in LEVELS}
-    hits = {row: {"population": [0] * len(LEVELS), "sample": [0] * len(LEVELS),
-                  "width_unit": [0.0] * len(LEVELS)} for row in methods}
+    # Per method: hits on the population and on the sample quantile, summed widths (unit).
+    hits = {row: np.zeros((3, len(LEVELS))) for row in methods}
     started = time.perf_counter()
     for _, run in staged([(f"run {r}", r) for r in range(runs)], f"coverage {shape_name}"):
         data_rng = np.random.default_rng([run, n, 99, list(SHAPES).index(shape_name)])
@@ -346,20 +347,18 @@ def coverage(shape_name: str, n: int, epsilon: float, runs: int,
                                                                quantiles=LEVELS))
             assert isinstance(estimate, DistributionEstimate)
             for i, stat in enumerate(estimate.quantiles):
-                hits[row]["population"][i] += stat.ci_low <= population[LEVELS[i]] \
-                    <= stat.ci_high
-                sample = campaign.mechanism.from_unit(  # type: ignore[attr-defined]
-                    float(truth.quantiles[i]))
-                hits[row]["sample"][i] += stat.ci_low <= sample <= stat.ci_high
-                hits[row]["width_unit"][i] += (mechanism.to_unit(stat.ci_high)
-                                               - mechanism.to_unit(stat.ci_low)) / runs
+                sample = mechanism.from_unit(float(truth.quantiles[i]))
+                hits[row][:, i] += (stat.ci_low <= population[LEVELS[i]] <= stat.ci_high,
+                                    stat.ci_low <= sample <= stat.ci_high,
+                                    mechanism.to_unit(stat.ci_high)
+                                    - mechanism.to_unit(stat.ci_low))
     low, high = _binomial_band(runs, 0.95)
     return {"shape": shape_name, "n": n, "epsilon": epsilon, "runs": runs,
             "levels": list(LEVELS), "wall_s": time.perf_counter() - started,
             "consistent_with_95_percent": [low, high],
-            "methods": {row: {"population": [h / runs for h in v["population"]],
-                              "sample": [h / runs for h in v["sample"]],
-                              "mean_width_unit": v["width_unit"]}
+            "methods": {row: {"population": (v[0] / runs).tolist(),
+                              "sample": (v[1] / runs).tolist(),
+                              "mean_width_unit": (v[2] / runs).tolist()}
                         for row, v in hits.items()}}
 
 
