@@ -32,8 +32,16 @@ histogram baselines on the same grid.
   band; SW+EMS: basic parametric bootstrap) over R seeded runs at n = 10⁵, ε = 1 on the
   log-normal (R = 100; 4 runs at n = 10⁴ with --quick), against the population quantile
   (the intervals are for i.i.d. sampling) and, for reference, the sample's own quantile.
-* The "published" column: the SW paper's figures (Li et al., SIGMOD 2020) where its setting
-  matches ours (see ``PUBLISHED`` for what is and is not available).
+* The SW paper's published figures (Li, Wang, Lopuhaä-Zwakenberg, Li, Škorić, SIGMOD 2020,
+  arXiv 1912.01051) are **not** printed: its experimental section (datasets, ε grid, metric
+  values) was not available to us — only the abstract and the authors' code — and, as far as
+  is known, its results are plots against ε (Beta(5, 2) and three real data sets, D = 1024),
+  not tables. What is missing is those figures' values. In their place, a *reference-code*
+  comparison on the setting a helper ran the authors' ``sw.py`` (vvv214/LDP_Protocols, HEAD
+  59f7cf4) on: Beta(5, 2), D = m̃ = 1024, n ∈ {10⁵, 10⁶}, ε ∈ {0.5, 1, 2, 4}, 3 seeds, W1 =
+  Σᵢ |F̂(i/D) − F(i/D)|/D and KS = maxᵢ |F̂(i/D) − F(i/D)| against the bucketed sample
+  (``REFERENCE_CODE``: that run's numbers, not published ones). Chorus's SW+EMS/EM run here on
+  the same setting with the same metric (3 seeds at 10⁵, 1 at 10⁶; EM at 10⁵ only, as there).
 
 Writes ``bench-results/distributions.json``; the full run takes a few minutes on two cores,
 --quick (one setting per shape, n = 10⁴) well under a minute. Every loop is bounded by its
@@ -129,9 +137,21 @@ SHAPES = {
                      lambda rng, n: rng.random(n), lambda q: q),
 }
 
-#: The SW paper's published accuracy (Li, Wang, Lopuhaä-Zwakenberg, Li, Škorić, SIGMOD 2020),
-#: keyed by (shape, n, ε, metric): filled only where its setting matches ours.
-PUBLISHED: dict[tuple[str, int, float, str], tuple[float, str]] = {}
+#: The authors' reference code (vvv214/LDP_Protocols ``sw.py`` at 59f7cf4, EMS switched on by
+#: hand for the EMS rows) run on Beta(5, 2) with D = m̃ = 1024, mean of 3 seeds: (W1, KS) by
+#: (method, n, ε). Measured by a helper for issue 17 (/tmp/research/sw_paper.md §4), NOT
+#: figures from the paper; expect ±20% between runs.
+REFERENCE_CODE: dict[tuple[str, int, float], tuple[float, float]] = {
+    ("SW+EMS", 100_000, 0.5): (0.0105, 0.0355), ("SW+EMS", 100_000, 1.0): (0.0062, 0.0231),
+    ("SW+EMS", 100_000, 2.0): (0.0030, 0.0109), ("SW+EMS", 100_000, 4.0): (0.0010, 0.0043),
+    ("SW+EM", 100_000, 0.5): (0.0138, 0.0611), ("SW+EM", 100_000, 1.0): (0.0090, 0.0475),
+    ("SW+EM", 100_000, 2.0): (0.0054, 0.0280), ("SW+EM", 100_000, 4.0): (0.0023, 0.0132),
+    ("SW+EMS", 1_000_000, 0.5): (0.0048, 0.0156), ("SW+EMS", 1_000_000, 1.0): (0.0020, 0.0077),
+    ("SW+EMS", 1_000_000, 2.0): (0.0010, 0.0048), ("SW+EMS", 1_000_000, 4.0): (0.0003, 0.0016),
+}
+REFERENCE_BUCKETS = 1024
+REFERENCE_SOURCE = ("authors' sw.py (vvv214/LDP_Protocols 59f7cf4) run by a helper, 3 seeds; "
+                    "not published figures")
 
 
 def _campaigns(shape: Shape, epsilon: float) -> dict[str, Campaign]:
@@ -315,9 +335,6 @@ def accuracy(shapes: list[str], sizes: list[int], epsilons: list[float], seeds: 
                 values = [run[row][metric] for run in runs]
                 entry[metric] = statistics.fmean(values)
                 entry[f"{metric}_sd"] = statistics.stdev(values) if len(values) > 1 else None
-                published = PUBLISHED.get((shape, n, epsilon, metric))
-                if published:
-                    entry[f"{metric}_published"], entry["published_source"] = published
             out.append(entry)
         out[-1]["setting_wall_s"] = time.perf_counter() - started
     return out
@@ -391,16 +408,13 @@ def _slopes(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _print_accuracy(results: list[dict[str, Any]]) -> None:
     head = (f"{'n':>9} {'ε':>4}  {'method':<14}{'W1':>9}{'KS':>9}{'|Δp50|':>9}{'|Δp95|':>9}"
-            f"{'|Δp99|':>9}  published")
+            f"{'|Δp99|':>9}")
     for shape in dict.fromkeys(r["shape"] for r in results):
         print(f"\n{shape}: {SHAPES[shape].label} (metrics on the unit scale; mean over seeds)")
         print(head)
         for r in (r for r in results if r["shape"] == shape):
-            published = ", ".join(f"{m} {r[f'{m}_published']:.4f}" for m in METRICS
-                                  if f"{m}_published" in r)
             print(f"{r['n']:>9,} {r['epsilon']:>4g}  {r['method']:<14}"
-                  + "".join(f"{r[m]:>9.4f}" for m in METRICS)
-                  + (f"  {published} ({r['published_source']})" if published else ""))
+                  + "".join(f"{r[m]:>9.4f}" for m in METRICS))
 
 
 def _print_slopes(slopes: list[dict[str, Any]]) -> None:
@@ -418,6 +432,55 @@ def _print_slopes(slopes: list[dict[str, Any]]) -> None:
             cells.append(f"{statistics.fmean(s['w1_slope'] for s in chosen):>8.2f}/"
                          f"{statistics.fmean(s['ks_slope'] for s in chosen):<7.2f}")
         print(f"{method:<14}" + "".join(f"{c:>16}" for c in cells))
+
+
+def reference_comparison(settings: list[tuple[str, int, float, int]]) -> list[dict[str, Any]]:
+    """Chorus's SW fits on the reference-code setting (Beta(5, 2), D = m̃ = 1024), scored
+    with that run's metric: the CDF at the edges against the bucketed sample's. Settings are
+    (row, n, ε, seeds)."""
+    out = []
+    for _, (row, n, epsilon, seeds) in staged([(f"{r} n={n} ε={e}", (r, n, e, k))
+                                               for r, n, e, k in settings], "reference"):
+        campaign = campaign_from_spec({
+            "name": "beta-5-2", "mechanism": "sw", "epsilon": epsilon,
+            "domain": {"kind": "numeric", "lo": 0.0, "hi": 1.0},
+            "params": {"buckets": REFERENCE_BUCKETS, "output_buckets": REFERENCE_BUCKETS}},
+            warn=False)
+        mechanism = campaign.mechanism
+        assert isinstance(mechanism, DistributionMechanism)
+        w1, ks = [], []
+        for seed in range(seeds):
+            values = np.random.default_rng([seed, n, 5, 2]).beta(5.0, 2.0, n)
+            state = _fold(campaign, values, np.random.default_rng([seed, n, round(epsilon * 100),
+                                                                   52]))
+            cdf, _ = _cdf_and_quantiles(_distribution_rows(campaign, n, state, {
+                row: SW_METHODS[row]})[row], mechanism)
+            edges = np.linspace(0.0, 1.0, REFERENCE_BUCKETS + 1)
+            # The bucketed sample's CDF at the edges (np.histogram's last bucket is closed).
+            truth = np.searchsorted(np.sort(values), edges, side="right") / n
+            gap = np.abs(cdf[1:] - truth[1:])
+            w1.append(float(gap.sum() / REFERENCE_BUCKETS))
+            ks.append(float(gap.max()))
+        reference = REFERENCE_CODE.get((row, n, epsilon))
+        out.append({"method": row, "n": n, "epsilon": epsilon, "seeds": seeds,
+                    "w1": statistics.fmean(w1), "ks": statistics.fmean(ks),
+                    "reference_w1": reference[0] if reference else None,
+                    "reference_ks": reference[1] if reference else None,
+                    "reference_source": REFERENCE_SOURCE})
+    return out
+
+
+def _print_reference(rows: list[dict[str, Any]]) -> None:
+    print(f"\nSW against the authors' reference code: Beta(5, 2), D = m̃ = {REFERENCE_BUCKETS}, "
+          "W1/KS at the edges against the bucketed sample")
+    print(f"({REFERENCE_SOURCE}; the SW paper's own figures were not available)")
+    print(f"{'n':>9} {'ε':>4}  {'method':<8}{'W1':>9}{'ref W1':>9}{'KS':>9}{'ref KS':>9}"
+          f"{'seeds':>7}")
+    for r in rows:
+        ref_w1 = f"{r['reference_w1']:>9.4f}" if r["reference_w1"] is not None else f"{'–':>9}"
+        ref_ks = f"{r['reference_ks']:>9.4f}" if r["reference_ks"] is not None else f"{'–':>9}"
+        print(f"{r['n']:>9,} {r['epsilon']:>4g}  {r['method']:<8}{r['w1']:>9.4f}{ref_w1}"
+              f"{r['ks']:>9.4f}{ref_ks}{r['seeds']:>7}")
 
 
 def _print_coverage(result: dict[str, Any]) -> None:
@@ -461,17 +524,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     interval_methods = {row: spec for row, spec in (("SW+EMS", ("sw", "ems")),
                                                      ("HH", ("hh", hh_methods()["HH"])))
                         if row in rows}
+    if args.quick:
+        reference_settings = [("SW+EMS", 100_000, 1.0, 1)]
+    else:
+        reference_settings = [(row, n, e, 3 if n == 100_000 else 1)
+                              for row, n, e in sorted(REFERENCE_CODE, key=lambda k: (k[1], k[0]
+                                                                                   != "SW+EMS",
+                                                                                   k[2]))]
+    reference = reference_comparison([s for s in reference_settings if s[0] in rows])
     covered = coverage("lognormal", coverage_n, 1.0, runs, interval_methods) \
         if interval_methods and runs > 0 else None
     output = {"quick": args.quick, "buckets": BUCKETS, "branching": BRANCHING,
               "levels": list(LEVELS), "shapes": {s.name: s.label for s in SHAPES.values()},
               "accuracy": results, "slopes": slopes, "coverage": covered,
-              "published_available": bool(PUBLISHED), "accuracy_wall_s": accuracy_s,
+              "reference_code": reference, "published": "not available (see the docstring)",
+              "accuracy_wall_s": accuracy_s,
               "wall_s": time.perf_counter() - started}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(output, indent=2))
     _print_accuracy(results)
     _print_slopes(slopes)
+    if reference:
+        _print_reference(reference)
     if covered:
         _print_coverage(covered)
     print(f"\naccuracy grid {accuracy_s:.0f} s, total {output['wall_s']:.0f} s; "
