@@ -106,25 +106,42 @@ class CollectorAPI:
         return result
 
     def estimates(self, name: str, *, candidates: Sequence[str] = (), start: int | None = None,
-                  end: int | None = None, postprocessing: str = "none") -> dict[str, Any]:
-        """Estimates as JSON (analyst)."""
+                  end: int | None = None, postprocessing: str | None = None,
+                  quantiles: Sequence[float] | None = None,
+                  ranges: Sequence[tuple[float, float]] = ()) -> dict[str, Any]:
+        """Estimates as JSON (analyst). ``postprocessing`` None is the campaign's default
+        ("none", the unbiased estimate, except Square Wave's "ems"); ``quantiles`` and
+        ``ranges`` are for distribution campaigns (default quantiles 0.5, 0.95, 0.99)."""
         result: dict[str, Any] = self._json(
             "POST", f"/v1/campaigns/{quote(name, safe='')}/estimates",
-            {"candidates": list(candidates), "start": start, "end": end, "format": "json",
-             "postprocessing": postprocessing},
-        )
+            self._estimate_body(candidates, start, end, "json", postprocessing, quantiles,
+                                ranges))
         return result
 
     def estimates_csv(self, name: str, *, candidates: Sequence[str] = (),
                       start: int | None = None, end: int | None = None,
-                      postprocessing: str = "none") -> str:
+                      postprocessing: str | None = None,
+                      quantiles: Sequence[float] | None = None,
+                      ranges: Sequence[tuple[float, float]] = ()) -> str:
         response = self._call(
             "POST", f"/v1/campaigns/{quote(name, safe='')}/estimates",
-            {"candidates": list(candidates), "start": start, "end": end, "format": "csv",
-             "postprocessing": postprocessing},
+            self._estimate_body(candidates, start, end, "csv", postprocessing, quantiles,
+                                ranges),
             accept="text/csv",
         )
         return response.body.decode()
+
+    @staticmethod
+    def _estimate_body(candidates: Sequence[str], start: int | None, end: int | None,
+                       fmt: str, postprocessing: str | None, quantiles: Sequence[float] | None,
+                       ranges: Sequence[tuple[float, float]]) -> dict[str, Any]:
+        body: dict[str, Any] = {"candidates": list(candidates), "start": start, "end": end,
+                                "format": fmt, "postprocessing": postprocessing}
+        if quantiles is not None:
+            body["quantiles"] = list(quantiles)
+        if ranges:
+            body["ranges"] = [list(pair) for pair in ranges]
+        return body
 
     def series(self, name: str, *, start: int | None = None, end: int | None = None,
                step: int | str = "bucket", values: Sequence[str] = (), top: int | None = None,

@@ -1,7 +1,7 @@
 """``chorus demo``: the whole system on the embedded default, in under two minutes.
 
 Starts a collector (the production server, on loopback, on a fresh SQLite file), creates
-three campaigns, simulates users who each report through their own instance of the real
+four campaigns, simulates users who each report through their own instance of the real
 client library over real HTTP (noise from the OS CSPRNG), then prints the true value, the
 estimate and its 95% interval side by side, the dashboard's address and this demo's tokens,
 and stops the server; with ``serve``, it goes on serving on loopback until Ctrl-C.
@@ -55,7 +55,15 @@ DEMO_CAMPAIGNS: list[dict[str, Any]] = [
      "domain": {"kind": "numeric", "lo": 0.0, "hi": 10.0}, "min_batch_size": 100,
      "time_precision": DAY,
      "description": "Page load time in seconds, clipped to [0, 10] (Duchi et al.)"},
+    {"name": "load_time_percentiles", "mechanism": "hh", "epsilon": 1.0,
+     "domain": {"kind": "numeric", "lo": 0.1, "hi": 20.0},
+     "params": {"branching": 4, "buckets": 64, "scale": "log"},
+     "min_batch_size": 100, "time_precision": DAY,
+     "description": "Page load time in seconds, as a distribution: p50, p95, p99 "
+                    "(hierarchical histogram, 64 buckets on a log scale)"},
 ]
+#: The quantiles the demo prints beside the truth.
+DEMO_QUANTILES = (0.5, 0.95, 0.99)
 
 
 class Population:
@@ -78,7 +86,16 @@ class Population:
             "browser": {k: v / n for k, v in Counter(self.browsers).items()},
             "homepage": {k: v / n for k, v in Counter(self.homepages).items()},
             "load_time": {"mean": sum(clipped) / n},
+            "load_time_percentiles": _quantiles(
+                [min(max(t, 0.1), 20.0) for t in self.load_times], DEMO_QUANTILES),
         }
+
+
+def _quantiles(values: list[float], levels: tuple[float, ...]) -> dict[str, float]:
+    """The empirical quantiles (the smallest value with at least a share q at or below it)."""
+    ordered = sorted(values)
+    return {f"p{round(q * 100, 6):g}": ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+            for q in levels}
 
 
 def _simulate(url: str, campaigns: dict[str, Campaign], population: Population,
@@ -99,6 +116,7 @@ def _simulate(url: str, campaigns: dict[str, Campaign], population: Population,
         client.report("browser", population.browsers[i])
         client.report("homepage", population.homepages[i])
         client.report("load_time", population.load_times[i])
+        client.report("load_time_percentiles", population.load_times[i])
         client.flush()
         return client.totals.accepted
 
@@ -165,6 +183,8 @@ def _run(url: str, admin: str, analyst: str, users: int, seed: int,
         "browser": analyst_api.estimates("browser"),
         "homepage": analyst_api.estimates("homepage", candidates=HOMEPAGES),
         "load_time": analyst_api.estimates("load_time"),
+        "load_time_percentiles": analyst_api.estimates("load_time_percentiles",
+                                                       quantiles=DEMO_QUANTILES),
     }
     return results, population.truth(), accepted
 
@@ -181,6 +201,16 @@ def _print_results(results: dict[str, Any], truth: dict[str, dict[str, float]],
             shown = {**result, "rows": top}
             echo(format_estimates(shown, truth[name]))
             echo(f"  … and {len(result['rows']) - 15} more candidates")
+        elif result["kind"] == "distribution":
+            echo(format_estimates(result))
+            for row in result["quantiles"]:
+                label = f"p{round(row['q'] * 100, 6):g}"
+                true = truth[name][label]
+                echo(f"  true {label} {true:.4g}: estimated {row['value']:.4g} "
+                     f"[{row['ci_low']:.4g}, {row['ci_high']:.4g}]")
+                total += 1
+                covered += row["ci_low"] <= true <= row["ci_high"]
+            continue
         else:
             echo(format_estimates(result, truth[name]))
         rows = result.get("rows") or [{**result, "value": "mean",

@@ -52,6 +52,10 @@ def format_estimates(result: dict[str, Any], truth: dict[str, float] | None = No
         if truth is not None:
             line = f"  true mean {truth['mean']:.4f}   estimated" + line[6:]
         return "\n".join([*lines, line])
+    if result["kind"] == "distribution":
+        lines += _distribution_lines(result)
+        lines.extend(f"  warning: {warning}" for warning in result.get("warnings", []))
+        return "\n".join(lines)
     if result["kind"] == "means":
         lines += _means_table(result["rows"], truth)
     else:
@@ -164,3 +168,40 @@ def _chunks(text: str, width: int) -> list[str]:
         current += ch
         used += columns
     return [*chunks, current]
+
+
+#: The coarse histogram a terminal shows (the full one is in the JSON and CSV answers).
+COARSE_BARS = 16
+BAR_WIDTH = 40
+
+
+def _distribution_lines(result: Mapping[str, Any]) -> list[str]:
+    """Quantiles, ranges and the mean with their intervals, then a coarse histogram."""
+    lines = [f"  {result['method']}", f"  uncertainty: {result['uncertainty']}",
+             f"  {'':<10}{'value':>14}  {'95% CI':>31}"]
+    rows = [(f"p{round(q['q'] * 100, 6):g}", q) for q in result["quantiles"]]
+    rows.append(("mean", result["mean"]))
+    for label, row in rows:
+        lines.append(f"  {label:<10}{_on_scale(row['value']):>14}  "
+                     f"[{_on_scale(row['ci_low']):>14}, {_on_scale(row['ci_high']):>14}]")
+    for row in result["ranges"]:
+        lines.append(f"  share in [{_on_scale(row['lo']).strip()}, {_on_scale(row['hi']).strip()}]"
+                     f" {row['value']:.4f} ± {row['std_error']:.4f} (95% CI "
+                     f"{row['ci_low']:.4f} … {row['ci_high']:.4f})")
+    histogram = result["histogram"]
+    group = max(1, -(-len(histogram) // COARSE_BARS))
+    shares = [sum(max(0.0, b["value"]) for b in histogram[i:i + group])
+              for i in range(0, len(histogram), group)]
+    top = max(shares) or 1.0
+    lines.append(f"  histogram ({len(histogram)} buckets on a {result['scale']} scale, shown "
+                 f"{group} to a bar; every bucket with its interval is in the JSON and CSV)")
+    for i, share in zip(range(0, len(histogram), group), shares, strict=True):
+        low, high = histogram[i]["lo"], histogram[min(i + group, len(histogram)) - 1]["hi"]
+        bar = "█" * round(BAR_WIDTH * share / top)
+        lines.append(f"  [{_on_scale(low):>12}, {_on_scale(high):>12})  {share:6.3f} {bar}")
+    return lines
+
+
+def _on_scale(value: float | None) -> str:
+    """A number on the campaign's scale, to 6 significant digits."""
+    return "—" if value is None else f"{value:.6g}"

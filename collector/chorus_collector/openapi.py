@@ -151,16 +151,25 @@ _SCHEMAS: dict[str, Any] = {
             "candidates": {"type": "array", "items": {"type": "string"}},
             "format": {"enum": ["json", "csv"]},
             "postprocessing": {"type": "string"},
+            "quantiles": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0,
+                                                     "exclusiveMaximum": 1},
+                          "description": "distribution campaigns: the quantiles to read "
+                                         "(default 0.5, 0.95, 0.99)"},
+            "ranges": {"type": "array", "items": {"type": "array", "items": {"type": "number"},
+                                                  "minItems": 2, "maxItems": 2},
+                       "description": "distribution campaigns: [a, b] ranges whose shares to "
+                                      "estimate"},
         },
     },
     "Estimate": {
         "type": "object",
-        "description": "kind 'frequency' (rows per category or candidate), 'mean' or "
-                       "'means' (rows per attribute); each estimate has a standard error "
+        "description": "kind 'frequency' (rows per category or candidate), 'mean', "
+                       "'means' (rows per attribute) or 'distribution' (histogram, cdf, "
+                       "quantiles, ranges and mean); each estimate has a standard error "
                        "and a 95% confidence interval.",
         "required": ["kind", "campaign", "mechanism", "n"],
         "properties": {
-            "kind": {"enum": ["frequency", "mean", "means"]},
+            "kind": {"enum": ["frequency", "mean", "means", "distribution"]},
             "campaign": {"type": "string"},
             "mechanism": {"type": "string"},
             "epsilon": {"type": "number"},
@@ -198,7 +207,7 @@ _SCHEMAS: dict[str, Any] = {
             "campaign": {"type": "string"},
             "mechanism": {"type": "string"},
             "epsilon": {"type": "number"},
-            "estimate_kind": {"enum": ["frequency", "mean", "means"]},
+            "estimate_kind": {"enum": ["frequency", "mean", "means", "distribution"]},
             "step": {"type": "integer"},
             "step_name": {"type": "string"},
             "window": {"type": "object"},
@@ -235,7 +244,7 @@ _SCHEMAS: dict[str, Any] = {
             "campaign": {"type": "string"},
             "mechanism": {"type": "string"},
             "epsilon": {"type": "number"},
-            "estimate_kind": {"enum": ["frequency", "mean", "means"]},
+            "estimate_kind": {"enum": ["frequency", "mean", "means", "distribution"]},
             "baseline": {"type": "object"},
             "current": {"type": "object"},
             "correction": {"enum": ["benjamini-hochberg", "bonferroni"]},
@@ -286,6 +295,11 @@ def openapi_document() -> dict[str, Any]:
          "schema": {"type": "array", "items": {"type": "string"}}},
         {"name": "format", "in": "query", "schema": {"enum": ["json", "csv"]}},
         {"name": "postprocessing", "in": "query", "schema": {"type": "string"}},
+        {"name": "quantiles", "in": "query", "schema": {"type": "string"},
+         "description": "distribution campaigns: comma-separated levels, e.g. 0.5,0.95,0.99"},
+        {"name": "range", "in": "query", "explode": True,
+         "schema": {"type": "array", "items": {"type": "string"}},
+         "description": "distribution campaigns: a:b, repeatable"},
     ]
     estimate_answers = {"200": {
         "description": "the estimates of the window (JSON, or CSV with format=csv)",

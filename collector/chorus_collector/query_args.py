@@ -17,6 +17,7 @@ from flask import request
 
 from chorus_collector.analysis.windows import check_window
 from chorus_collector.estimators import Query, estimator_for
+from chorus_collector.estimators.base import DEFAULT_QUANTILES
 from chorus_collector.problems import Problem
 from chorus_collector.storage import StoredCampaign
 from chorus_shared.mechanisms import STRING_MECHANISMS
@@ -26,7 +27,11 @@ __all__ = ["CompareQuery", "SeriesQuery", "compare_query", "estimate_query", "se
 
 _DIGITS = re.compile(r"[0-9]{1,13}")
 #: body field → its repeatable query parameter
-_LISTS = {"candidates": "candidate", "values": "value"}
+_LISTS = {"candidates": "candidate", "values": "value", "ranges": "range"}
+#: Body lists whose items are not strings (validated by their own reader).
+_OWN_ITEMS = {"ranges"}
+MAX_QUANTILES = 99
+MAX_RANGES = 100
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,8 @@ def _source(body: Any, fields: set[str]) -> tuple[dict[str, Any], dict[str, list
                           f"unknown fields {sorted(unknown)}; allowed: {sorted(fields)}")
         found = {name: body.get(name) or [] for name in lists}
         for name, items in found.items():
+            if name in _OWN_ITEMS:
+                continue
             if not isinstance(items, list) or not all(isinstance(c, str) for c in items):
                 raise Problem("invalid-query", f"{name} must be a list of strings")
         return {k: v for k, v in body.items() if k not in lists}, found
@@ -104,8 +111,11 @@ def response_format(source: Mapping[str, Any]) -> str:
 
 def estimate_query(stored: StoredCampaign, body: Any, limit: int) -> tuple[Query, str]:
     """The estimates route's question: (query, format)."""
-    source, lists = _source(body, {"candidates", "start", "end", "format", "postprocessing"})
+    source, lists = _source(body, {"candidates", "start", "end", "format", "postprocessing",
+                                   "quantiles", "ranges"})
     candidates = _candidates(stored, lists["candidates"], limit)
+    quantiles, ranges = _quantiles(stored, source.get("quantiles")), \
+        _ranges(stored, lists["ranges"])
     start, end = _int_arg(source, "start"), _int_arg(source, "end")
     check_window(start, end, stored.campaign.time_precision)
     fmt = response_format(source)
@@ -115,7 +125,63 @@ def estimate_query(stored: StoredCampaign, body: Any, limit: int) -> tuple[Query
     if method not in allowed:
         raise Problem("invalid-query",
                       f"postprocessing must be one of {list(allowed)} for this campaign")
-    return Query(start=start, end=end, candidates=candidates, postprocessing=method), fmt
+    return Query(start=start, end=end, candidates=candidates, postprocessing=method,
+                 quantiles=quantiles, ranges=ranges), fmt
+
+
+def _distribution_only(stored: StoredCampaign, what: str) -> None:
+    kind = stored.campaign.mechanism.estimate_kind
+    if kind != "distribution":
+        raise Problem("invalid-query", f"{what} apply to distribution campaigns (sw, hh) "
+                                       f"only; this one estimates a {kind}")
+
+
+def _number(text: object, what: str) -> float:
+    """A finite number from JSON or from query-string text."""
+    if isinstance(text, str):
+        try:
+            text = float(text)
+        except ValueError:
+            text = math.nan
+    if isinstance(text, bool) or not isinstance(text, int | float) or not math.isfinite(text):
+        raise Problem("invalid-query", f"{what} must be a finite number, got {str(text)!r:.40}")
+    return float(text)
+
+
+def _quantiles(stored: StoredCampaign, raw: object) -> tuple[float, ...]:
+    """``quantiles=0.5,0.95`` (GET) or ``"quantiles": [0.5, 0.95]``; the default p50, p95, p99."""
+    if raw is None or raw == "":
+        return DEFAULT_QUANTILES
+    _distribution_only(stored, "quantiles")
+    items = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_QUANTILES:
+        raise Problem("invalid-query", f"quantiles must list 1 to {MAX_QUANTILES} levels, "
+                                       "e.g. 0.5,0.95,0.99")
+    levels = tuple(_number(item, "a quantile") for item in items)
+    if not all(0 < q < 1 for q in levels):
+        raise Problem("invalid-query", "every quantile must lie strictly between 0 and 1 "
+                                       "(p95 is 0.95)")
+    return levels
+
+
+def _ranges(stored: StoredCampaign, raw: object) -> tuple[tuple[float, float], ...]:
+    """``range=a:b`` (GET, repeatable) or ``"ranges": [[a, b], …]`` (or ``"a:b"`` strings)."""
+    if not raw:
+        return ()
+    _distribution_only(stored, "ranges")
+    if not isinstance(raw, list) or len(raw) > MAX_RANGES:
+        raise Problem("invalid-query", f"ranges must be a list of at most {MAX_RANGES} [a, b]")
+    out = []
+    for item in raw:
+        pair = item.split(":") if isinstance(item, str) else item
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise Problem("invalid-query", f"a range is a:b (GET) or [a, b] (JSON), got "
+                                           f"{str(item)!r:.40}")
+        low, high = _number(pair[0], "a range's start"), _number(pair[1], "a range's end")
+        if not low < high:
+            raise Problem("invalid-query", f"a range needs a < b, got {low:g}:{high:g}")
+        out.append((low, high))
+    return tuple(out)
 
 
 def series_query(stored: StoredCampaign, body: Any, limit: int) -> tuple[SeriesQuery, str]:

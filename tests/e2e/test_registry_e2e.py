@@ -7,6 +7,7 @@ exercised the same way without new test code. In process (WSGI), no socket.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import zlib
@@ -69,12 +70,13 @@ def test_mechanism_works_end_to_end(mechanism: str, make_app: Any, clock: FakeCl
 
     analyst = CollectorAPI(BASE, ANALYST, transport=transport)
     candidates = STRINGS if spec["domain"] == {"kind": "strings"} else []
-    for method in estimator_for(mechanism).postprocessing:
+    estimator = estimator_for(mechanism)
+    for method in estimator.postprocessing:
         result = analyst.estimates(spec["name"], candidates=candidates, postprocessing=method)
         assert result["n"] == USERS
         assert result["mechanism"] == mechanism
         assert format_estimates(result).startswith(f"{spec['name']}: {mechanism}")
-        if method != "none":
+        if method != estimator.default_postprocessing:
             assert result["postprocessing"] != "none (unbiased)"
             continue
         if result["kind"] == "means":
@@ -84,6 +86,16 @@ def test_mechanism_works_end_to_end(mechanism: str, make_app: Any, clock: FakeCl
                 assert row["attribute"] == name
                 truth = sum(min(max(v[name], lo), hi) for v in values) / USERS
                 assert abs(row["mean"] - truth) < 5 * row["std_error"], row
+        elif result["kind"] == "distribution":
+            lo, hi = spec["domain"]["lo"], spec["domain"]["hi"]
+            edges = result["edges"]
+            # Read from the histogram, the mean can be off by half a bucket on top of noise.
+            half_bucket = max(b - a for a, b in itertools.pairwise(edges)) / 2
+            truth = sum(min(max(v, lo), hi) for v in values) / USERS
+            mean = result["mean"]
+            assert abs(mean["value"] - truth) < 5 * mean["std_error"] + half_bucket, mean
+            assert len(result["histogram"]) == len(edges) - 1
+            assert [q["q"] for q in result["quantiles"]] == [0.5, 0.95, 0.99]
         elif result["kind"] == "mean":
             lo, hi = spec["domain"]["lo"], spec["domain"]["hi"]
             truth = sum(min(max(v, lo), hi) for v in values) / USERS

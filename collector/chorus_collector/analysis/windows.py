@@ -13,9 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from chorus_collector.estimators import Query, QueryError, estimator_for
+from chorus_collector.estimators.base import DEFAULT_QUANTILES
 from chorus_collector.folding import EstimateInputs, estimate_inputs
 from chorus_collector.problems import Problem
 from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
+from chorus_collector.results_distribution import DistributionEstimate
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import STRING_MECHANISMS
@@ -23,7 +25,7 @@ from chorus_shared.mechanisms import STRING_MECHANISMS
 __all__ = ["Estimate", "ValueEstimate", "check_window", "estimate_kind", "estimate_window",
            "finalize", "query_labels", "series_labels", "value_estimates"]
 
-Estimate = FrequencyEstimate | MeanEstimate | VectorMeanEstimate
+Estimate = FrequencyEstimate | MeanEstimate | VectorMeanEstimate | DistributionEstimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +79,16 @@ def finalize(campaign: Campaign, n: int, state: np.ndarray, query: Query) -> Est
         raise Problem(error.kind, str(error)) from None
 
 
+def quantile_label(q: float) -> str:
+    """p50, p95, p99.9: how a dashboard names a quantile."""
+    return f"p{round(q * 100, 6):g}"
+
+
 def estimate_kind(campaign: Campaign) -> str:
-    """"frequency" (categories, or candidates of open strings), "mean" or "means"."""
+    """"frequency" (categories, or candidates of open strings), "mean", "means" or
+    "distribution"."""
+    if campaign.mechanism.estimate_kind == "distribution":
+        return "distribution"
     kind = campaign.domain.kind
     return {"numeric": "mean", "vector": "means"}.get(kind, "frequency")
 
@@ -86,6 +96,8 @@ def estimate_kind(campaign: Campaign) -> str:
 def series_labels(campaign: Campaign, candidates: tuple[str, ...]) -> list[str]:
     """The values a campaign's estimates are given for, in the estimator's order."""
     domain = campaign.domain
+    if campaign.mechanism.estimate_kind == "distribution":
+        return [*(quantile_label(q) for q in DEFAULT_QUANTILES), "mean"]
     if domain.kind == "categories":
         return list(domain.values)  # type: ignore[union-attr]
     if domain.kind == "vector":
@@ -112,7 +124,16 @@ def query_labels(campaign: Campaign, candidates: tuple[str, ...]) -> list[str]:
 
 
 def value_estimates(result: Estimate) -> dict[str, ValueEstimate]:
-    """Each value's unbiased estimate in ``result`` (which must not be post-processed)."""
+    """Each value's unbiased estimate in ``result`` (which must not be post-processed); a
+    distribution's quantiles (p50, p95, p99) and mean, the quantiles with the standard error
+    their interval implies (half its width over z)."""
+    if isinstance(result, DistributionEstimate):
+        out = {quantile_label(row.q or 0.0): ValueEstimate(row.value, row.std_error,
+                                                            row.ci_low, row.ci_high)
+               for row in result.quantiles}
+        mean = result.mean
+        out["mean"] = ValueEstimate(mean.value, mean.std_error, mean.ci_low, mean.ci_high)
+        return out
     if isinstance(result, MeanEstimate):
         return {"mean": ValueEstimate(result.mean, result.std_error, result.ci_low,
                                       result.ci_high)}

@@ -98,30 +98,56 @@ def worst_case_line(config: dict[str, Any]) -> str:
               help="table: full values, with the window, n, ε and variance model above; csv: "
                    "the same columns as the collector's CSV, window_start, window_end, n and "
                    "epsilon on every row.")
-@click.option("--postprocessing", default="none", show_default=True,
-              help="none (unbiased), norm-sub, projection, ibu (rr, krr, hr, shist), mle "
-                   "(the other frequency oracles) or nnls (RAPPOR-like).")
+@click.option("--postprocessing", default=None,
+              help="none (unbiased; the default), norm-sub, projection, ibu (rr, krr, hr, "
+                   "shist), mle (the other frequency oracles), nnls (RAPPOR-like); ems (the "
+                   "default) or em for sw.")
+@click.option("--quantiles", default=None, metavar="Q[,Q…]",
+              help="Distribution campaigns: the quantiles to read, e.g. 0.5,0.95,0.99 (the "
+                   "default).")
+@click.option("--range", "ranges", multiple=True, metavar="A:B",
+              help="Distribution campaigns: estimate the share of values in [A, B] (repeat).")
 @url_option
 @token_option
 def estimates(name: str, candidates: tuple[str, ...], candidates_file: Path | None,
               start: int | None, end: int | None, last: int | None, fmt: str,
-              postprocessing: str, url: str, token: str | None) -> None:
+              postprocessing: str | None, quantiles: str | None, ranges: tuple[str, ...],
+              url: str, token: str | None) -> None:
     """Print a campaign's estimates with standard errors and 95% intervals, over all data or
-    over a window (--start/--end or --last)."""
+    over a window (--start/--end or --last). A distribution campaign prints its quantiles,
+    mean, the shares in --range and a coarse histogram."""
     wanted = list(candidates)
     if candidates_file is not None:
         wanted += [line for line in candidates_file.read_text().splitlines() if line]
+    levels = _numbers(quantiles.split(","), "--quantiles") if quantiles else None
+    pairs = [_range(text) for text in ranges]
     api = collector_api(url, token)
     window = campaign_window(api, name, requested_window(start, end, last))
     if fmt == "csv":
         click.echo(call_collector(lambda: api.estimates_csv(
             name, candidates=wanted, start=window.start, end=window.end,
-            postprocessing=postprocessing)), nl=False)
+            postprocessing=postprocessing, quantiles=levels, ranges=pairs)), nl=False)
         return
     result = call_collector(lambda: api.estimates(
         name, candidates=wanted, start=window.start, end=window.end,
-        postprocessing=postprocessing))
+        postprocessing=postprocessing, quantiles=levels, ranges=pairs))
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
     else:
         click.echo(format_estimates(result))
+
+
+def _numbers(texts: list[str], option: str) -> list[float]:
+    try:
+        return [float(text) for text in texts]
+    except ValueError:
+        raise click.BadParameter(f"{','.join(texts)!r}: expected numbers such as 0.5,0.95",
+                                 param_hint=option) from None
+
+
+def _range(text: str) -> tuple[float, float]:
+    parts = text.split(":")
+    if len(parts) != 2:
+        raise click.BadParameter(f"{text!r}: expected A:B, e.g. 100:250", param_hint="--range")
+    low, high = _numbers(parts, "--range")
+    return low, high

@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 
 from markupsafe import Markup, escape
 
-__all__ = ["Interval", "Line", "interval_chart", "line_chart", "nice_ticks", "sparkline"]
+__all__ = ["Bucket", "Interval", "Line", "Marker", "histogram_chart", "interval_chart",
+           "line_chart", "nice_ticks", "sparkline"]
 
 # Okabe and Ito's palette: told apart with every common colour-vision deficiency.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
@@ -212,3 +213,91 @@ def sparkline(counts: Sequence[int], *, title: str) -> Markup:
     return Markup(f'<svg class="spark" xmlns="http://www.w3.org/2000/svg" role="img" '
                   f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
                   f'aria-label="{escape(title)}"><title>{escape(title)}</title>{bars}</svg>')
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One histogram bucket [lo, hi) of a distribution: its share with a 95% interval."""
+
+    lo: float
+    hi: float
+    share: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A quantile drawn over the histogram: where it is and where its interval spans, as
+    positions in bucket units (bucket j spans [j, j + 1), whatever the scale)."""
+
+    label: str
+    value: float
+    low: float
+    high: float
+    position: float
+    low_position: float
+    high_position: float
+
+
+def histogram_chart(buckets: Sequence[Bucket], markers: Sequence[Marker], *, title: str,
+                    description: str) -> Markup:
+    """Bars of equal width, one per bucket (equal on the campaign's scale, linear or log),
+    the 95% interval of each share as a shaded band, and the quantiles as vertical lines over
+    their shaded intervals."""
+    left, plot_width, plot_height, top, bottom = 60, 620, 240, 10, 40
+    values = [v for b in buckets for v in (b.share, b.low, b.high, 0.0) if math.isfinite(v)]
+    ticks = nice_ticks(min(values, default=0.0), max(values, default=1.0))
+    lo, hi = ticks[0], ticks[-1]
+    count = max(len(buckets), 1)
+
+    def x(position: float) -> float:
+        return left + position / count * plot_width
+
+    def y(value: float) -> float:
+        return top + (hi - value) / (hi - lo) * plot_height
+
+    width, height = left + plot_width + 50, top + plot_height + bottom
+    parts = [f'<svg class="chart histogram" xmlns="http://www.w3.org/2000/svg" role="img" '
+             f'viewBox="0 0 {width} {height}" aria-label="{escape(title)}">'
+             f'<title>{escape(title)}</title><desc>{escape(description)}</desc>']
+    for tick in ticks:
+        parts.append(f'<g class="tick"><line x1="{left}" x2="{left + plot_width}" '
+                     f'y1="{y(tick):.1f}" y2="{y(tick):.1f}"/><text class="y" x="{left - 6}" '
+                     f'y="{y(tick) + 4:.1f}">{_number(tick)}</text></g>')
+    for j in range(0, count + 1, max(1, count // 8)):
+        edge = buckets[j].lo if j < len(buckets) else buckets[-1].hi
+        parts.append(f'<text class="x" x="{x(j):.1f}" y="{top + plot_height + 18}">'
+                     f'{_number(edge)}</text>')
+    band = [f"{x(j + s):.1f},{y(b.high):.1f}" for j, b in enumerate(buckets) for s in (0, 1)] + \
+        [f"{x(j + s):.1f},{y(b.low):.1f}" for j, b in reversed(list(enumerate(buckets)))
+         for s in (1, 0)]
+    if band:
+        parts.append(f'<polygon class="band" points="{" ".join(band)}"/>')
+    for j, b in enumerate(buckets):
+        said = (f"[{_number(b.lo)}, {_number(b.hi)}): share {_number(b.share)}, 95% interval "
+                f"{_number(b.low)} to {_number(b.high)}")
+        bar_top, base = sorted((y(b.share), y(0.0)))
+        parts.append(f'<rect class="bucket" x="{x(j) + 0.5:.1f}" y="{bar_top:.1f}" '
+                     f'width="{max(plot_width / count - 1, 0.5):.1f}" '
+                     f'height="{max(base - bar_top, 0.5):.1f}" data-lo="{_data(b.lo)}" '
+                     f'data-hi="{_data(b.hi)}" data-estimate="{_data(b.share)}" '
+                     f'data-ci-low="{_data(b.low)}" data-ci-high="{_data(b.high)}">'
+                     f'<title>{escape(said)}</title></rect>')
+    for index, m in enumerate(markers):
+        colour = PALETTE[(index + 1) % len(PALETTE)]
+        said = (f"{m.label}: {_number(m.value)}, 95% interval {_number(m.low)} to "
+                f"{_number(m.high)}")
+        parts.append(f'<g class="quantile" data-label="{escape(m.label)}" '
+                     f'data-estimate="{_data(m.value)}" data-ci-low="{_data(m.low)}" '
+                     f'data-ci-high="{_data(m.high)}" stroke="{colour}" fill="{colour}">'
+                     f'<title>{escape(said)}</title>'
+                     f'<rect class="span" x="{x(m.low_position):.1f}" y="{top}" '
+                     f'width="{max(x(m.high_position) - x(m.low_position), 1):.1f}" '
+                     f'height="{plot_height}"/>'
+                     f'<line x1="{x(m.position):.1f}" x2="{x(m.position):.1f}" y1="{top}" '
+                     f'y2="{top + plot_height}"/>'
+                     f'<text x="{x(m.position) + 3:.1f}" y="{top + 12 + 12 * index}">'
+                     f'{escape(m.label)}</text></g>')
+    parts.append("</svg>")
+    return Markup("".join(parts))

@@ -12,8 +12,17 @@ from typing import Any, Protocol
 from markupsafe import Markup
 
 from chorus_collector.analysis import compare_windows, estimate_series, estimate_window
-from chorus_collector.dashboard.charts import Interval, Line, interval_chart, line_chart
+from chorus_collector.dashboard.charts import (
+    Bucket,
+    Interval,
+    Line,
+    Marker,
+    histogram_chart,
+    interval_chart,
+    line_chart,
+)
 from chorus_collector.estimators import Query, estimator_for
+from chorus_collector.estimators.base import DEFAULT_QUANTILES
 from chorus_collector.problems import Problem
 from chorus_collector.storage import Storage, StoredCampaign
 
@@ -68,6 +77,9 @@ class PageParameters:
     baseline: tuple[int | None, int | None] = (None, None)
     current: tuple[int | None, int | None] = (None, None)
     correction: str = "benjamini-hochberg"
+    #: Distribution campaigns: the quantiles and the ranges [a, b] to estimate.
+    quantiles: tuple[float, ...] = DEFAULT_QUANTILES
+    ranges: tuple[tuple[float, float], ...] = ()
 
     def form_values(self) -> dict[str, str]:
         """The values to put back into the page's form."""
@@ -76,7 +88,9 @@ class PageParameters:
                 "step": self.step, "top": str(self.top),
                 "baseline_start": iso(self.baseline[0]), "baseline_end": iso(self.baseline[1]),
                 "current_start": iso(self.current[0]), "current_end": iso(self.current[1]),
-                "correction": self.correction}
+                "correction": self.correction,
+                "quantiles": ",".join(f"{q:g}" for q in self.quantiles),
+                "ranges": "\n".join(f"{a:g}:{b:g}" for a, b in self.ranges)}
 
 
 def read_parameters(values: Mapping[str, str], uploaded: str | None,
@@ -91,8 +105,9 @@ def read_parameters(values: Mapping[str, str], uploaded: str | None,
         raise Problem("invalid-query", "the window's end must be after its start")
     lines = (values.get("candidates") or "").splitlines() + (uploaded or "").splitlines()
     candidates = tuple(dict.fromkeys(line.strip() for line in lines if line.strip()))
-    postprocessing = values.get("postprocessing") or "none"
-    if postprocessing not in estimator_for(stored.campaign.mechanism.name).postprocessing:
+    estimator = estimator_for(stored.campaign.mechanism.name)
+    postprocessing = values.get("postprocessing") or estimator.default_postprocessing
+    if postprocessing not in estimator.postprocessing:
         raise Problem("invalid-query", f"post-processing {postprocessing!r} does not apply to "
                                        "this campaign")
     step = values.get("step") or "bucket"
@@ -108,10 +123,33 @@ def read_parameters(values: Mapping[str, str], uploaded: str | None,
               for name in ("baseline_start", "baseline_end", "current_start", "current_end")]
     if all(b is None for b in bounds) and extent is not None:
         bounds = list(default_comparison(extent, precision))
+    quantiles, ranges = _distribution_questions(values) \
+        if stored.campaign.mechanism.estimate_kind == "distribution" else (DEFAULT_QUANTILES, ())
     return PageParameters(start=start, end=end, postprocessing=postprocessing,
                           candidates=candidates, step=step, top=int(top_text),
                           baseline=(bounds[0], bounds[1]), current=(bounds[2], bounds[3]),
-                          correction=correction)
+                          correction=correction, quantiles=quantiles, ranges=ranges)
+
+
+def _distribution_questions(values: Mapping[str, str]
+                            ) -> tuple[tuple[float, ...], tuple[tuple[float, float], ...]]:
+    """The quantiles ("0.5, 0.95") and ranges (one "a:b" per line) from the page's form."""
+    text = (values.get("quantiles") or "").strip()
+    try:
+        quantiles = tuple(float(q) for q in text.replace(" ", "").split(",")) if text \
+            else DEFAULT_QUANTILES
+        pairs = [line.split(":") for line in (values.get("ranges") or "").splitlines()
+                 if line.strip()]
+        ranges = tuple((float(a), float(b)) for a, b in pairs)
+    except ValueError:
+        raise Problem("invalid-query", "quantiles are numbers like 0.5, 0.95; a range is a:b "
+                                       "with numbers, one per line") from None
+    if not 1 <= len(quantiles) <= 20 or not all(0 < q < 1 for q in quantiles):
+        raise Problem("invalid-query", "give 1 to 20 quantiles strictly between 0 and 1")
+    if len(ranges) > 20 or not all(math.isfinite(a) and math.isfinite(b) and a < b
+                                   for a, b in ranges):
+        raise Problem("invalid-query", "give at most 20 ranges a:b with a < b")
+    return quantiles, ranges
 
 
 def default_comparison(extent: tuple[int, int], precision: int
@@ -134,6 +172,11 @@ def domain_summary(config: Mapping[str, Any]) -> str:
         values = domain["values"] if isinstance(domain, dict) else domain
         return f"{len(values)} categories"
     if kind == "numeric":
+        params = config.get("params", {})
+        if "scale" in params:  # a distribution campaign states its grid
+            return (f"a number in [{domain['lo']:g}, {domain['hi']:g}], estimated as a "
+                    f"distribution over {params['buckets']} buckets on a {params['scale']} "
+                    "scale")
         return f"a number in [{domain['lo']:g}, {domain['hi']:g}]"
     if kind == "vector":
         return f"{len(domain['attributes'])} numbers"
@@ -172,7 +215,8 @@ class Result(Protocol):
 def estimates_result(storage: Storage, stored: StoredCampaign,
                      parameters: PageParameters) -> Result:
     query = Query(start=parameters.start, end=parameters.end,
-                  candidates=parameters.candidates, postprocessing=parameters.postprocessing)
+                  candidates=parameters.candidates, postprocessing=parameters.postprocessing,
+                  quantiles=parameters.quantiles, ranges=parameters.ranges)
     result, inputs = estimate_window(storage, stored, query)
     return _WithFreshness(result, inputs.freshness())
 
@@ -241,6 +285,8 @@ def campaign_view(storage: Storage, stored: StoredCampaign,
 
 
 def estimate_chart(body: Mapping[str, Any]) -> Markup:
+    if body["kind"] == "distribution":
+        return distribution_chart(body)
     title = f"Estimates of {body['campaign']} with 95% intervals"
     if body["kind"] == "mean":
         items = [Interval("mean", body["mean"], body["ci_low"], body["ci_high"])]
@@ -259,6 +305,37 @@ def estimate_chart(body: Mapping[str, Any]) -> Markup:
                    f"{body['n']} reports; each whisker spans the 95% interval. The table below "
                    "gives every value.")
     return interval_chart(items, title=title, description=description)
+
+
+def distribution_chart(body: Mapping[str, Any]) -> Markup:
+    """The histogram with its interval band, and the quantiles over it."""
+    buckets = [Bucket(b["lo"], b["hi"], b["value"], b["ci_low"], b["ci_high"])
+               for b in body["histogram"]]
+    edges = body["edges"]
+    markers = [Marker(f"p{round(q['q'] * 100, 6):g}", q["value"], q["ci_low"], q["ci_high"],
+                      _position(edges, q["value"], body["scale"]),
+                      _position(edges, q["ci_low"], body["scale"]),
+                      _position(edges, q["ci_high"], body["scale"])) for q in body["quantiles"]]
+    title = (f"Distribution of {body['campaign']}: {len(buckets)} buckets on a {body['scale']} "
+             "scale, with 95% bands and quantiles")
+    said = "; ".join(f"{m.label} {m.value:.4g} (95% interval {m.low:.4g} to {m.high:.4g})"
+                     for m in markers)
+    description = (f"Bars are each bucket's share of n = {body['n']} reports, the shaded band "
+                   f"their 95% intervals; vertical lines mark the quantiles: {said}. The tables "
+                   "below give every number.")
+    return histogram_chart(buckets, markers, title=title, description=description)
+
+
+def _position(edges: list[float], value: float, scale: str) -> float:
+    """Where ``value`` lies in bucket units (bucket j spans [j, j + 1)), on the scale."""
+    j = max(0, min(len(edges) - 2, next((i for i in range(len(edges) - 1)
+                                         if value < edges[i + 1]), len(edges) - 2)))
+    low, high = edges[j], edges[j + 1]
+    if scale == "log":
+        inside = math.log(value / low) / math.log(high / low) if value > 0 else 0.0
+    else:
+        inside = (value - low) / (high - low)
+    return j + min(max(inside, 0.0), 1.0)
 
 
 def _if_se(row: Mapping[str, Any], key: str) -> float | None:

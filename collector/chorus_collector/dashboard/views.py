@@ -204,6 +204,7 @@ def campaign(name: str) -> str:
         "campaign.html", stored=stored, config=config, view=view,
         domain=pages.domain_summary(config), form=parameters.form_values(),
         strings=stored.campaign.domain.kind == "strings",
+        distribution=stored.campaign.mechanism.estimate_kind == "distribution",
         postprocessing=estimator_for(stored.campaign.mechanism.name).postprocessing,
         retired_at=retired_at, max_bars=pages.MAX_CHART_BARS)
 

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 import numpy as np
 
 from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
+from chorus_collector.results_distribution import DistributionEstimate
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import Mechanism
 
@@ -86,4 +87,5 @@ class Estimator(ABC, Generic[M]):
 
     @abstractmethod
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
-                 query: Query) -> FrequencyEstimate | MeanEstimate | VectorMeanEstimate: ...
+                 query: Query) -> (FrequencyEstimate | MeanEstimate | VectorMeanEstimate
+                                   | DistributionEstimate): ...

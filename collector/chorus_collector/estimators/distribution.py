@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from chorus_collector.estimators.base import Estimator, M, Query, QueryError
+from chorus_collector.estimators.consistency import LABELS
 from chorus_collector.results import CONFIDENCE, Z95
 from chorus_collector.results_distribution import DistributionEstimate, Statistic
 from chorus_shared.campaign import Campaign
@@ -38,6 +39,12 @@ from chorus_shared.mechanisms.distribution import DistributionMechanism
 __all__ = ["DistributionEstimator", "FittedDistribution", "answer", "quantile_of"]
 
 Z = Z95
+#: How each method is named in an answer's ``postprocessing`` (the others: ``LABELS``).
+DISTRIBUTION_LABELS = {
+    "none": "none (unbiased)",
+    "ems": "ems: expectation-maximisation with (1,2,1)/4 smoothing (biased, smooth)",
+    "em": "em: maximum likelihood by expectation-maximisation (biased)",
+}
 LOW_TAIL, HIGH_TAIL = (1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2
 
 
@@ -88,8 +95,10 @@ class DistributionEstimator(Estimator[M]):
         if n == 0:
             raise QueryError("no-reports", "there are no reports in this window to estimate a "
                                            "distribution from")
-        fitted = self.fit(mechanism, n, state, self.method_of(query))
-        return answer(campaign, fitted, query, postprocessing=self.method_of(query))
+        method = self.method_of(query)
+        fitted = self.fit(mechanism, n, state, method)
+        return answer(campaign, fitted, query, postprocessing=DISTRIBUTION_LABELS.get(
+            method, LABELS.get(method, method)))
 
 
 def _unit_edges(buckets: int) -> np.ndarray:
@@ -98,11 +107,11 @@ def _unit_edges(buckets: int) -> np.ndarray:
 
 def _bucket_means(mechanism: DistributionMechanism) -> np.ndarray:
     """E[x | x in bucket j], x uniform on the campaign's scale inside the bucket."""
-    edges = np.asarray(mechanism.edges())
+    edges = np.asarray(mechanism.edges(), dtype=np.float64)
     low, high = edges[:-1], edges[1:]
-    if mechanism.scale == "log":
-        return (high - low) / np.log(high / low)
-    return (low + high) / 2
+    means: np.ndarray = (high - low) / np.log(high / low) if mechanism.scale == "log" \
+        else (low + high) / 2
+    return means
 
 
 def _range_weights(mechanism: DistributionMechanism, a: float, b: float) -> np.ndarray:
@@ -111,7 +120,8 @@ def _range_weights(mechanism: DistributionMechanism, a: float, b: float) -> np.n
     u_a, u_b = mechanism.to_unit(mechanism.domain.clip(a)), \
         mechanism.to_unit(mechanism.domain.clip(b))
     edges = _unit_edges(mechanism.buckets)
-    covered = np.clip(np.minimum(edges[1:], u_b) - np.maximum(edges[:-1], u_a), 0.0, None)
+    covered: np.ndarray = np.clip(np.minimum(edges[1:], u_b) - np.maximum(edges[:-1], u_a),
+                                  0.0, None)
     return covered * mechanism.buckets
 
 

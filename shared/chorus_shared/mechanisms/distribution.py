@@ -55,7 +55,7 @@ class DistributionMechanism(Mechanism):
         values: dict[str, int] = {}
         for parameter in cls.parameters:
             values[parameter.name] = parameter.read(cls.name, params, eps, domain, values)
-        return cls(domain=domain, epsilon=eps, scale=scale, **values)  # type: ignore[call-arg]
+        return cls(domain=domain, epsilon=eps, scale=scale, **values)
 
     def params(self) -> dict[str, Any]:
         return {**super().params(), "scale": self.scale}
@@ -71,10 +71,8 @@ class DistributionMechanism(Mechanism):
 
     def to_unit(self, x: float) -> float:
         lo, hi = self.domain.lo, self.domain.hi
-        if self.scale == "log":
-            unit = math.log(x / lo) / math.log(hi / lo)
-        else:
-            unit = (x - lo) / (hi - lo)
+        unit = math.log(x / lo) / math.log(hi / lo) if self.scale == "log" \
+            else (x - lo) / (hi - lo)
         return min(max(unit, 0.0), 1.0)
 
     def from_unit(self, unit: float) -> float:

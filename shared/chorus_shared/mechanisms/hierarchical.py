@@ -135,8 +135,8 @@ class HierarchicalHistogram(DistributionMechanism):
     def output_probability(self, payload: dict[str, Any], x: float) -> float:
         level = payload["level"]
         oracle = self.oracles[level - 1]
-        return oracle.output_probability(self.sub_payload(payload), self.node_of(x, level)) \
-            / self.height
+        return float(oracle.output_probability(self.sub_payload(payload),
+                                               self.node_of(x, level))) / self.height
 
     def outputs(self) -> Iterable[dict[str, Any]]:
         for level, oracle in enumerate(self.oracles, start=1):
