@@ -124,3 +124,23 @@ def test_every_level_is_drawn_equally_often_whatever_the_value() -> None:
     expected = 30_000 / 3
     statistic = sum((c - expected) ** 2 / expected for row in table for c in row)
     assert statistic < 30  # χ²(6) exceeds 30 with probability 4e-5
+
+
+def test_the_cdf_is_the_isotonic_fit_not_a_running_maximum() -> None:
+    """A high outlier must not lift every later point (that biases upper quantiles low)."""
+    import numpy as np
+
+    from chorus_collector.estimators.distribution import _isotonic, _monotone_cdf
+
+    assert _isotonic(np.array([1.0, 3.0, 2.0, 4.0])).tolist() == [1.0, 2.5, 2.5, 4.0]
+    assert _isotonic(np.array([0.5, 0.4, 0.3, 0.9])).tolist() == pytest.approx([0.4] * 3 + [0.9])
+    rng = np.random.default_rng(4)
+    for _ in range(50):  # the least-squares property against every monotone perturbation
+        values = rng.normal(size=12).cumsum() * 0.1
+        fitted = _isotonic(values)
+        assert np.all(np.diff(fitted) >= -1e-12)
+        best = float(((fitted - values) ** 2).sum())
+        for _ in range(20):
+            other = np.sort(fitted + rng.normal(scale=0.05, size=12))
+            assert ((other - values) ** 2).sum() >= best - 1e-12
+    assert _monotone_cdf(np.array([[-0.1, 0.6, 0.5, 1.2]])).tolist() == [[0.0, 0.55, 0.55, 1.0]]

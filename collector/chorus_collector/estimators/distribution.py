@@ -14,7 +14,7 @@ the campaign's D buckets, with its uncertainty in one of two forms:
   interval [2s − s*_{97.5%}, 2s − s*_{2.5%}], which corrects for the part of the smoothing
   bias that the replicates reproduce.
 
-Quantiles and the CDF read a monotone F̂ (the running maximum of the cumulative shares,
+Quantiles and the CDF read a monotone F̂ (the isotonic regression of the cumulative shares,
 clipped to [0, 1]); inside a bucket, values are taken as uniform on the campaign's scale
 (linear or log), which is also how a range that does not fall on bucket edges is split.
 """
@@ -125,9 +125,29 @@ def _range_weights(mechanism: DistributionMechanism, a: float, b: float) -> np.n
     return covered * mechanism.buckets
 
 
+def _isotonic(values: np.ndarray) -> np.ndarray:
+    """The non-decreasing sequence nearest ``values`` in least squares (pool adjacent
+    violators). Unlike a running maximum, which lifts every point after a high one and so
+    biases upper quantiles low, it averages the violators."""
+    means: list[float] = []
+    sizes: list[int] = []
+    for value in values.tolist():
+        mean, size = value, 1
+        while means and means[-1] > mean:
+            previous, count = means.pop(), sizes.pop()
+            mean = (previous * count + mean * size) / (count + size)
+            size += count
+        means.append(mean)
+        sizes.append(size)
+    return np.repeat(np.array(means), sizes)
+
+
 def _monotone_cdf(cumulative: np.ndarray) -> np.ndarray:
-    """Running maximum along the last axis, clipped to [0, 1]."""
-    return np.clip(np.maximum.accumulate(cumulative, axis=-1), 0.0, 1.0)
+    """Isotonic regression along the last axis, clipped to [0, 1]."""
+    rows = np.atleast_2d(cumulative)
+    fitted = np.array([_isotonic(row) for row in rows]).reshape(cumulative.shape)
+    clipped: np.ndarray = np.clip(fitted, 0.0, 1.0)
+    return clipped
 
 
 def _crossing(levels: np.ndarray, q: float) -> float:
@@ -255,7 +275,8 @@ def answer(campaign: Campaign, fitted: FittedDistribution, query: Query,
     extra = {**fitted.extra,
              "mean_note": "read from the histogram: values are taken as uniform inside each "
                           "bucket, so it can be off by up to half a bucket's width",
-             "cdf_note": "the running maximum of the cumulative shares, clipped to [0, 1]"}
+             "cdf_note": "the isotonic (least-squares non-decreasing) fit of the cumulative "
+                         "shares, clipped to [0, 1]"}
     if query.ranges:
         extra["range_alignment"] = [
             _on_edge(mechanism, a) and _on_edge(mechanism, b) for a, b in query.ranges]
