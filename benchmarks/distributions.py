@@ -28,10 +28,12 @@ histogram baselines on the same grid.
   max |F̂ − F| over the D + 1 edges, and |q̂ − q| for p50/p95/p99 in units of the range (q the
   empirical quantile, the smallest value with F ≥ q). Means over seeds: 5 at n = 10⁴, 3 at
   10⁵, 1 at 10⁶ (the data are redrawn per seed; each mechanism gets its own report stream).
-* Coverage: the 95% quantile intervals of ``estimator.finalize`` (HH: inverted covariance
-  band; SW+EMS: basic parametric bootstrap) over R seeded runs at n = 10⁵, ε = 1 on the
-  log-normal (R = 100; 4 runs at n = 10⁴ with --quick), against the population quantile
-  (the intervals are for i.i.d. sampling) and, for reference, the sample's own quantile.
+* Coverage: the 95% quantile intervals of ``estimator.finalize`` (HH: the inverted pointwise
+  band of the exact covariance; SW+EMS: the bias-corrected normal interval of its parametric
+  bootstrap) for p50/p95/p99 over R seeded runs at n = 10⁵, ε = 1 on the log-normal (R = 100;
+  4 runs at n = 10⁴ with --quick), against the population quantile (the intervals are for
+  i.i.d. sampling) and, for reference, the sample's own quantile. Target 0.93–0.97; at
+  R = 100 a true 0.95 reads between 0.90 and 0.99 (binomial 95% range, printed).
 * The SW paper's published figures (Li, Wang, Lopuhaä-Zwakenberg, Li, Škorić, SIGMOD 2020,
   arXiv 1912.01051) are **not** printed: its experimental section (datasets, ε grid, metric
   values) was not available to us — only the abstract and the authors' code — and, as far as
@@ -44,9 +46,11 @@ histogram baselines on the same grid.
   the same setting with the same metric (EMS: 3 seeds at 10⁵, 1 at 10⁶; EM: at 10⁵ only, as
   there, one seed).
 
-Writes ``bench-results/distributions.json``; the full run takes a few minutes on two cores,
---quick (one setting per shape, n = 10⁴) well under a minute. Every loop is bounded by its
-counts.
+Writes ``bench-results/distributions.json``. Runs are independent and seeded, so they go to
+``--workers`` processes (default 2) with the same numbers as one: the full run took 8 minutes
+on two cores shared with other work (grid 1.5, reference 1.5, coverage 5: SW's bootstrap,
+200 EMS refits a query), --quick (one setting per shape, n = 10⁴) 5 to 35 seconds. Every loop
+is bounded by its counts.
 """
 
 from __future__ import annotations
@@ -54,13 +58,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -71,7 +77,7 @@ from chorus_collector.estimators.distribution import (
     FittedDistribution,
     answer,
 )
-from chorus_collector.progress import staged
+from chorus_collector.progress import progress_bar
 from chorus_collector.results_distribution import DistributionEstimate
 from chorus_collector.simulate import simulate
 from chorus_shared import Campaign, campaign_from_spec
@@ -87,6 +93,7 @@ SEEDS = {10_000: 5, 100_000: 3, 1_000_000: 1}
 DBITFLIP_B = (1, 16)
 CHUNK = 100_000  # users simulated and mapped at a time (bounds memory at n = 10⁶)
 METRICS = ("w1", "ks", "p50", "p95", "p99")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -281,9 +288,10 @@ def hh_methods() -> dict[str, str]:
 SW_METHODS = {"SW+EMS": "ems", "SW+EM": "em"}
 
 
-def run_setting(shape: Shape, n: int, epsilon: float, seed: int, rows: set[str]
+def run_setting(shape_name: str, n: int, epsilon: float, seed: int, rows: set[str]
                 ) -> dict[str, dict[str, float]]:
     """One data draw and every method's scores on it."""
+    shape = SHAPES[shape_name]
     campaigns = _campaigns(shape, epsilon)
     grid = campaigns["sw"]
     mechanism = grid.mechanism
@@ -320,15 +328,38 @@ def all_rows() -> list[str]:
     return [*SW_METHODS, *hh_methods(), "k-RR", *(f"dBitFlip b={b}" for b in DBITFLIP_B)]
 
 
+def _parallel(function: Callable[..., T], tasks: list[tuple[Any, ...]], workers: int,
+              description: str) -> list[T]:
+    """``function(*task)`` for every task, in ``workers`` processes (in this one if 1), the
+    results in the tasks' order; the largest (first argument n where there is one) first."""
+    results: list[T | None] = [None] * len(tasks)
+    with progress_bar(len(tasks), "task", description) as bar:
+        if workers <= 1:
+            for i, task in enumerate(tasks):
+                results[i] = function(*task)
+                bar.update()
+        else:
+            order = sorted(range(len(tasks)), key=lambda i: -_size(tasks[i]))
+            with ProcessPoolExecutor(workers) as pool:
+                futures = {pool.submit(function, *tasks[i]): i for i in order}
+                for future in as_completed(futures):
+                    results[futures[future]] = future.result()
+                    bar.update()
+    return [r for r in results if r is not None]
+
+
+def _size(task: tuple[Any, ...]) -> int:
+    return next((a for a in task if isinstance(a, int) and not isinstance(a, bool)), 0)
+
+
 def accuracy(shapes: list[str], sizes: list[int], epsilons: list[float], seeds: dict[int, int],
-             rows: set[str]) -> list[dict[str, Any]]:
+             rows: set[str], workers: int) -> list[dict[str, Any]]:
     settings = [(s, n, e) for s in shapes for n in sizes for e in epsilons]
+    tasks = [(s, n, e, seed, rows) for s, n, e in settings for seed in range(seeds[n])]
+    scored = iter(_parallel(run_setting, tasks, workers, "accuracy"))
     out = []
-    for _, (shape, n, epsilon) in staged([(f"{s} n={n} ε={e}", (s, n, e))
-                                          for s, n, e in settings], "accuracy"):
-        started = time.perf_counter()
-        runs = [run_setting(SHAPES[shape], n, epsilon, seed, rows)
-                for seed in range(seeds[n])]
+    for shape, n, epsilon in settings:
+        runs = [next(scored) for _ in range(seeds[n])]
         for row in [r for r in all_rows() if r in runs[0]]:
             entry: dict[str, Any] = {"shape": shape, "n": n, "epsilon": epsilon, "method": row,
                                      "seeds": len(runs)}
@@ -337,39 +368,47 @@ def accuracy(shapes: list[str], sizes: list[int], epsilons: list[float], seeds: 
                 entry[metric] = statistics.fmean(values)
                 entry[f"{metric}_sd"] = statistics.stdev(values) if len(values) > 1 else None
             out.append(entry)
-        out[-1]["setting_wall_s"] = time.perf_counter() - started
+    return out
+
+
+def coverage_run(shape_name: str, n: int, epsilon: float, run: int,
+                 methods: dict[str, tuple[str, str]]) -> dict[str, np.ndarray]:
+    """One seeded run: per method, whether each level's 95% interval (``finalize``) holds the
+    population quantile, whether it holds the sample's own, and its width (unit scale)."""
+    shape = SHAPES[shape_name]
+    campaigns = _campaigns(shape, epsilon)
+    mechanism = campaigns["sw"].mechanism
+    assert isinstance(mechanism, DistributionMechanism)
+    data_rng = np.random.default_rng([run, n, 99, list(SHAPES).index(shape_name)])
+    unit = _unit(mechanism, shape.draw(data_rng, n))
+    truth = Truth.of(unit)
+    out = {}
+    for index, (row, (key, method)) in enumerate(methods.items()):
+        campaign = campaigns[key]
+        rng = np.random.default_rng([run, n, 98, index])
+        estimate = estimator_for(key).finalize(
+            campaign, n, _fold(campaign, unit, rng), Query(postprocessing=method,
+                                                           quantiles=LEVELS))
+        assert isinstance(estimate, DistributionEstimate)
+        hits = np.zeros((3, len(LEVELS)))
+        for i, stat in enumerate(estimate.quantiles):
+            population = shape.quantile(LEVELS[i])
+            sample = mechanism.from_unit(float(truth.quantiles[i]))
+            hits[:, i] = (stat.ci_low <= population <= stat.ci_high,
+                          stat.ci_low <= sample <= stat.ci_high,
+                          mechanism.to_unit(stat.ci_high) - mechanism.to_unit(stat.ci_low))
+        out[row] = hits
     return out
 
 
 def coverage(shape_name: str, n: int, epsilon: float, runs: int,
-             methods: dict[str, tuple[str, str]]) -> dict[str, Any]:
-    """Share of ``runs`` seeded runs whose 95% quantile interval (``finalize``) holds the
-    population quantile (and the sample's own), per method and level."""
-    shape = SHAPES[shape_name]
-    campaigns = _campaigns(shape, epsilon)
-    population = {q: shape.quantile(q) for q in LEVELS}
-    # Per method: hits on the population and on the sample quantile, summed widths (unit).
-    hits = {row: np.zeros((3, len(LEVELS))) for row in methods}
+             methods: dict[str, tuple[str, str]], workers: int) -> dict[str, Any]:
+    """Share of ``runs`` seeded runs whose 95% quantile interval holds the population
+    quantile (and the sample's own), per method and level; the mean width."""
     started = time.perf_counter()
-    for _, run in staged([(f"run {r}", r) for r in range(runs)], f"coverage {shape_name}"):
-        data_rng = np.random.default_rng([run, n, 99, list(SHAPES).index(shape_name)])
-        mechanism = campaigns["sw"].mechanism
-        assert isinstance(mechanism, DistributionMechanism)
-        unit = _unit(mechanism, shape.draw(data_rng, n))
-        truth = Truth.of(unit)
-        for index, (row, (key, method)) in enumerate(methods.items()):
-            campaign = campaigns[key]
-            rng = np.random.default_rng([run, n, 98, index])
-            estimate = estimator_for(key).finalize(
-                campaign, n, _fold(campaign, unit, rng), Query(postprocessing=method,
-                                                               quantiles=LEVELS))
-            assert isinstance(estimate, DistributionEstimate)
-            for i, stat in enumerate(estimate.quantiles):
-                sample = mechanism.from_unit(float(truth.quantiles[i]))
-                hits[row][:, i] += (stat.ci_low <= population[LEVELS[i]] <= stat.ci_high,
-                                    stat.ci_low <= sample <= stat.ci_high,
-                                    mechanism.to_unit(stat.ci_high)
-                                    - mechanism.to_unit(stat.ci_low))
+    results = _parallel(coverage_run, [(shape_name, n, epsilon, run, methods)
+                                       for run in range(runs)], workers, "coverage")
+    hits = {row: np.sum([r[row] for r in results], axis=0) for row in methods}
     low, high = _binomial_band(runs, 0.95)
     return {"shape": shape_name, "n": n, "epsilon": epsilon, "runs": runs,
             "levels": list(LEVELS), "wall_s": time.perf_counter() - started,
@@ -435,40 +474,42 @@ def _print_slopes(slopes: list[dict[str, Any]]) -> None:
         print(f"{method:<14}" + "".join(f"{c:>16}" for c in cells))
 
 
-def reference_comparison(settings: list[tuple[str, int, float, int]]) -> list[dict[str, Any]]:
+def reference_comparison(settings: list[tuple[str, int, float, int]], workers: int
+                         ) -> list[dict[str, Any]]:
     """Chorus's SW fits on the reference-code setting (Beta(5, 2), D = m̃ = 1024), scored
     with that run's metric: the CDF at the edges against the bucketed sample's. Settings are
     (row, n, ε, seeds)."""
-    out = []
-    for _, (row, n, epsilon, seeds) in staged([(f"{r} n={n} ε={e}", (r, n, e, k))
-                                               for r, n, e, k in settings], "reference"):
-        campaign = campaign_from_spec({
-            "name": "beta-5-2", "mechanism": "sw", "epsilon": epsilon,
-            "domain": {"kind": "numeric", "lo": 0.0, "hi": 1.0},
-            "params": {"buckets": REFERENCE_BUCKETS, "output_buckets": REFERENCE_BUCKETS}},
-            warn=False)
-        mechanism = campaign.mechanism
-        assert isinstance(mechanism, DistributionMechanism)
-        w1, ks = [], []
-        for seed in range(seeds):
-            values = np.random.default_rng([seed, n, 5, 2]).beta(5.0, 2.0, n)
-            state = _fold(campaign, values, np.random.default_rng([seed, n, round(epsilon * 100),
-                                                                   52]))
-            cdf, _ = _cdf_and_quantiles(_distribution_rows(campaign, n, state, {
-                row: SW_METHODS[row]})[row], mechanism)
-            edges = np.linspace(0.0, 1.0, REFERENCE_BUCKETS + 1)
-            # The bucketed sample's CDF at the edges (np.histogram's last bucket is closed).
-            truth = np.searchsorted(np.sort(values), edges, side="right") / n
-            gap = np.abs(cdf[1:] - truth[1:])
-            w1.append(float(gap.sum() / REFERENCE_BUCKETS))
-            ks.append(float(gap.max()))
-        reference = REFERENCE_CODE.get((row, n, epsilon))
-        out.append({"method": row, "n": n, "epsilon": epsilon, "seeds": seeds,
-                    "w1": statistics.fmean(w1), "ks": statistics.fmean(ks),
-                    "reference_w1": reference[0] if reference else None,
-                    "reference_ks": reference[1] if reference else None,
-                    "reference_source": REFERENCE_SOURCE})
-    return out
+    return _parallel(reference_setting, settings, workers, "reference")
+
+
+def reference_setting(row: str, n: int, epsilon: float, seeds: int) -> dict[str, Any]:
+    """One reference-code setting, averaged over its seeds."""
+    campaign = campaign_from_spec({
+        "name": "beta-5-2", "mechanism": "sw", "epsilon": epsilon,
+        "domain": {"kind": "numeric", "lo": 0.0, "hi": 1.0},
+        "params": {"buckets": REFERENCE_BUCKETS, "output_buckets": REFERENCE_BUCKETS}},
+        warn=False)
+    mechanism = campaign.mechanism
+    assert isinstance(mechanism, DistributionMechanism)
+    w1, ks = [], []
+    for seed in range(seeds):
+        values = np.random.default_rng([seed, n, 5, 2]).beta(5.0, 2.0, n)
+        state = _fold(campaign, values, np.random.default_rng([seed, n, round(epsilon * 100),
+                                                               52]))
+        cdf, _ = _cdf_and_quantiles(_distribution_rows(campaign, n, state, {
+            row: SW_METHODS[row]})[row], mechanism)
+        edges = np.linspace(0.0, 1.0, REFERENCE_BUCKETS + 1)
+        # The bucketed sample's CDF at the edges (np.histogram's last bucket is closed).
+        truth = np.searchsorted(np.sort(values), edges, side="right") / n
+        gap = np.abs(cdf[1:] - truth[1:])
+        w1.append(float(gap.sum() / REFERENCE_BUCKETS))
+        ks.append(float(gap.max()))
+    reference = REFERENCE_CODE.get((row, n, epsilon))
+    return {"method": row, "n": n, "epsilon": epsilon, "seeds": seeds,
+            "w1": statistics.fmean(w1), "ks": statistics.fmean(ks),
+            "reference_w1": reference[0] if reference else None,
+            "reference_ks": reference[1] if reference else None,
+            "reference_source": REFERENCE_SOURCE}
 
 
 def _print_reference(rows: list[dict[str, Any]]) -> None:
@@ -506,6 +547,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--methods", nargs="+", default=None,
                         help=f"rows to run (default all: {', '.join(all_rows())})")
     parser.add_argument("--coverage-runs", type=int, default=None)
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                        help="processes (default 2: the runs are independent)")
     args = parser.parse_args(argv)
     rows = set(args.methods or all_rows())
     unknown = rows - set(all_rows())
@@ -519,7 +562,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sizes, epsilons, seeds = list(SIZES), list(EPSILONS), SEEDS
         coverage_n, runs = 100_000, 100
     runs = args.coverage_runs if args.coverage_runs is not None else runs
-    results = accuracy(list(SHAPES), sizes, epsilons, seeds, rows)
+    results = accuracy(list(SHAPES), sizes, epsilons, seeds, rows, args.workers)
     accuracy_s = time.perf_counter() - started
     slopes = _slopes(results)
     interval_methods = {row: spec for row, spec in (("SW+EMS", ("sw", "ems")),
@@ -533,8 +576,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                               for row, n, e in sorted(REFERENCE_CODE, key=lambda k: (k[1], k[0]
                                                                                    != "SW+EMS",
                                                                                    k[2]))]
-    reference = reference_comparison([s for s in reference_settings if s[0] in rows])
-    covered = coverage("lognormal", coverage_n, 1.0, runs, interval_methods) \
+    reference = reference_comparison([s for s in reference_settings if s[0] in rows],
+                                     args.workers)
+    covered = coverage("lognormal", coverage_n, 1.0, runs, interval_methods, args.workers) \
         if interval_methods and runs > 0 else None
     output = {"quick": args.quick, "buckets": BUCKETS, "branching": BRANCHING,
               "levels": list(LEVELS), "shapes": {s.name: s.label for s in SHAPES.values()},

@@ -197,11 +197,20 @@ def _rappor(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) 
                                                             strict=True)]
 
 
+def _unit_inputs(mechanism: Mechanism, inputs: np.ndarray) -> None:
+    """The distribution mechanisms take v ∈ [0, 1], unlike the mean mechanisms' [−1, 1]: a
+    caller that mixes the two up would otherwise get plausible-looking reports."""
+    if len(inputs) and not (float(inputs.min()) >= 0.0 and float(inputs.max()) <= 1.0):
+        raise ValueError(f"{mechanism.name} simulates values on the unit scale [0, 1] "
+                         "(mechanism.encode), not [−1, 1]")
+
+
 def _square_wave(mechanism: Mechanism, inputs: np.ndarray,
                  rng: np.random.Generator) -> list[Any]:
     """The client's draw (uniform on the wave [v − b, v + b] with probability 2b·p, else
     uniform on the rest of [−b, 1 + b], whose length is 1), then its output bucket."""
     assert isinstance(mechanism, SquareWave)
+    _unit_inputs(mechanism, inputs)
     n, b = len(inputs), mechanism.b
     on_wave = rng.random(n) < 2 * b * mechanism.p
     wave = inputs - b + 2 * b * rng.random(n)
@@ -217,6 +226,7 @@ def _hierarchical(mechanism: Mechanism, inputs: np.ndarray,
     """A level uniformly per report, the node holding v there, and that level's oracle (the
     k-RR or OUE sampler above) on the reports drawn to it; payloads as the client's."""
     assert isinstance(mechanism, HierarchicalHistogram)
+    _unit_inputs(mechanism, inputs)
     n, height = len(inputs), mechanism.height
     levels = 1 + rng.integers(0, height, size=n)
     leaves = np.minimum((inputs * mechanism.buckets).astype(np.int64), mechanism.buckets - 1)

@@ -59,6 +59,12 @@ def test_distribution_simulators_sample_every_input(campaign: Campaign) -> None:
     assert all(mechanism.check_payload(y) == y for y in mixed)
 
 
+@pytest.mark.parametrize("campaign", DISTRIBUTIONS, ids=lambda c: c.name)
+def test_distribution_simulators_refuse_the_mean_scale(campaign: Campaign) -> None:
+    with pytest.raises(ValueError, match=r"unit scale \[0, 1\]"):
+        simulate(campaign.mechanism, [0.5, -0.25], np.random.default_rng(0))
+
+
 def test_unsupported_mechanisms_are_refused() -> None:
     campaign = next(c for c in example_campaigns() if c.mechanism.name == "cms")
     with pytest.raises(ValueError, match="no vectorized simulator"):
