@@ -65,6 +65,7 @@ bench: $(BENCH_STAMP) services
 	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/ingest.py
 	$(BIN)/python benchmarks/dask_aggregation.py
+	$(BIN)/python benchmarks/distributions.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

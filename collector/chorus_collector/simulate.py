@@ -6,10 +6,13 @@ is tested against the mechanism's exact output distribution
 (tests/collector/test_simulate.py), the same check the client's randomizer passes, so both
 produce the same distribution.
 
-Supported: ``rr``, ``krr``, ``sue``, ``oue``, ``olh``, ``blh``, ``hr``, ``duchi``,
-``one_bit_mean``, ``pm``, ``duchi_md``, ``harmony``, ``rappor`` (one report per user, no
-memoization). Numeric inputs are already on the [−1, 1] scale (``mechanism.encode``); vector
-inputs are an (n, D) array of them.
+Supported: ``rr``, ``krr``, ``sue``, ``oue``, ``olh``, ``blh``, ``hr``, ``dbitflip``,
+``duchi``, ``one_bit_mean``, ``pm``, ``duchi_md``, ``harmony``, ``rappor`` (one report per
+user, no memoization), and the distribution mechanisms ``sw`` and ``hh``. Inputs are encoded
+as ``mechanism.encode`` encodes them on the device: category indices; for the mean
+mechanisms, numbers on the [−1, 1] scale (vector inputs an (n, D) array of them); for the
+distribution mechanisms ``sw`` and ``hh``, numbers on the unit scale [0, 1] (the campaign's
+linear or log mapping already applied).
 """
 
 from __future__ import annotations
@@ -24,13 +27,16 @@ from chorus_shared.mechanisms import (
     KRR,
     OUE,
     SUE,
+    DBitFlip,
     Duchi,
     DuchiMultidim,
     HadamardResponse,
     Harmony,
+    HierarchicalHistogram,
     Mechanism,
     PiecewiseMechanism,
     Rappor,
+    SquareWave,
 )
 from chorus_shared.mechanisms.local_hashing import LocalHashing
 
@@ -93,6 +99,28 @@ def _hadamard(mechanism: Mechanism, inputs: np.ndarray,
     e = math.exp(mechanism.epsilon)
     result: list[Any] = np.where(rng.random(n) < e / (1 + e), inside, outside).tolist()
     return result
+
+
+def _dbitflip(mechanism: Mechanism, inputs: np.ndarray,
+              rng: np.random.Generator) -> list[Any]:
+    """b distinct buckets uniformly (the b smallest of d uniform keys: every b-subset equally
+    likely), sorted, then one bit each: 1 with p_bit on the user's own bucket, 1 − p_bit
+    elsewhere."""
+    assert isinstance(mechanism, DBitFlip)
+    n, d, b = len(inputs), mechanism.d, mechanism.b
+    if b == 1:
+        buckets = rng.integers(0, d, size=(n, 1))
+    else:
+        # In chunks: the keys are an (rows, d) array.
+        rows = max(1, 4_000_000 // d)
+        buckets = np.concatenate([
+            np.sort(np.argpartition(rng.random((min(rows, n - start), d)), b - 1,
+                                    axis=1)[:, :b], axis=1)
+            for start in range(0, n, rows)]) if n else np.zeros((0, b), dtype=np.int64)
+    rate = np.where(buckets == inputs[:, None], mechanism.p_bit, 1 - mechanism.p_bit)
+    bits = (rng.random((n, b)) < rate).astype(np.int64)
+    return [{"buckets": j, "bits": v} for j, v in zip(buckets.tolist(), bits.tolist(),
+                                                      strict=True)]
 
 
 def _duchi(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) -> list[Any]:
@@ -169,11 +197,58 @@ def _rappor(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) 
                                                             strict=True)]
 
 
+def _unit_inputs(mechanism: Mechanism, inputs: np.ndarray) -> None:
+    """The distribution mechanisms take v ∈ [0, 1], unlike the mean mechanisms' [−1, 1]: a
+    caller that mixes the two up would otherwise get plausible-looking reports."""
+    if len(inputs) and not (float(inputs.min()) >= 0.0 and float(inputs.max()) <= 1.0):
+        raise ValueError(f"{mechanism.name} simulates values on the unit scale [0, 1] "
+                         "(mechanism.encode), not [−1, 1]")
+
+
+def _square_wave(mechanism: Mechanism, inputs: np.ndarray,
+                 rng: np.random.Generator) -> list[Any]:
+    """The client's draw (uniform on the wave [v − b, v + b] with probability 2b·p, else
+    uniform on the rest of [−b, 1 + b], whose length is 1), then its output bucket."""
+    assert isinstance(mechanism, SquareWave)
+    _unit_inputs(mechanism, inputs)
+    n, b = len(inputs), mechanism.b
+    on_wave = rng.random(n) < 2 * b * mechanism.p
+    wave = inputs - b + 2 * b * rng.random(n)
+    u = rng.random(n)
+    y = np.where(on_wave, wave, np.where(u < inputs, u - b, u + b))
+    index = np.floor((y + b) / mechanism.bucket_width).astype(np.int64)
+    result: list[Any] = np.clip(index, 0, mechanism.output_buckets - 1).tolist()
+    return result
+
+
+def _hierarchical(mechanism: Mechanism, inputs: np.ndarray,
+                  rng: np.random.Generator) -> list[Any]:
+    """A level uniformly per report, the node holding v there, and that level's oracle (the
+    k-RR or OUE sampler above) on the reports drawn to it; payloads as the client's."""
+    assert isinstance(mechanism, HierarchicalHistogram)
+    _unit_inputs(mechanism, inputs)
+    n, height = len(inputs), mechanism.height
+    levels = 1 + rng.integers(0, height, size=n)
+    leaves = np.minimum((inputs * mechanism.buckets).astype(np.int64), mechanism.buckets - 1)
+    out: list[Any] = [None] * n
+    for level, oracle in enumerate(mechanism.oracles, start=1):
+        members = np.flatnonzero(levels == level)
+        nodes = leaves[members] // mechanism.nodes(height - level)
+        if isinstance(oracle, KRR):
+            reports = [{"level": level, "index": k} for k in _krr(oracle, nodes, rng)]
+        else:
+            reports = [{"level": level, **r} for r in _unary(oracle, nodes, rng)]
+        for i, report in zip(members.tolist(), reports, strict=True):
+            out[i] = report
+    return out
+
+
 Simulator = Callable[[Mechanism, np.ndarray, np.random.Generator], list[Any]]
 SIMULATORS: dict[str, Simulator] = {
     "rr": _krr, "krr": _krr, "sue": _unary, "oue": _unary, "olh": _local_hashing,
-    "blh": _local_hashing, "hr": _hadamard, "duchi": _duchi, "one_bit_mean": _duchi,
-    "pm": _piecewise, "duchi_md": _duchi_md, "harmony": _harmony, "rappor": _rappor,
+    "blh": _local_hashing, "hr": _hadamard, "dbitflip": _dbitflip, "duchi": _duchi,
+    "one_bit_mean": _duchi, "pm": _piecewise, "duchi_md": _duchi_md, "harmony": _harmony,
+    "rappor": _rappor, "sw": _square_wave, "hh": _hierarchical,
 }
 
 

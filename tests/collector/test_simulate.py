@@ -34,6 +34,37 @@ def test_simulator_samples_the_declared_distribution(campaign: Campaign) -> None
         assert_goodness_of_fit(observed, expected, f"for x={x!r}")
 
 
+DISTRIBUTIONS = [c for c in CAMPAIGNS if c.mechanism.name in ("sw", "hh")]
+
+
+@pytest.mark.parametrize("campaign", DISTRIBUTIONS, ids=lambda c: c.name)
+def test_distribution_simulators_sample_every_input(campaign: Campaign) -> None:
+    """Inputs on the unit scale [0, 1] (mechanism.encode), all of the mechanism's own test
+    points: Square Wave's both ends and interior (the wave is clipped at 0 and 1 differently
+    from the middle), and every leaf of the tree (each node at each level is someone's)."""
+    mechanism = campaign.mechanism
+    rng = np.random.default_rng(22)
+    draws = 20_000
+    outputs = list(mechanism.outputs())
+    inputs = privacy_inputs(campaign)
+    alpha = 2e-6 / len(inputs)  # Bonferroni over the inputs
+    for x in inputs:
+        payloads = simulate(mechanism, [x] * draws, rng)
+        observed = Counter(payload_key(y) for y in payloads)
+        expected: dict[Any, float] = {payload_key(y): mechanism.output_probability(y, x) * draws
+                                      for y in outputs}
+        assert_goodness_of_fit(observed, expected, f"for x={x!r}", alpha=alpha)
+    # The wire format is the client's: every payload passes the collector's check unchanged.
+    mixed = simulate(mechanism, rng.random(2_000), rng)
+    assert all(mechanism.check_payload(y) == y for y in mixed)
+
+
+@pytest.mark.parametrize("campaign", DISTRIBUTIONS, ids=lambda c: c.name)
+def test_distribution_simulators_refuse_the_mean_scale(campaign: Campaign) -> None:
+    with pytest.raises(ValueError, match=r"unit scale \[0, 1\]"):
+        simulate(campaign.mechanism, [0.5, -0.25], np.random.default_rng(0))
+
+
 def test_unsupported_mechanisms_are_refused() -> None:
     campaign = next(c for c in example_campaigns() if c.mechanism.name == "cms")
     with pytest.raises(ValueError, match="no vectorized simulator"):

@@ -91,3 +91,25 @@ def test_dask_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
     for key in ("pool_recompute_s", "dask_recompute_s", "in_process_fold_s", "dask_fold_s"):
         assert result[key] > 0
     assert "recompute Dask / pool" in run.stdout
+
+
+@pytest.mark.slow
+def test_distribution_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/distributions.py --quick: every method on every shape at n = 10⁴, ε = 1, and
+    the coverage loop (4 runs)."""
+    out = tmp_path / "distributions.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "distributions.py"),
+                          "--quick", "--out", str(out)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    results = json.loads(out.read_text())
+    rows = results["accuracy"]
+    assert {r["shape"] for r in rows} == {"lognormal", "bimodal", "uniform"}
+    assert {r["method"] for r in rows} >= {"SW+EMS", "SW+EM", "HH", "k-RR", "dBitFlip b=1"}
+    for row in rows:
+        assert row["n"] == 10_000 and row["epsilon"] == 1.0
+        # Distances between CDFs on [0, 1] and errors of quantiles in [0, 1] lie in [0, 1].
+        assert all(0 <= row[m] <= 1 for m in ("w1", "ks", "p50", "p95", "p99"))
+    coverage = results["coverage"]
+    assert coverage["runs"] == 4 and set(coverage["methods"]) == {"SW+EMS", "HH"}
+    assert "Quantile-interval coverage" in run.stdout
