@@ -14,7 +14,8 @@ histogram baselines on the same grid.
   the baselines k-RR and dBitFlip (b = 1, Chorus's default, and b = 16) over a Categories
   domain of the same 256 bucket labels (the device reports its bucket), their unbiased
   frequencies projected onto the simplex (query post-processing ``projection``) and read as
-  a histogram.
+  a histogram; and the Haar-wavelet method (HaarHRR, CKS 2019), *simulated only*
+  (benchmarks/haar_sim.py), to decide whether it earns a place as a mechanism.
 * Every report is simulated per user (``chorus_collector.simulate``, whose samplers are
   tested against each mechanism's exact output distribution), also at n = 10⁶, and folded
   by the estimator's own ``map``: nothing is simulated at the level of the folded state. (A
@@ -69,6 +70,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+from haar_sim import haar_leaves  # benchmarks/, beside this script
 
 from chorus_collector.estimators import estimator_for
 from chorus_collector.estimators.base import Query
@@ -319,13 +321,26 @@ def run_setting(shape_name: str, n: int, epsilon: float, seed: int, rows: set[st
         if row in rows:
             answers[row] = _histogram_row(campaigns[key], grid, n,
                                           _fold(campaigns[key], buckets, stream(key)))
+    if HAAR in rows:  # simulated only (benchmarks/haar_sim.py): is it worth a mechanism?
+        haar_rng = np.random.default_rng([seed, n, round(epsilon * 100), 99,
+                                          list(SHAPES).index(shape.name), 7])
+        leaves = haar_leaves(unit, BUCKETS, epsilon, haar_rng)
+        fitted = FittedDistribution(mechanism=mechanism, n=n, leaves=leaves,
+                                    covariance=np.zeros((BUCKETS, BUCKETS)),
+                                    method="Haar wavelet (HaarHRR), simulated")
+        answers[HAAR] = answer(grid, fitted, QUERY, postprocessing="none")
     for row, estimate in answers.items():
         scores[row] = score(estimate, mechanism, truth)
     return scores
 
 
+#: The Haar-wavelet method (CKS 2019), simulated to decide whether it earns a mechanism.
+HAAR = "Haar (sim.)"
+
+
 def all_rows() -> list[str]:
-    return [*SW_METHODS, *hh_methods(), "k-RR", *(f"dBitFlip b={b}" for b in DBITFLIP_B)]
+    return [*SW_METHODS, *hh_methods(), HAAR, "k-RR",
+            *(f"dBitFlip b={b}" for b in DBITFLIP_B)]
 
 
 def _parallel(function: Callable[..., T], tasks: list[tuple[Any, ...]], workers: int,

@@ -262,9 +262,16 @@ def _quantiles(fitted: FittedDistribution, levels: Sequence[float]) -> list[Stat
     for q in levels:
         unit = quantile_of(monotone, q)
         if fitted.covariance is not None:
-            # Invert the pointwise band: the quantile lies where F̂ − zσ ≤ q ≤ F̂ + zσ.
-            upper_band = np.maximum.accumulate(np.clip(cumulative + Z * error, 0.0, 1.0))
-            lower_band = np.maximum.accumulate(np.clip(cumulative - Z * error, 0.0, 1.0))
+            # Invert the pointwise band around the monotone F̃: the interval runs from the
+            # first t whose upper band F̃ + zσ reaches q to the last t whose lower band F̃ − zσ
+            # is still below it (the band's envelopes: a running maximum from the left, a
+            # running minimum from the right). Stopping the upper end at the lower band's
+            # *first* crossing instead cut it short wherever noise lifts the band above q
+            # for a moment: p99 intervals then covered 86% (n = 10⁵, ε = 1), while the data
+            # could not rule out that p99 lies at the top of the range.
+            upper_band = np.maximum.accumulate(np.clip(monotone + Z * error, 0.0, 1.0))
+            lower_band = np.minimum.accumulate(
+                np.clip(monotone - Z * error, 0.0, 1.0)[::-1])[::-1]
             low_unit, high_unit = _crossing(upper_band, q), _crossing(lower_band, q)
             low, high = mechanism.from_unit(low_unit), mechanism.from_unit(high_unit)
             spread = (high - low) / (2 * Z)
