@@ -180,6 +180,14 @@ def _seed(state: np.ndarray, method: str) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
+#: Said with every bootstrapped answer: the intervals are not 95% ones, and by how much.
+COVERAGE_WARNING = (
+    "these intervals are approximate and too narrow: the bootstrap misses most of the fit's "
+    "smoothing bias, which does not shrink with n. Measured coverage of the 95% p95 interval "
+    "(ε = 1, 256 buckets): 92% at 10⁴ reports, 79% at 10⁵, 60% at 10⁶. For error bars to "
+    "rely on, use a hierarchical-histogram (hh) campaign")
+
+
 class SquareWaveEstimator(DistributionEstimator[SquareWave]):
     """State: how many reports fell in each output bucket."""
 
@@ -234,6 +242,7 @@ class SquareWaveEstimator(DistributionEstimator[SquareWave]):
         extra.update(bootstrap_replicates=replicates,
                      bootstrap_iterations_max=int(booted.iterations.max()),
                      bootstrap_converged=int(booted.converged.sum()))
+        warnings.append(COVERAGE_WARNING)
         return FittedDistribution(
             mechanism=mechanism, n=n, leaves=leaves, replicates=booted.theta.T,
             method=METHODS[method],
