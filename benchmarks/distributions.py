@@ -82,7 +82,8 @@ from chorus_collector.estimators.distribution import (
 from chorus_collector.progress import progress_bar
 from chorus_collector.results_distribution import DistributionEstimate
 from chorus_collector.simulate import simulate
-from chorus_shared import Campaign, campaign_from_spec
+from chorus_shared import Campaign, NumericRange, campaign_from_spec
+from chorus_shared.mechanisms import SquareWave
 from chorus_shared.mechanisms.distribution import DistributionMechanism
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -499,11 +500,11 @@ def reference_comparison(settings: list[tuple[str, int, float, int]], workers: i
 
 def reference_setting(row: str, n: int, epsilon: float, seeds: int) -> dict[str, Any]:
     """One reference-code setting, averaged over its seeds."""
-    campaign = campaign_from_spec({
-        "name": "beta-5-2", "mechanism": "sw", "epsilon": epsilon,
-        "domain": {"kind": "numeric", "lo": 0.0, "hi": 1.0},
-        "params": {"buckets": REFERENCE_BUCKETS, "output_buckets": REFERENCE_BUCKETS}},
-        warn=False)
+    # Built directly: a campaign's config allows at most 512 Square Wave buckets (each query
+    # refits the bootstrap), the reference setting has 1024.
+    campaign = Campaign(name="beta-5-2", mechanism=SquareWave(
+        domain=NumericRange(0.0, 1.0), epsilon=epsilon, buckets=REFERENCE_BUCKETS,
+        output_buckets=REFERENCE_BUCKETS))
     mechanism = campaign.mechanism
     assert isinstance(mechanism, DistributionMechanism)
     w1, ks = [], []

@@ -42,6 +42,10 @@ __all__ = ["MAX_POINTS", "MAX_SERIES_CELLS", "Series", "SeriesPoint", "SeriesRes
 #: Points × values finalized: bounds a query's time and its answer's size (a 1,024-category
 #: campaign gets 244 points, a 16-category one the full 1,000).
 MAX_SERIES_CELLS = 250_000
+#: The most a series may spend on fits, in ``Estimator.fit_cost`` units (a Square Wave fit of
+#: 256 × 256 buckets with its bootstrap, about 1 s): 32 points at that grid, 8 at 512 × 512,
+#: so that a series answers well within the server's 60 s worker timeout.
+MAX_FIT_COST = 32.0
 
 INDEPENDENCE = ("Each point's standard error is its own window's: two points are independent "
                 "only when every user reports at most once per point (a user who reports in "
@@ -164,6 +168,13 @@ def estimate_series(storage: Storage, stored: StoredCampaign, *, start: int | No
                       f"{len(intervals)} points × {len(labels)} values is more than "
                       f"{MAX_SERIES_CELLS:,} estimates in one series: use a longer step, a "
                       "shorter window or fewer candidates")
+    cost = len(intervals) * estimator_for(campaign.mechanism.name).fit_cost(campaign.mechanism)
+    if cost > MAX_FIT_COST:
+        most = int(len(intervals) * MAX_FIT_COST / cost)
+        raise Problem("query-too-large",
+                      f"each of the {len(intervals)} points refits {campaign.mechanism.name}'s "
+                      f"distribution and its bootstrap; at this grid a series has at most "
+                      f"{most} points: use a longer step or a shorter window")
     counts, states, unfolded, folded_at = _point_statistics(storage, stored, intervals,
                                                             start, end)
     chosen = _chosen(campaign, labels, values, top, counts, states, start, end, wanted)

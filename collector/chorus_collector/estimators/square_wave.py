@@ -196,6 +196,10 @@ class SquareWaveEstimator(DistributionEstimator[SquareWave]):
     postprocessing: ClassVar[tuple[str, ...]] = ("ems", "em")
     default_postprocessing: ClassVar[str] = "ems"
 
+    def fit_cost(self, mechanism: SquareWave) -> float:
+        # EM steps cost O(D·m̃), and there are 201 fits (the point and the bootstrap).
+        return mechanism.buckets * mechanism.output_buckets / 256**2
+
     def state_size(self, mechanism: SquareWave) -> int:
         return mechanism.output_buckets
 
