@@ -177,7 +177,26 @@ _SCHEMAS: dict[str, Any] = {
             "rows": {"type": "array", "items": {"type": "object"}},
             "freshness": {"type": "object"},
             "warnings": {"type": "array", "items": {"type": "string"}},
+            "edges": {"type": "array", "items": {"type": "number"},
+                      "description": "distribution: the buckets' edges (buckets + 1)"},
+            "scale": {"enum": ["linear", "log"]},
+            "method": {"type": "string"},
+            "uncertainty": {"type": "string"},
+            "histogram": {"type": "array", "items": {"$ref": "#/components/schemas/Statistic"}},
+            "cdf": {"type": "array", "items": {"$ref": "#/components/schemas/Statistic"}},
+            "quantiles": {"type": "array", "items": {"$ref": "#/components/schemas/Statistic"}},
+            "ranges": {"type": "array", "items": {"$ref": "#/components/schemas/Statistic"}},
+            "mean": {"oneOf": [{"type": "number"}, {"$ref": "#/components/schemas/Statistic"}],
+                     "description": "a number for kind 'mean'; a statistic for a distribution"},
         },
+    },
+    "Statistic": {
+        "type": "object",
+        "description": "one number of a distribution with its standard error and 95% interval; "
+                       "lo/hi bound the bucket or range, q is a quantile's level",
+        "required": ["value", "std_error", "ci_low", "ci_high"],
+        "properties": {name: {"type": "number"} for name in
+                       ("lo", "hi", "q", "value", "std_error", "ci_low", "ci_high")},
     },
     "SeriesQuery": {
         "type": "object",
