@@ -29,6 +29,7 @@ from chorus_client import Client, CollectorAPI, RequestsTransport
 from chorus_collector.formatting import format_estimates
 from chorus_collector.process import CollectorProcess
 from chorus_collector.progress import progress_bar
+from chorus_collector.results_distribution import quantile_label
 from chorus_shared.campaign import Campaign, campaign_from_config
 
 __all__ = ["DEMO_CAMPAIGNS", "Population", "run_demo"]
@@ -94,7 +95,7 @@ class Population:
 def _quantiles(values: list[float], levels: tuple[float, ...]) -> dict[str, float]:
     """The empirical quantiles (the smallest value with at least a share q at or below it)."""
     ordered = sorted(values)
-    return {f"p{round(q * 100, 6):g}": ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+    return {quantile_label(q): ordered[max(0, math.ceil(q * len(ordered)) - 1)]
             for q in levels}
 
 
@@ -204,7 +205,7 @@ def _print_results(results: dict[str, Any], truth: dict[str, dict[str, float]],
         elif result["kind"] == "distribution":
             echo(format_estimates(result))
             for row in result["quantiles"]:
-                label = f"p{round(row['q'] * 100, 6):g}"
+                label = quantile_label(row["q"])
                 true = truth[name][label]
                 echo(f"  true {label} {true:.4g}: estimated {row['value']:.4g} "
                      f"[{row['ci_low']:.4g}, {row['ci_high']:.4g}]")

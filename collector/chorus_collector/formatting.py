@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from chorus_collector.results_distribution import quantile_label
+
 __all__ = ["MAX_VALUE_WIDTH", "describe_window", "format_estimates", "format_instant"]
 
 #: Past this many terminal columns a value continues on the next lines (a long URL would
@@ -179,7 +181,7 @@ def _distribution_lines(result: Mapping[str, Any]) -> list[str]:
     """Quantiles, ranges and the mean with their intervals, then a coarse histogram."""
     lines = [f"  {result['method']}", f"  uncertainty: {result['uncertainty']}",
              f"  {'':<10}{'value':>14}  {'95% CI':>31}"]
-    rows = [(f"p{round(q['q'] * 100, 6):g}", q) for q in result["quantiles"]]
+    rows = [(quantile_label(q["q"]), q) for q in result["quantiles"]]
     rows.append(("mean", result["mean"]))
     for label, row in rows:
         lines.append(f"  {label:<10}{_on_scale(row['value']):>14}  "

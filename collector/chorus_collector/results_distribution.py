@@ -9,12 +9,17 @@ or below ``hi``), ``quantile`` (the ``q``-quantile), ``range`` (the share in [lo
 from __future__ import annotations
 
 import io
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from chorus_collector.results import CONFIDENCE, _clean, _context, _CsvWriter
 
-__all__ = ["DistributionEstimate", "Statistic"]
+__all__ = ["DistributionEstimate", "Statistic", "quantile_label"]
+
+
+def quantile_label(q: float) -> str:
+    """p50, p95, p99.9: how a dashboard names a quantile."""
+    return f"p{round(q * 100, 6):g}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +97,3 @@ class DistributionEstimate:
                 writer.writerow([name, row.lo, row.hi, row.q, row.value, row.std_error,
                                  row.ci_low, row.ci_high, *context])
         return buffer.getvalue()
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)

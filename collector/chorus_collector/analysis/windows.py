@@ -17,7 +17,7 @@ from chorus_collector.estimators.base import DEFAULT_QUANTILES
 from chorus_collector.folding import EstimateInputs, estimate_inputs
 from chorus_collector.problems import Problem
 from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
-from chorus_collector.results_distribution import DistributionEstimate
+from chorus_collector.results_distribution import DistributionEstimate, quantile_label
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import STRING_MECHANISMS
@@ -77,11 +77,6 @@ def finalize(campaign: Campaign, n: int, state: np.ndarray, query: Query) -> Est
         return estimator_for(campaign.mechanism.name).finalize(campaign, n, state, query)
     except QueryError as error:
         raise Problem(error.kind, str(error)) from None
-
-
-def quantile_label(q: float) -> str:
-    """p50, p95, p99.9: how a dashboard names a quantile."""
-    return f"p{round(q * 100, 6):g}"
 
 
 def estimate_kind(campaign: Campaign) -> str:

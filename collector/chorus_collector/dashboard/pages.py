@@ -24,6 +24,7 @@ from chorus_collector.dashboard.charts import (
 from chorus_collector.estimators import Query, estimator_for
 from chorus_collector.estimators.base import DEFAULT_QUANTILES
 from chorus_collector.problems import Problem
+from chorus_collector.results_distribution import quantile_label
 from chorus_collector.storage import Storage, StoredCampaign
 
 __all__ = ["MAX_CHART_BARS", "RESULTS", "CampaignView", "PageParameters", "Result",
@@ -312,7 +313,7 @@ def distribution_chart(body: Mapping[str, Any]) -> Markup:
     buckets = [Bucket(b["lo"], b["hi"], b["value"], b["ci_low"], b["ci_high"])
                for b in body["histogram"]]
     edges = body["edges"]
-    markers = [Marker(f"p{round(q['q'] * 100, 6):g}", q["value"], q["ci_low"], q["ci_high"],
+    markers = [Marker(quantile_label(q["q"]), q["value"], q["ci_low"], q["ci_high"],
                       _position(edges, q["value"], body["scale"]),
                       _position(edges, q["ci_low"], body["scale"]),
                       _position(edges, q["ci_high"], body["scale"])) for q in body["quantiles"]]
