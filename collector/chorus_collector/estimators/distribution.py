@@ -254,10 +254,11 @@ def _cdf_band(fitted: FittedDistribution) -> tuple[np.ndarray, np.ndarray]:
     return cumulative, _with_zero(error)
 
 
-def _quantiles(fitted: FittedDistribution, levels: Sequence[float]) -> list[Statistic]:
+def _quantiles(fitted: FittedDistribution, levels: Sequence[float], error: np.ndarray,
+               monotone: np.ndarray) -> list[Statistic]:
+    """Each level's quantile, from the monotone CDF and the CDF's standard errors at the
+    edges (as ``answer`` computed them for the CDF rows)."""
     mechanism = fitted.mechanism
-    cumulative, error = _cdf_band(fitted)
-    monotone = _monotone_cdf(cumulative)
     rows = []
     for q in levels:
         unit = quantile_of(monotone, q)
@@ -332,7 +333,8 @@ def answer(campaign: Campaign, fitted: FittedDistribution, query: Query,
     return DistributionEstimate(
         campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon,
         n=fitted.n, edges=edges, scale=mechanism.scale, histogram=histogram, cdf=cdf,
-        quantiles=_quantiles(fitted, query.quantiles), ranges=ranges, mean=mean,
+        quantiles=_quantiles(fitted, query.quantiles, cdf_error, monotone), ranges=ranges,
+        mean=mean,
         variance_model=fitted.variance_model, method=fitted.method,
         uncertainty=fitted.uncertainty, window=query.window, postprocessing=postprocessing,
         extra=extra, warnings=list(fitted.warnings))
