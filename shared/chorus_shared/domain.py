@@ -137,14 +137,18 @@ class NumericRange:
     def clip(self, value: float) -> float:
         return min(max(value, self.lo), self.hi)
 
-    def to_unit(self, value: object) -> float:
-        """Clip a reported number to [lo, hi] and map it to t ∈ [−1, 1] (on the device)."""
+    def clipped(self, value: object) -> float:
+        """A reported number, checked and clipped to [lo, hi] (on the device)."""
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueDomainError("a numeric campaign takes a number")
         number = finite_float(value)
         if number is None:
             raise ValueDomainError("cannot report a non-finite number")
-        return 2.0 * (self.clip(number) - self.lo) / (self.hi - self.lo) - 1.0
+        return self.clip(number)
+
+    def to_unit(self, value: object) -> float:
+        """Clip a reported number to [lo, hi] and map it to t ∈ [−1, 1] (on the device)."""
+        return 2.0 * (self.clipped(value) - self.lo) / (self.hi - self.lo) - 1.0
 
     def random_value(self, rng: RandomSource) -> float:
         return self.lo + rng.random() * (self.hi - self.lo)

@@ -9,7 +9,7 @@ numbers. The table beside each chart is its full text alternative.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -137,6 +137,14 @@ def _date(seconds: int, span: int) -> str:
     return moment.strftime("%m-%d %H:%M" if span < 3 * 86400 else "%Y-%m-%d")
 
 
+def _y_ticks(ticks: Sequence[float], y: Callable[[float], float], left: int,
+             plot_width: int) -> list[str]:
+    """Horizontal grid lines with their labels on the left, one per tick."""
+    return [f'<g class="tick"><line x1="{left}" x2="{left + plot_width}" y1="{y(tick):.1f}" '
+            f'y2="{y(tick):.1f}"/><text class="y" x="{left - 6}" y="{y(tick) + 4:.1f}">'
+            f'{_number(tick)}</text></g>' for tick in ticks]
+
+
 def line_chart(lines: Sequence[Line], *, step: int, title: str, description: str) -> Markup:
     """One line per series over time, each point's 95% interval drawn as a band around it;
     suppressed points leave a gap."""
@@ -159,10 +167,7 @@ def line_chart(lines: Sequence[Line], *, step: int, title: str, description: str
     parts = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" role="img" '
              f'viewBox="0 0 {width} {height}" aria-label="{escape(title)}">'
              f'<title>{escape(title)}</title><desc>{escape(description)}</desc>']
-    for tick in ticks:
-        parts.append(f'<g class="tick"><line x1="{left}" x2="{left + plot_width}" '
-                     f'y1="{y(tick):.1f}" y2="{y(tick):.1f}"/><text class="y" x="{left - 6}" '
-                     f'y="{y(tick) + 4:.1f}">{_number(tick)}</text></g>')
+    parts.extend(_y_ticks(ticks, y, left, plot_width))
     shown = starts if len(starts) <= 8 else starts[:: math.ceil(len(starts) / 8)]
     for t in shown:
         parts.append(f'<text class="x" x="{x(t):.1f}" y="{top + plot_height + 18}">'
@@ -261,10 +266,7 @@ def histogram_chart(buckets: Sequence[Bucket], markers: Sequence[Marker], *, tit
     parts = [f'<svg class="chart histogram" xmlns="http://www.w3.org/2000/svg" role="img" '
              f'viewBox="0 0 {width} {height}" aria-label="{escape(title)}">'
              f'<title>{escape(title)}</title><desc>{escape(description)}</desc>']
-    for tick in ticks:
-        parts.append(f'<g class="tick"><line x1="{left}" x2="{left + plot_width}" '
-                     f'y1="{y(tick):.1f}" y2="{y(tick):.1f}"/><text class="y" x="{left - 6}" '
-                     f'y="{y(tick) + 4:.1f}">{_number(tick)}</text></g>')
+    parts.extend(_y_ticks(ticks, y, left, plot_width))
     for j in range(0, count + 1, max(1, count // 8)):
         edge = buckets[j].lo if j < len(buckets) else buckets[-1].hi
         parts.append(f'<text class="x" x="{x(j):.1f}" y="{top + plot_height + 18}">'

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from chorus_shared.domain import Domain, NumericRange, finite_float
-from chorus_shared.errors import CampaignError, ValueDomainError
+from chorus_shared.domain import Domain, NumericRange
+from chorus_shared.errors import CampaignError
 from chorus_shared.mechanisms.base import Mechanism, check_params, required_epsilon
 
 __all__ = ["SCALES", "DistributionMechanism"]
@@ -65,12 +65,7 @@ class DistributionMechanism(Mechanism):
 
     def encode(self, value: object) -> float:
         """Clip to [lo, hi] and map to v ∈ [0, 1] on the campaign's scale (on the device)."""
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueDomainError("a numeric campaign takes a number")
-        number = finite_float(value)
-        if number is None:
-            raise ValueDomainError("cannot report a non-finite number")
-        return self.to_unit(self.domain.clip(number))
+        return self.to_unit(self.domain.clipped(value))
 
     def to_unit(self, x: float) -> float:
         lo, hi = self.domain.lo, self.domain.hi
