@@ -25,11 +25,10 @@ clipped to [0, 1]); inside a bucket, values are taken as uniform on the campaign
 from __future__ import annotations
 
 import math
-import threading
 from abc import abstractmethod
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -101,45 +100,24 @@ class DistributionEstimator(Estimator[M]):
             raise QueryError("invalid-batch-size", "there are no reports in this window to "
                                                    "estimate a distribution from")
         method = self.method_of(query)
-        # Matrix products of a few hundred rows gain nothing from BLAS threads, and beside
-        # other queries and workers a threaded BLAS oversubscribes the cores: Square Wave's
-        # bootstrap took 8–16 s instead of 0.9 s on a busy two-core machine.
-        key = (self.name, mechanism, n, method, np.asarray(state, dtype=np.int64).tobytes())
-        fitted = _FITS.get(key)
-        if fitted is None:
-            with threadpool_limits(limits=1, user_api="blas"):
-                fitted = self.fit(mechanism, n, state, method)
-            _FITS.put(key, fitted)
+        fitted = _cached_fit(self, mechanism, n, method,
+                             np.asarray(state, dtype=np.int64).tobytes())
         return answer(campaign, fitted, query, postprocessing=DISTRIBUTION_LABELS.get(
             method, LABELS.get(method, method)))
 
 
-class _FitCache:
-    """The last fits, by (estimator, mechanism, n, method, statistic): a closed time bucket's
-    statistic never changes, so a dashboard that reloads a series, or a comparison that reads
-    a window the series already fitted, does not pay for Square Wave's bootstrap again."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._fits: OrderedDict[tuple[Any, ...], FittedDistribution] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[Any, ...]) -> FittedDistribution | None:
-        with self._lock:
-            fitted = self._fits.get(key)
-            if fitted is not None:
-                self._fits.move_to_end(key)
-            return fitted
-
-    def put(self, key: tuple[Any, ...], fitted: FittedDistribution) -> None:
-        with self._lock:
-            self._fits[key] = fitted
-            while len(self._fits) > self._size:
-                self._fits.popitem(last=False)
-
-
-#: 64 fits of at most 1024 buckets (200 replicates or a covariance each): under 130 MB.
-_FITS = _FitCache(64)
+# 64 fits of at most 1024 buckets (200 replicates or a covariance each): under 130 MB. A
+# closed time bucket's statistic never changes, so a dashboard that reloads a series, or a
+# comparison that reads a window the series already fitted, does not pay for Square Wave's
+# bootstrap again.
+@lru_cache(maxsize=64)
+def _cached_fit(estimator: DistributionEstimator[Any], mechanism: DistributionMechanism,
+                n: int, method: str, state: bytes) -> FittedDistribution:
+    # Matrix products of a few hundred rows gain nothing from BLAS threads, and beside other
+    # queries and workers a threaded BLAS oversubscribes the cores: Square Wave's bootstrap
+    # took 8–16 s instead of 0.9 s on a busy two-core machine.
+    with threadpool_limits(limits=1, user_api="blas"):
+        return estimator.fit(mechanism, n, np.frombuffer(state, dtype=np.int64), method)
 
 
 def _unit_edges(buckets: int) -> np.ndarray:

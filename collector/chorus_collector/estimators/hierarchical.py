@@ -313,7 +313,6 @@ class HierarchicalEstimator(DistributionEstimator[HierarchicalHistogram]):
     name: ClassVar[str] = "hh"
     mechanism_type: ClassVar[MechanismTypes] = HierarchicalHistogram
     postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub")
-    default_postprocessing: ClassVar[str] = "none"
 
     def fit_cost(self, mechanism: HierarchicalHistogram) -> float:
         # The exact covariance dominates: 0.05 s at 256 leaves, 0.35 s at 1024 (one core),
