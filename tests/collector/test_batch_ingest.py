@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -163,7 +164,10 @@ def test_a_batch_answer_is_the_json_of_its_statuses(statuses: list[ReportStatus]
     for status in statuses:
         if status.status != "rejected":
             status.error = status.detail = None
-            if status.report_id is None or len(status.report_id) != 32:
+            # Checked means 32 lowercase hex digits, not merely 32 characters: a text of 32
+            # control characters once slipped through a length-only test here.
+            if status.report_id is None or not re.fullmatch(r"[0-9a-f]{32}",
+                                                            status.report_id):
                 status.report_id = "0" * 32
         elif status.error is None:
             status.error = "invalid-report"
