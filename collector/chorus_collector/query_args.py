@@ -27,11 +27,12 @@ __all__ = ["CompareQuery", "SeriesQuery", "compare_query", "estimate_query", "se
 
 _DIGITS = re.compile(r"[0-9]{1,13}")
 #: body field → its repeatable query parameter
-_LISTS = {"candidates": "candidate", "values": "value", "ranges": "range"}
+_LISTS = {"candidates": "candidate", "values": "value", "ranges": "range", "joints": "joint"}
 #: Body lists whose items are not strings (validated by their own reader).
-_OWN_ITEMS = {"ranges"}
+_OWN_ITEMS = {"ranges", "joints"}
 MAX_QUANTILES = 99
 MAX_RANGES = 100
+MAX_JOINTS = 45
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def response_format(source: Mapping[str, Any]) -> str:
 def estimate_query(stored: StoredCampaign, body: Any, limit: int) -> tuple[Query, str]:
     """The estimates route's question: (query, format)."""
     source, lists = _source(body, {"candidates", "start", "end", "format", "postprocessing",
-                                   "quantiles", "ranges"})
+                                   "quantiles", "ranges", "joints"})
     candidates = _candidates(stored, lists["candidates"], limit)
     quantiles, ranges = _quantiles(stored, source.get("quantiles")), \
         _ranges(stored, lists["ranges"])
@@ -126,7 +127,27 @@ def estimate_query(stored: StoredCampaign, body: Any, limit: int) -> tuple[Query
         raise Problem("invalid-query",
                       f"postprocessing must be one of {list(allowed)} for this campaign")
     return Query(start=start, end=end, candidates=candidates, postprocessing=method,
-                 quantiles=quantiles, ranges=ranges), fmt
+                 quantiles=quantiles, ranges=ranges,
+                 joints=_joints(stored, lists["joints"])), fmt
+
+
+def _joints(stored: StoredCampaign, raw: list[Any]) -> tuple[tuple[str, ...], ...]:
+    """``joint=browser,os`` (repeatable) or ``"joints": [["browser", "os"]]``: the joint
+    distributions a record campaign is asked for (the estimator checks the names)."""
+    if not raw:
+        return ()
+    if stored.campaign.domain.kind != "record":
+        raise Problem("invalid-query", "joints apply to record campaigns only")
+    if not isinstance(raw, list) or len(raw) > MAX_JOINTS:
+        raise Problem("invalid-query", f"ask for at most {MAX_JOINTS} joints")
+    out = []
+    for item in raw:
+        names = item.split(",") if isinstance(item, str) else item
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise Problem("invalid-query", 'a joint lists attribute names: joint=a,b or '
+                                           '"joints": [["a", "b"]]')
+        out.append(tuple(name.strip() for name in names))
+    return tuple(out)
 
 
 def _distribution_only(stored: StoredCampaign, what: str) -> None:

@@ -12,7 +12,8 @@ user, no memoization), and the distribution mechanisms ``sw`` and ``hh``. Inputs
 as ``mechanism.encode`` encodes them on the device: category indices; for the mean
 mechanisms, numbers on the [−1, 1] scale (vector inputs an (n, D) array of them); for the
 distribution mechanisms ``sw`` and ``hh``, numbers on the unit scale [0, 1] (the campaign's
-linear or log mapping already applied).
+linear or log mapping already applied); for the record mechanisms ``smp``, ``spl``, ``rsfd``
+and ``marginals``, an (n, d) array of category indices.
 """
 
 from __future__ import annotations
@@ -33,9 +34,13 @@ from chorus_shared.mechanisms import (
     HadamardResponse,
     Harmony,
     HierarchicalHistogram,
+    Marginals,
     Mechanism,
     PiecewiseMechanism,
+    RandomSamplingFakeData,
     Rappor,
+    SampledAttribute,
+    SplitBudget,
     SquareWave,
 )
 from chorus_shared.mechanisms.local_hashing import LocalHashing
@@ -243,12 +248,69 @@ def _hierarchical(mechanism: Mechanism, inputs: np.ndarray,
     return out
 
 
+def _oracle(oracle: Mechanism, inputs: np.ndarray, rng: np.random.Generator) -> list[Any]:
+    return _krr(oracle, inputs, rng) if isinstance(oracle, KRR) else _unary(oracle, inputs, rng)
+
+
+def _grouped(count: int, groups: np.ndarray, reports: Callable[[int, np.ndarray], list[Any]],
+             key: str) -> list[Any]:
+    """One report per row; the rows of group g drawn together by ``reports(g, rows)``."""
+    out: list[Any] = [None] * len(groups)
+    for g in range(count):
+        members = np.flatnonzero(groups == g)
+        if len(members):
+            for i, y in zip(members.tolist(), reports(g, members), strict=True):
+                out[i] = {key: g, "y": y}
+    return out
+
+
+def _smp(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) -> list[Any]:
+    assert isinstance(mechanism, SampledAttribute)
+    chosen = rng.integers(0, mechanism.d, size=len(inputs))
+    return _grouped(mechanism.d, chosen, lambda j, rows: _oracle(
+        mechanism.oracles[j], inputs[rows, j], rng), "a")
+
+
+def _spl(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) -> list[Any]:
+    assert isinstance(mechanism, SplitBudget)
+    columns = [_oracle(o, inputs[:, j], rng) for j, o in enumerate(mechanism.oracles)]
+    return [{"y": list(ys)} for ys in zip(*columns, strict=True)]
+
+
+def _rsfd(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) -> list[Any]:
+    assert isinstance(mechanism, RandomSamplingFakeData)
+    n = len(inputs)
+    chosen = rng.integers(0, mechanism.d, size=n)
+    out = np.empty_like(inputs)
+    for j, (oracle, k) in enumerate(zip(mechanism.attribute_oracles, mechanism.domain.sizes,
+                                        strict=True)):
+        real = np.asarray(_krr(oracle, inputs[:, j], rng))
+        out[:, j] = np.where(chosen == j, real, rng.integers(0, k, size=n))
+    return [{"y": row} for row in out.tolist()]
+
+
+def _marginals(mechanism: Mechanism, inputs: np.ndarray,
+               rng: np.random.Generator) -> list[Any]:
+    assert isinstance(mechanism, Marginals)
+    sizes = mechanism.domain.sizes
+    chosen = rng.integers(0, len(mechanism.sets), size=len(inputs))
+
+    def cells(s: int, rows: np.ndarray) -> list[Any]:
+        index = np.zeros(len(rows), dtype=np.int64)
+        for a in mechanism.sets[s]:
+            index = index * sizes[a] + inputs[rows, a]
+        return _oracle(mechanism.oracles[s], index, rng)
+
+    return _grouped(len(mechanism.sets), chosen, cells, "s")
+
+
 Simulator = Callable[[Mechanism, np.ndarray, np.random.Generator], list[Any]]
 SIMULATORS: dict[str, Simulator] = {
     "rr": _krr, "krr": _krr, "sue": _unary, "oue": _unary, "olh": _local_hashing,
     "blh": _local_hashing, "hr": _hadamard, "dbitflip": _dbitflip, "duchi": _duchi,
     "one_bit_mean": _duchi, "pm": _piecewise, "duchi_md": _duchi_md, "harmony": _harmony,
-    "rappor": _rappor, "sw": _square_wave, "hh": _hierarchical,
+    "rappor": _rappor, "sw": _square_wave, "hh": _hierarchical, "smp": _smp, "spl": _spl,
+    "rsfd": _rsfd, "marginals": _marginals,
 }
 
 

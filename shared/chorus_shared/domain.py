@@ -7,6 +7,7 @@ Error messages never quote the reported value: apps log them and crash reporters
 * :class:`NumericRange`: a bounded interval [lo, hi] of real numbers.
 * :class:`NumericVector`: several named bounded numbers reported together (one mean each).
 * :class:`OpenStrings`: any string (hashed on the device; decoded against candidates).
+* :class:`Record`: several named categorical attributes reported together as one record.
 """
 
 from __future__ import annotations
@@ -18,13 +19,18 @@ from typing import Any, ClassVar
 from chorus_shared.errors import CampaignError, ValueDomainError
 from chorus_shared.rng import RandomSource
 
-__all__ = ["MAX_ATTRIBUTES", "MAX_CATEGORIES", "MAX_STRING_BYTES", "Categories", "Domain",
-           "NumericRange", "NumericVector", "OpenStrings", "domain_from_json", "finite_float"]
+__all__ = ["MAX_ATTRIBUTES", "MAX_CATEGORIES", "MAX_RECORD_ATTRIBUTES",
+           "MAX_RECORD_CATEGORIES", "MAX_STRING_BYTES", "Categories", "Domain", "NumericRange",
+           "NumericVector", "OpenStrings", "Record", "domain_from_json", "finite_float"]
 
 MAX_CATEGORIES = 65_536
 MAX_CATEGORY_CHARS = 200
 MAX_STRING_BYTES = 1_024
 MAX_ATTRIBUTES = 64
+#: A record's attributes, and the categories of one attribute: every record mechanism can
+#: then give each attribute a unary-encoding oracle (OUE takes at most 4096 categories).
+MAX_RECORD_ATTRIBUTES = 16
+MAX_RECORD_CATEGORIES = 4_096
 
 
 def finite_float(value: object) -> float | None:
@@ -245,7 +251,92 @@ class OpenStrings:
         return {"kind": self.kind, "max_bytes": self.max_bytes}
 
 
-Domain = Categories | NumericRange | NumericVector | OpenStrings
+@dataclass(frozen=True)
+class Record:
+    """d named categorical attributes (``browser``, ``os``…), each with its own categories; a
+    value is one category per attribute. The whole record is the privacy unit: a mechanism
+    over it is ε-LDP for any two records, including two that differ in every attribute.
+
+    The app reports a mapping {name: category} (or a sequence in attribute order); each
+    attribute encodes as its own :class:`Categories` does (``other`` included).
+    """
+
+    kind: ClassVar[str] = "record"
+    names: tuple[str, ...]
+    attributes: tuple[Categories, ...]
+
+    def __post_init__(self) -> None:
+        if not 2 <= len(self.names) <= MAX_RECORD_ATTRIBUTES \
+                or len(self.names) != len(self.attributes):
+            raise CampaignError(f"a record domain has 2 to {MAX_RECORD_ATTRIBUTES} attributes "
+                                "(one attribute is a categories domain)")
+        for name in self.names:
+            if not isinstance(name, str) or not name or len(name) > MAX_CATEGORY_CHARS \
+                    or name != name.strip() or any(c in name for c in ",:|="):
+                raise CampaignError(
+                    "attribute names are non-empty strings of at most "
+                    f"{MAX_CATEGORY_CHARS} characters, without surrounding spaces or any of "
+                    "',', ':', '|', '=' (queries name attributes with them)")
+        if len(set(self.names)) != len(self.names):
+            raise CampaignError("attribute names must be distinct")
+        for name, attribute in zip(self.names, self.attributes, strict=True):
+            if not 2 <= attribute.size <= MAX_RECORD_CATEGORIES:
+                raise CampaignError(f"attribute {name!r} needs 2 to {MAX_RECORD_CATEGORIES} "
+                                    f"categories, got {attribute.size}")
+
+    @property
+    def size(self) -> int:
+        """The number of attributes, d."""
+        return len(self.names)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """k_1, …, k_d: each attribute's number of categories."""
+        return tuple(a.size for a in self.attributes)
+
+    def position(self, name: str) -> int:
+        """The index of the attribute called ``name``; raises ``KeyError``."""
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise KeyError(name) from None
+
+    def encode(self, value: object) -> tuple[int, ...]:
+        """One category index per attribute, or :class:`ValueDomainError`."""
+        if isinstance(value, dict):
+            if set(value) != set(self.names):
+                missing = sorted(set(self.names) - set(value))
+                extra = sorted(str(k) for k in set(value) - set(self.names))
+                raise ValueDomainError(f"a record needs exactly the attributes "
+                                       f"{list(self.names)}; missing {missing}, unknown {extra}")
+            items = [value[name] for name in self.names]
+        elif isinstance(value, list | tuple):
+            if len(value) != self.size:
+                raise ValueDomainError(f"a record has {self.size} attributes, got "
+                                       f"{len(value)} values")
+            items = list(value)
+        else:
+            raise ValueDomainError(f"a record campaign takes a mapping of {list(self.names)} "
+                                   "to categories")
+        out = []
+        for name, attribute, item in zip(self.names, self.attributes, items, strict=True):
+            try:
+                out.append(attribute.encode(item))
+            except ValueDomainError as error:
+                raise ValueDomainError(f"attribute {name!r}: {error}") from None
+        return tuple(out)
+
+    def random_value(self, rng: RandomSource) -> dict[str, str]:
+        return {name: a.random_value(rng) for name, a in zip(self.names, self.attributes,
+                                                             strict=True)}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "attributes": [
+            {"name": name, **{k: v for k, v in a.to_json().items() if k != "kind"}}
+            for name, a in zip(self.names, self.attributes, strict=True)]}
+
+
+Domain = Categories | NumericRange | NumericVector | OpenStrings | Record
 
 
 def domain_from_json(obj: object) -> Domain:
@@ -260,6 +351,7 @@ def domain_from_json(obj: object) -> Domain:
         "numeric": {"kind", "lo", "hi"},
         "strings": {"kind", "max_bytes"},
         "vector": {"kind", "attributes"},
+        "record": {"kind", "attributes"},
     }
     if not isinstance(kind, str) or kind not in allowed:
         raise CampaignError(f"domain.kind must be one of {sorted(allowed)}, got {kind!r:.80}")
@@ -280,6 +372,8 @@ def domain_from_json(obj: object) -> Domain:
         return NumericRange(obj["lo"], obj["hi"])
     if kind == "vector":
         return _vector_from_json(obj.get("attributes"))
+    if kind == "record":
+        return _record_from_json(obj.get("attributes"))
     return OpenStrings(obj.get("max_bytes", MAX_STRING_BYTES))
 
 
@@ -295,3 +389,25 @@ def _vector_from_json(attributes: object) -> NumericVector:
         names.append(item["name"])
         ranges.append(NumericRange(item["lo"], item["hi"]))
     return NumericVector(tuple(names), tuple(ranges))
+
+
+def _record_from_json(attributes: object) -> Record:
+    shape = '{"name": ..., "values": [...]} (and optionally "other")'
+    if not isinstance(attributes, list) or not attributes:
+        raise CampaignError(f"domain.attributes must be a list of {shape}")
+    if len(attributes) > MAX_RECORD_ATTRIBUTES:
+        raise CampaignError(f"a record domain has at most {MAX_RECORD_ATTRIBUTES} attributes")
+    names, categories = [], []
+    for item in attributes:
+        if not isinstance(item, dict) or not {"name", "values"} <= set(item) \
+                or not set(item) <= {"name", "values", "other"}:
+            raise CampaignError(f"each attribute is {shape}")
+        values, other = item["values"], item.get("other")
+        if not isinstance(values, list):
+            raise CampaignError(f"attribute {str(item['name'])!r:.80}: values must be a list "
+                                "of strings")
+        if other is not None and not isinstance(other, str):
+            raise CampaignError("an attribute's other must be a category name")
+        names.append(item["name"])
+        categories.append(Categories(tuple(values), other))
+    return Record(tuple(names), tuple(categories))

@@ -11,6 +11,12 @@ from typing import Any
 from chorus_shared import Campaign, campaign_from_spec
 
 
+def _record(*sizes: int) -> dict[str, Any]:
+    return {"kind": "record", "attributes": [
+        {"name": f"a{i}", "values": [f"v{j}" for j in range(size)]}
+        for i, size in enumerate(sizes)]}
+
+
 def _vector(ranges: list[tuple[float, float]]) -> dict[str, Any]:
     return {"kind": "vector", "attributes": [{"name": f"a{i}", "lo": lo, "hi": hi}
                                             for i, (lo, hi) in enumerate(ranges)]}
@@ -154,6 +160,25 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
          "params": {"branching": 2, "buckets": 8}},
         {"epsilon": 3.0, "domain": {"kind": "numeric", "lo": 1, "hi": 1000},
          "params": {"branching": 4, "buckets": 16, "scale": "log"}},
+    ],
+    # Records: small enough to enumerate every record and every report. smp's second example
+    # gives its 12-value attribute OUE (k-RR's variance is larger there at ε = 0.5).
+    "smp": [
+        {"epsilon": 1.0986122886681098, "domain": _record(3, 2)},
+        {"epsilon": 0.5, "domain": _record(12, 2)},
+    ],
+    "spl": [
+        {"epsilon": 1.0, "domain": _record(2, 3)},
+        {"epsilon": 2.0, "domain": _record(2, 2, 3)},
+    ],
+    "rsfd": [
+        {"epsilon": 1.0, "domain": _record(3, 3)},  # MECHANISMS-2.md §2.1's d = 2, k = 3
+        {"epsilon": 0.5, "domain": _record(2, 2, 4)},
+    ],
+    "marginals": [
+        {"epsilon": 1.0, "domain": _record(2, 3, 2)},
+        {"epsilon": 0.25, "domain": _record(3, 3)},  # OUE over the 9 cells
+        {"epsilon": 2.0, "domain": _record(2, 2, 2), "params": {"order": 3}},
     ],
 }
 

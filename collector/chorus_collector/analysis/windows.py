@@ -18,14 +18,17 @@ from chorus_collector.folding import EstimateInputs, estimate_inputs
 from chorus_collector.problems import Problem
 from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
 from chorus_collector.results_distribution import DistributionEstimate, quantile_label
+from chorus_collector.results_record import RecordEstimate
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.campaign import Campaign
+from chorus_shared.domain import Record
 from chorus_shared.mechanisms import STRING_MECHANISMS
 
 __all__ = ["Estimate", "ValueEstimate", "check_window", "estimate_kind", "estimate_window",
-           "finalize", "query_labels", "series_labels", "value_estimates"]
+           "finalize", "query_labels", "record_label", "series_labels", "value_estimates"]
 
-Estimate = FrequencyEstimate | MeanEstimate | VectorMeanEstimate | DistributionEstimate
+Estimate = (FrequencyEstimate | MeanEstimate | VectorMeanEstimate | DistributionEstimate
+            | RecordEstimate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +83,10 @@ def finalize(campaign: Campaign, n: int, state: np.ndarray, query: Query) -> Est
 
 
 def estimate_kind(campaign: Campaign) -> str:
-    """"frequency" (categories, or candidates of open strings), "mean", "means" or
-    "distribution"."""
-    if campaign.mechanism.estimate_kind == "distribution":
-        return "distribution"
+    """"frequency" (categories, or candidates of open strings), "mean", "means",
+    "distribution" or "record"."""
+    if campaign.mechanism.estimate_kind in ("distribution", "record"):
+        return campaign.mechanism.estimate_kind
     kind = campaign.domain.kind
     return {"numeric": "mean", "vector": "means"}.get(kind, "frequency")
 
@@ -97,9 +100,17 @@ def series_labels(campaign: Campaign, candidates: tuple[str, ...]) -> list[str]:
         return list(domain.values)  # type: ignore[union-attr]
     if domain.kind == "vector":
         return list(domain.names)  # type: ignore[union-attr]
+    if isinstance(domain, Record):
+        return [record_label(name, value) for name, attribute in
+                zip(domain.names, domain.attributes, strict=True) for value in attribute.values]
     if domain.kind == "numeric":
         return ["mean"]
     return list(candidates)
+
+
+def record_label(attribute: str, value: str) -> str:
+    """How series and comparisons name one value of one attribute of a record: os=linux."""
+    return f"{attribute}={value}"
 
 
 def query_labels(campaign: Campaign, candidates: tuple[str, ...]) -> list[str]:
@@ -129,6 +140,10 @@ def value_estimates(result: Estimate) -> dict[str, ValueEstimate]:
         mean = result.mean
         out["mean"] = ValueEstimate(mean.value, mean.std_error, mean.ci_low, mean.ci_high)
         return out
+    if isinstance(result, RecordEstimate):
+        return {record_label(m.attribute, row.value):
+                ValueEstimate(row.frequency, row.frequency_std_error, row.frequency_ci_low,
+                              row.frequency_ci_high) for m in result.marginals for row in m.rows}
     if isinstance(result, MeanEstimate):
         return {"mean": ValueEstimate(result.mean, result.std_error, result.ci_low,
                                       result.ci_high)}

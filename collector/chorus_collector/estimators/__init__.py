@@ -27,6 +27,12 @@ from chorus_collector.estimators.rappor import (
     BooleanRapporEstimator,
     RapporEstimator,
 )
+from chorus_collector.estimators.record import (
+    MarginalsEstimator,
+    RandomSamplingFakeDataEstimator,
+    SampledAttributeEstimator,
+    SplitBudgetEstimator,
+)
 from chorus_collector.estimators.sketch import (
     CountMeanSketchEstimator,
     HadamardCountMeanSketchEstimator,
@@ -51,6 +57,8 @@ ESTIMATORS: dict[str, Estimator[Any]] = {
         LaplaceEstimator(),
         DuchiMultidimEstimator(), HarmonyEstimator(), PiecewiseMultidimEstimator(),
         HybridMultidimEstimator(), SquareWaveEstimator(), HierarchicalEstimator(),
+        SampledAttributeEstimator(), SplitBudgetEstimator(), RandomSamplingFakeDataEstimator(),
+        MarginalsEstimator(),
     )
 }
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
 from chorus_collector.results_distribution import DistributionEstimate
+from chorus_collector.results_record import RecordEstimate
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import Mechanism
 
@@ -51,6 +52,8 @@ class Query:
     #: [a, b] (on the campaign's own scale) whose shares to estimate.
     quantiles: tuple[float, ...] = DEFAULT_QUANTILES
     ranges: tuple[tuple[float, float], ...] = field(default_factory=tuple)
+    #: Record campaigns: the joint distributions to answer, each as attribute names.
+    joints: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
 
     @property
     def window(self) -> dict[str, int | None]:
@@ -94,4 +97,4 @@ class Estimator(ABC, Generic[M]):
     @abstractmethod
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> (FrequencyEstimate | MeanEstimate | VectorMeanEstimate
-                                   | DistributionEstimate): ...
+                                   | DistributionEstimate | RecordEstimate): ...

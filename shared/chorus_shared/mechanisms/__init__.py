@@ -26,6 +26,13 @@ from chorus_shared.mechanisms.multidim import (
 from chorus_shared.mechanisms.open_alphabet import OpenRappor, OpenRR
 from chorus_shared.mechanisms.piecewise import HybridMechanism, PiecewiseMechanism
 from chorus_shared.mechanisms.pure import PureOracle
+from chorus_shared.mechanisms.record import (
+    Marginals,
+    RandomSamplingFakeData,
+    RecordMechanism,
+    SampledAttribute,
+    SplitBudget,
+)
 from chorus_shared.mechanisms.rappor import BasicRappor, BooleanRappor, Rappor
 from chorus_shared.mechanisms.sketch import CountMeanSketch, HadamardCountMeanSketch
 from chorus_shared.mechanisms.square_wave import SquareWave
@@ -55,6 +62,7 @@ __all__ = [
     "HybridMechanism",
     "HybridMultidim",
     "LaplaceMechanism",
+    "Marginals",
     "Mechanism",
     "OneBitMean",
     "OpenRR",
@@ -62,8 +70,12 @@ __all__ = [
     "PiecewiseMechanism",
     "PiecewiseMultidim",
     "PureOracle",
+    "RandomSamplingFakeData",
     "Rappor",
+    "RecordMechanism",
+    "SampledAttribute",
     "SampledAttributes",
+    "SplitBudget",
     "SquareWave",
     "SubsetSelection",
     "SuccinctHistogram",
@@ -78,6 +90,7 @@ REGISTRY: dict[str, type[Mechanism]] = {
         Duchi, OneBitMean, PiecewiseMechanism, HybridMechanism, LaplaceMechanism,
         DuchiMultidim, Harmony, PiecewiseMultidim, HybridMultidim,
         SquareWave, HierarchicalHistogram,
+        SampledAttribute, SplitBudget, RandomSamplingFakeData, Marginals,
     )
 }
 

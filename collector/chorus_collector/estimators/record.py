@@ -1,0 +1,629 @@
+"""Record estimates: marginals, joint and conditional frequencies, independence tests.
+
+Every unbiased table here (one attribute's marginal, a collected marginal's cells) is a
+:class:`Table`: the estimate f̂ and its covariance diag(v) − U·Uᵀ. That form is exact for one
+oracle's reports under i.i.d. sampling (k-RR: Cov = (diag(λ) − λλᵀ)/(n(p−q)²); OUE:
+Var f̂_v = λ_v(1−λ_v)/(n(p−q)²) and Cov(f̂_v, f̂_w) = −π_vπ_w/n, since OUE's bits are
+independent given the value), survives summing cells (a projection) and combining independent
+user groups (U gains columns). Standard errors of projections, weighted combinations and
+ratios (conditional frequencies, by the delta method) all come from it: propagated, never
+assumed.
+
+* ``smp``: attribute j's marginal from the n_j reports that sampled it (model S: those
+  reports are an i.i.d. sample, so the sampling term of MECHANISMS-2.md §2.1 is in the n_j).
+* ``spl``: each attribute from all n reports at ε/d.
+* ``rsfd``: f̂ = d(N_v/n − q/d − (d−1)/(dk))/(p − q), Var = d²σ(1−σ)/(n(p−q)²).
+* ``marginals``: each collected set's cells from its own reports; a smaller marginal is the
+  inverse-variance combination of its projections from every set that holds it, with weights
+  fixed by the design (not the data), so it stays unbiased.
+
+Independence of two attributes (MECHANISMS-2.md §2.4, erratum §8.5): when one k-RR marginal of
+exactly those two attributes holds them, Pearson's χ² on its *report* counts against the
+maximum-likelihood fit of independent marginals (EM on the reports), (k₁−1)(k₂−1) df. Otherwise
+(OUE reports, or pairs inside larger sets) a Wald test of f = f₁⊗f₂ with the propagated
+covariance. A χ² on the debiased counts would have the wrong size; it is not offered.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from scipy.stats import chi2
+
+from chorus_collector.estimators.base import Estimator, MechanismTypes, Query, QueryError
+from chorus_collector.estimators.consistency import LABELS, norm_sub, simplex_projection
+from chorus_collector.estimators.krr import KRREstimator
+from chorus_collector.estimators.unary import UnaryEstimator
+from chorus_collector.results import FrequencyRow
+from chorus_collector.results_record import (
+    Cell,
+    Conditional,
+    IndependenceTest,
+    Joint,
+    Marginal,
+    RecordEstimate,
+)
+from chorus_shared.campaign import Campaign
+from chorus_shared.mechanisms import (
+    KRR,
+    Marginals,
+    PureOracle,
+    RandomSamplingFakeData,
+    RecordMechanism,
+    SampledAttribute,
+    SplitBudget,
+)
+
+__all__ = ["MAX_DEFAULT_JOINTS", "MAX_WALD_CELLS", "Table", "pearson_independence",
+           "wald_independence"]
+
+#: Without ``joint=``, a marginals campaign answers every pair of attributes up to this many.
+MAX_DEFAULT_JOINTS = 10
+#: The Wald test inverts a cells × cells covariance.
+MAX_WALD_CELLS = 1_024
+EM_TOLERANCE = 1e-10
+EM_MAX_STEPS = 20_000
+
+VARIANCE_MODEL = ("iid-sampling: each table's covariance diag(v) − UUᵀ from its reports, "
+                  "propagated through sums, combinations and ratios")
+CONSISTENT_LABEL = ("consistent: the collected marginals made to agree on shared attributes "
+                    "(inverse-variance weights) and non-negative, iterated as in CALM (biased)")
+
+
+@dataclass(frozen=True)
+class Table:
+    """An unbiased estimate ``f`` (any shape) with covariance diag(v) − U·Uᵀ over the flattened
+    cells; ``u`` has the table's shape plus one trailing axis (one column per component)."""
+
+    f: np.ndarray
+    v: np.ndarray
+    u: np.ndarray
+
+    @property
+    def variance(self) -> np.ndarray:
+        return np.maximum(self.v - np.sum(self.u**2, axis=-1), 0.0)
+
+    @property
+    def std_error(self) -> np.ndarray:
+        return np.sqrt(self.variance)
+
+    def project(self, keep: Sequence[int]) -> Table:
+        """The table of the axes ``keep`` (in that order), the others summed out."""
+        drop = tuple(a for a in range(self.f.ndim) if a not in keep)
+        f, v, u = (np.sum(x, axis=drop) for x in (self.f, self.v, self.u))
+        order = np.argsort(np.argsort(keep))  # the kept axes, as the caller listed them
+        return Table(np.transpose(f, order), np.transpose(v, order),
+                     np.transpose(u, (*order, f.ndim)))
+
+    def covariance(self) -> np.ndarray:
+        """The dense covariance of the flattened cells (small tables only)."""
+        u = self.u.reshape(self.f.size, -1)
+        return np.diag(self.v.ravel()) - u @ u.T
+
+    def scaled(self, w: float) -> Table:
+        return Table(w * self.f, w * w * self.v, w * self.u)
+
+
+def combine(tables: Sequence[Table], weights: Sequence[float]) -> Table:
+    """Σ w_s·table_s for independent tables (Σ w = 1 keeps it unbiased)."""
+    parts = [t.scaled(w) for t, w in zip(tables, weights, strict=True)]
+    return Table(sum(p.f for p in parts), sum(p.v for p in parts),
+                 np.concatenate([p.u for p in parts], axis=-1))
+
+
+def oracle_table(oracle: PureOracle, counts: np.ndarray, n: int) -> Table:
+    """The unbiased frequencies of ``n`` reports of ``oracle`` from their support counts."""
+    p, q = oracle.support_probabilities()
+    gap = p - q
+    size = len(counts)
+    if n <= 0:
+        nan = np.full(size, np.nan)
+        return Table(nan, np.full(size, np.inf), np.zeros((size, 1)))
+    share = counts / n
+    f = (share - q) / gap
+    # The true support rate lies in [q, p]: clipping the plug-in keeps the variance positive.
+    rate = np.clip(share, q, p)
+    if isinstance(oracle, KRR):
+        return Table(f, rate / (n * gap**2), (rate / (math.sqrt(n) * gap))[:, None])
+    present = np.clip(f, 0.0, 1.0)
+    return Table(f, rate * (1 - rate) / (n * gap**2) + present**2 / n,
+                 (present / math.sqrt(n))[:, None])
+
+
+def rsfd_table(oracle: KRR, d: int, counts: np.ndarray, n: int) -> Table:
+    """RS+FD[GRR] for one attribute: the sampled report (1/d) mixed with uniform fakes."""
+    p, q = oracle.support_probabilities()
+    k = len(counts)
+    gap = p - q
+    base = q / d + (d - 1) / (d * k)
+    share = counts / n
+    f = d * (share - base) / gap
+    rate = np.clip(share, base, base + gap / d)
+    return Table(f, rate * d * d / (n * gap**2), (rate * d / (math.sqrt(n) * gap))[:, None])
+
+
+def _oracle_counts(oracle: PureOracle, payloads: Sequence[Any]) -> np.ndarray:
+    if isinstance(oracle, KRR):
+        return KRREstimator().map(oracle, payloads)
+    return UnaryEstimator().map(oracle, payloads)  # type: ignore[arg-type]
+
+
+class RecordEstimator(Estimator[RecordMechanism]):
+    """What the record estimators share: state layout by blocks, answering, post-processing."""
+
+    mechanism_type: ClassVar[MechanismTypes] = RecordMechanism
+    postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection")
+
+    def blocks(self, mechanism: RecordMechanism) -> list[int]:
+        """The state's blocks: one per oracle, each [reports, support counts…] or counts."""
+        raise NotImplementedError
+
+    def state_size(self, mechanism: RecordMechanism) -> int:
+        return sum(self.blocks(mechanism))
+
+    def split(self, mechanism: RecordMechanism, state: np.ndarray) -> list[np.ndarray]:
+        ends = np.cumsum(self.blocks(mechanism))
+        return [state[end - size:end] for end, size in zip(ends, self.blocks(mechanism),
+                                                           strict=True)]
+
+    def marginal_tables(self, mechanism: RecordMechanism, n: int,
+                        state: np.ndarray) -> list[tuple[Table, int]]:
+        """Each attribute's unbiased marginal and the number of reports it rests on."""
+        raise NotImplementedError
+
+    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
+                 query: Query) -> RecordEstimate:
+        mechanism = self.mechanism_of(campaign)
+        if query.joints:
+            raise QueryError("invalid-query",
+                             f"{mechanism.name} estimates each attribute's marginal only; joint "
+                             "and conditional frequencies need a campaign with mechanism "
+                             "'marginals'")
+        record = mechanism.domain
+        marginals = []
+        for name, attribute, (table, reports) in zip(
+                record.names, record.attributes, self.marginal_tables(mechanism, n, state),
+                strict=True):
+            marginals.append(Marginal(name, _rows(attribute.values, table, reports,
+                                                  query.postprocessing), reports))
+        return RecordEstimate(
+            campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
+            attributes=list(record.names), marginals=marginals, joints=[],
+            variance_model=VARIANCE_MODEL, method=self.method(mechanism), window=query.window,
+            postprocessing=LABELS.get(query.postprocessing, "none (unbiased)"),
+            warnings=_empty_warnings(marginals))
+
+    def method(self, mechanism: RecordMechanism) -> str:
+        raise NotImplementedError
+
+
+def _rows(values: Sequence[str], table: Table, reports: int, method: str) -> list[FrequencyRow]:
+    se = table.std_error
+    rows = [FrequencyRow.from_frequency(v, float(f), float(s), reports)
+            for v, f, s in zip(values, table.f, se, strict=True)]
+    if method in ("none", "consistent") or not np.all(np.isfinite(table.f)):
+        return rows
+    adjusted = norm_sub(table.f) if method == "norm-sub" else simplex_projection(table.f)
+    return [row.postprocessed(float(x), reports) for row, x in zip(rows, adjusted, strict=True)]
+
+
+def _empty_warnings(marginals: Sequence[Marginal]) -> list[str]:
+    return [f"no report in this window sampled attribute {m.attribute!r}: its marginal is "
+            "unknown" for m in marginals if m.reports == 0]
+
+
+class SampledAttributeEstimator(RecordEstimator):
+    name: ClassVar[str] = "smp"
+    mechanism_type: ClassVar[MechanismTypes] = SampledAttribute
+
+    def blocks(self, mechanism: RecordMechanism) -> list[int]:
+        return [1 + k for k in mechanism.domain.sizes]
+
+    def map(self, mechanism: RecordMechanism, payloads: Sequence[Any]) -> np.ndarray:
+        groups: list[list[Any]] = [[] for _ in range(mechanism.d)]
+        for payload in payloads:
+            groups[payload["a"]].append(payload["y"])
+        return np.concatenate([np.concatenate(([len(g)], _oracle_counts(o, g)))
+                               for o, g in zip(mechanism.oracles, groups, strict=True)]
+                              ).astype(np.int64)
+
+    def marginal_tables(self, mechanism: RecordMechanism, n: int,
+                        state: np.ndarray) -> list[tuple[Table, int]]:
+        out = []
+        for oracle, block in zip(mechanism.oracles, self.split(mechanism, state), strict=True):
+            reports = int(block[0])
+            out.append((oracle_table(oracle, block[1:].astype(np.float64), reports), reports))
+        return out
+
+    def method(self, mechanism: RecordMechanism) -> str:
+        return ("smp: one attribute per report, drawn uniformly, at the full ε; each marginal "
+                "from the reports that sampled its attribute")
+
+
+class SplitBudgetEstimator(RecordEstimator):
+    name: ClassVar[str] = "spl"
+    mechanism_type: ClassVar[MechanismTypes] = SplitBudget
+
+    def blocks(self, mechanism: RecordMechanism) -> list[int]:
+        return list(mechanism.domain.sizes)
+
+    def map(self, mechanism: RecordMechanism, payloads: Sequence[Any]) -> np.ndarray:
+        return np.concatenate([_oracle_counts(o, [p["y"][j] for p in payloads])
+                               for j, o in enumerate(mechanism.oracles)]).astype(np.int64)
+
+    def marginal_tables(self, mechanism: RecordMechanism, n: int,
+                        state: np.ndarray) -> list[tuple[Table, int]]:
+        return [(oracle_table(o, block.astype(np.float64), n), n) for o, block in
+                zip(mechanism.oracles, self.split(mechanism, state), strict=True)]
+
+    def method(self, mechanism: RecordMechanism) -> str:
+        return "spl: every attribute in every report, each at ε/d"
+
+
+class RandomSamplingFakeDataEstimator(RecordEstimator):
+    name: ClassVar[str] = "rsfd"
+    mechanism_type: ClassVar[MechanismTypes] = RandomSamplingFakeData
+
+    def blocks(self, mechanism: RecordMechanism) -> list[int]:
+        return list(mechanism.domain.sizes)
+
+    def map(self, mechanism: RecordMechanism, payloads: Sequence[Any]) -> np.ndarray:
+        if not payloads:
+            return np.zeros(sum(mechanism.domain.sizes), dtype=np.int64)
+        reports = np.array([p["y"] for p in payloads], dtype=np.int64)
+        return np.concatenate([np.bincount(reports[:, j], minlength=k) for j, k in
+                               enumerate(mechanism.domain.sizes)]).astype(np.int64)
+
+    def marginal_tables(self, mechanism: RecordMechanism, n: int,
+                        state: np.ndarray) -> list[tuple[Table, int]]:
+        assert isinstance(mechanism, RandomSamplingFakeData)
+        return [(rsfd_table(o, mechanism.d, block.astype(np.float64), n), n) for o, block in
+                zip(mechanism.attribute_oracles, self.split(mechanism, state), strict=True)]
+
+    def method(self, mechanism: RecordMechanism) -> str:
+        return ("rsfd: one attribute per report by k-RR at ε, the others uniform fakes; ε is "
+                "the whole-record guarantee")
+
+
+class MarginalsEstimator(RecordEstimator):
+    name: ClassVar[str] = "marginals"
+    mechanism_type: ClassVar[MechanismTypes] = Marginals
+    postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection",
+                                                 "consistent")
+
+    def blocks(self, mechanism: RecordMechanism) -> list[int]:
+        assert isinstance(mechanism, Marginals)
+        return [1 + mechanism.cells(s) for s in mechanism.sets]
+
+    def map(self, mechanism: RecordMechanism, payloads: Sequence[Any]) -> np.ndarray:
+        assert isinstance(mechanism, Marginals)
+        groups: list[list[Any]] = [[] for _ in mechanism.sets]
+        for payload in payloads:
+            groups[payload["s"]].append(payload["y"])
+        return np.concatenate([np.concatenate(([len(g)], _oracle_counts(o, g)))
+                               for o, g in zip(mechanism.oracles, groups, strict=True)]
+                              ).astype(np.int64)
+
+    def set_tables(self, mechanism: Marginals, state: np.ndarray) -> list[tuple[Table, int]]:
+        out = []
+        for s, oracle, block in zip(mechanism.sets, mechanism.oracles,
+                                    self.split(mechanism, state), strict=True):
+            shape = tuple(mechanism.domain.sizes[a] for a in s)
+            flat = oracle_table(oracle, block[1:].astype(np.float64), int(block[0]))
+            out.append((Table(flat.f.reshape(shape), flat.v.reshape(shape),
+                              flat.u.reshape((*shape, -1))), int(block[0])))
+        return out
+
+    def design_variance(self, mechanism: Marginals, s: int, reports: int,
+                        keep: Sequence[int]) -> float:
+        """The mean cell variance of set s's projection on ``keep`` at a uniform distribution:
+        a weight that depends on the design only, so that the combination stays unbiased."""
+        oracle = mechanism.oracles[s]
+        if reports == 0:
+            return math.inf
+        p, q = oracle.support_probabilities()
+        cells = mechanism.cells(mechanism.sets[s])
+        expected = np.full(cells, reports * (q + (p - q) / cells))
+        shape = tuple(mechanism.domain.sizes[a] for a in mechanism.sets[s])
+        flat = oracle_table(oracle, expected, reports)
+        table = Table(flat.f.reshape(shape), flat.v.reshape(shape),
+                      flat.u.reshape((*shape, -1)))
+        return float(np.mean(table.project(keep).variance))
+
+    def holders(self, mechanism: Marginals, attributes: Sequence[int]) -> list[int]:
+        return [s for s, members in enumerate(mechanism.sets) if set(attributes) <= set(members)]
+
+    def combined(self, mechanism: Marginals, tables: Sequence[tuple[Table, int]],
+                 attributes: Sequence[int]) -> tuple[Table, int]:
+        """The inverse-design-variance combination of every collected projection on
+        ``attributes`` (in that order), and the reports behind it."""
+        holders = self.holders(mechanism, attributes)
+        parts, weights, reports = [], [], 0
+        for s in holders:
+            table, count = tables[s]
+            members = mechanism.sets[s]
+            keep = [members.index(a) for a in attributes]
+            variance = self.design_variance(mechanism, s, count, keep)
+            if not math.isfinite(variance):
+                continue
+            parts.append(table.project(keep))
+            weights.append(1.0 / variance)
+            reports += count
+        if not parts:
+            shape = tuple(mechanism.domain.sizes[a] for a in attributes)
+            return Table(np.full(shape, np.nan), np.full(shape, np.inf),
+                         np.zeros((*shape, 1))), 0
+        total = sum(weights)
+        return combine(parts, [w / total for w in weights]), reports
+
+    def marginal_tables(self, mechanism: RecordMechanism, n: int,
+                        state: np.ndarray) -> list[tuple[Table, int]]:
+        assert isinstance(mechanism, Marginals)
+        tables = self.set_tables(mechanism, state)
+        return [self.combined(mechanism, tables, [a]) for a in range(mechanism.d)]
+
+    def method(self, mechanism: RecordMechanism) -> str:
+        assert isinstance(mechanism, Marginals)
+        return (f"marginals: one of the {len(mechanism.sets)} sets of {mechanism.order} "
+                "attributes per report, drawn uniformly, its cell at the full ε; smaller "
+                "marginals combine every set that holds them")
+
+    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
+                 query: Query) -> RecordEstimate:
+        mechanism = self.mechanism_of(campaign)
+        assert isinstance(mechanism, Marginals)
+        record = mechanism.domain
+        joints = self.joint_attributes(mechanism, query)
+        tables = self.set_tables(mechanism, state)
+        consistent = consistent_tables(mechanism, tables, self) \
+            if query.postprocessing == "consistent" else None
+        marginals = []
+        for a, (name, attribute) in enumerate(zip(record.names, record.attributes,
+                                                  strict=True)):
+            table, reports = self.combined(mechanism, tables, [a])
+            rows = _rows(attribute.values, table, reports, query.postprocessing)
+            if consistent is not None:
+                rows = [row.postprocessed(float(x), reports) for row, x in
+                        zip(rows, consistent_projection(mechanism, consistent, [a]).ravel(),
+                            strict=True)]
+            marginals.append(Marginal(name, rows, reports))
+        answers = []
+        for attributes in joints:
+            table, reports = self.combined(mechanism, tables, attributes)
+            test = self.independence(mechanism, tables, state, attributes) \
+                if len(attributes) == 2 else None
+            adjusted = None
+            if consistent is not None:
+                adjusted = consistent_projection(mechanism, consistent, attributes)
+            elif query.postprocessing in ("norm-sub", "projection") and \
+                    np.all(np.isfinite(table.f)):
+                method = norm_sub if query.postprocessing == "norm-sub" else simplex_projection
+                adjusted = method(table.f.ravel()).reshape(table.f.shape)
+            answers.append(joint_answer(mechanism, attributes, table, reports, test, adjusted))
+        extra: dict[str, Any] = {}
+        if not query.joints and len(joints) < math.comb(mechanism.d, 2):
+            extra["joints_note"] = (f"{math.comb(mechanism.d, 2)} pairs: ask for the ones you "
+                                    "need with joint=a,b")
+        return RecordEstimate(
+            campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
+            attributes=list(record.names), marginals=marginals, joints=answers,
+            variance_model=VARIANCE_MODEL, method=self.method(mechanism), window=query.window,
+            postprocessing=CONSISTENT_LABEL if consistent is not None
+            else LABELS.get(query.postprocessing, "none (unbiased)"),
+            extra=extra, warnings=_empty_warnings(marginals))
+
+    def joint_attributes(self, mechanism: Marginals,
+                         query: Query) -> list[tuple[int, ...]]:
+        record = mechanism.domain
+        if not query.joints:
+            pairs = list(itertools.combinations(range(mechanism.d), 2))
+            return pairs if len(pairs) <= MAX_DEFAULT_JOINTS else []
+        out = []
+        for names in query.joints:
+            unknown = [name for name in names if name not in record.names]
+            if unknown:
+                raise QueryError("invalid-query", f"unknown attribute(s) {unknown}; this "
+                                 f"record has {list(record.names)}")
+            if len(set(names)) != len(names) or not 2 <= len(names) <= mechanism.order:
+                raise QueryError("invalid-query", f"a joint names 2 to {mechanism.order} "
+                                 "distinct attributes (the order of the collected marginals)")
+            out.append(tuple(record.position(name) for name in names))
+        return out
+
+    def independence(self, mechanism: Marginals, tables: Sequence[tuple[Table, int]],
+                     state: np.ndarray, attributes: Sequence[int]) -> IndependenceTest | None:
+        exact = [s for s in self.holders(mechanism, attributes)
+                 if sorted(mechanism.sets[s]) == sorted(attributes)]
+        if exact and isinstance(mechanism.oracles[exact[0]], KRR):
+            s = exact[0]
+            block = self.split(mechanism, state)[s]
+            oracle = mechanism.oracles[s]
+            counts = block[1:].astype(np.float64).reshape(
+                tuple(mechanism.domain.sizes[x] for x in mechanism.sets[s]))
+            if list(mechanism.sets[s]) != list(attributes):
+                counts = counts.T
+            p, q = oracle.support_probabilities()
+            return pearson_independence(counts, p, q)
+        table, _ = self.combined(mechanism, tables, attributes)
+        if table.f.size > MAX_WALD_CELLS or not np.all(np.isfinite(table.f)):
+            return None
+        return wald_independence(table)
+
+
+def joint_answer(mechanism: Marginals, attributes: Sequence[int], table: Table, reports: int,
+                 test: IndependenceTest | None, adjusted: np.ndarray | None) -> Joint:
+    record = mechanism.domain
+    names = tuple(record.names[a] for a in attributes)
+    labels = [record.attributes[a].values for a in attributes]
+    se = table.std_error
+    cells = [Cell.of(values, float(f), float(s)) for values, f, s in
+             zip(itertools.product(*labels), table.f.ravel(), se.ravel(), strict=True)]
+    if adjusted is not None:
+        cells = [c.clipped(float(x)) for c, x in zip(cells, adjusted.ravel(), strict=True)]
+    conditionals = []
+    if len(attributes) == 2:
+        conditionals = [conditional(table, names, labels, given=0),
+                        conditional(table, names, labels, given=1)]
+    return Joint(attributes=names, shape=table.f.shape, cells=cells, reports=reports,
+                 conditionals=conditionals, independence=test)
+
+
+def conditional(table: Table, names: Sequence[str], labels: Sequence[Sequence[str]],
+                given: int) -> Conditional:
+    """P(other = v | given = g) = J[g, v]/Σ_w J[g, w], its SE by the delta method.
+
+    The gradient of r = J_gv/M_g in the cells of row g is (δ_wv − r)/M_g, so
+    Var r = Σ_w ((δ_wv − r)/M_g)²·v_w − ‖Σ_w (δ_wv − r)/M_g·U_w‖². Undefined (null) where
+    the estimated M_g is not positive."""
+    f = table.f if given == 0 else table.f.T
+    v = table.v if given == 0 else table.v.T
+    u = table.u if given == 0 else np.transpose(table.u, (1, 0, 2))
+    other = 1 - given
+    cells = []
+    for g, g_label in enumerate(labels[given]):
+        row_total = float(np.sum(f[g]))
+        for w, w_label in enumerate(labels[other]):
+            if not row_total > 0:
+                cells.append(Cell((g_label, w_label), math.nan, math.nan, math.nan, math.nan))
+                continue
+            ratio = float(f[g, w]) / row_total
+            gradient = (np.arange(f.shape[1]) == w).astype(np.float64) - ratio
+            gradient /= row_total
+            variance = float(np.sum(gradient**2 * v[g]) - np.sum((gradient @ u[g]) ** 2))
+            cells.append(Cell.of((g_label, w_label), ratio, math.sqrt(max(variance, 0.0))))
+    return Conditional(of=names[other], given=names[given], cells=cells)
+
+
+def pearson_independence(counts: np.ndarray, p: float, q: float) -> IndependenceTest:
+    """Pearson's χ² on k-RR report counts (a k₁ × k₂ table of the reported cells) against
+    the maximum-likelihood fit of π = π₁⊗π₂ through the channel m = q + (p − q)π (EM on the
+    reports, MECHANISMS-2.md §2.4 with erratum §8.5)."""
+    n = float(counts.sum())
+    k1, k2 = counts.shape
+    df = (k1 - 1) * (k2 - 1)
+    if n <= 0:
+        return IndependenceTest(math.nan, df, math.nan, "no reports")
+    fitted = independent_fit(counts, p, q)
+    expected = n * (q + (p - q) * fitted)
+    statistic = float(np.sum((counts - expected) ** 2 / expected))
+    return IndependenceTest(statistic, df, float(chi2.sf(statistic, df)),
+                            "pearson chi-square on the k-RR reports against the maximum-"
+                            "likelihood independent fit (EM)")
+
+
+def independent_fit(counts: np.ndarray, p: float, q: float) -> np.ndarray:
+    """The maximum-likelihood π₁⊗π₂ for k-RR report counts, by EM: the E-step's expected true
+    counts are π_x·(q·Σ_y N_y/m_y + (p − q)·N_x/m_x); the M-step takes their margins."""
+    k1, k2 = counts.shape
+    first, second = np.full(k1, 1.0 / k1), np.full(k2, 1.0 / k2)
+    pi = np.outer(first, second)
+    for _ in range(EM_MAX_STEPS):
+        m = q + (p - q) * pi
+        ratio = counts / m
+        expected = pi * (q * ratio.sum() + (p - q) * ratio)
+        # Normalised every step: the update's total is n only while Σπ = 1 exactly, and
+        # without this, rounding drift grows geometrically (seen after ~60 steps).
+        first, second = expected.sum(axis=1), expected.sum(axis=0)
+        first, second = first / first.sum(), second / second.sum()
+        updated = np.outer(first, second)
+        if np.max(np.abs(updated - pi)) < EM_TOLERANCE:
+            return updated
+        pi = updated
+    return pi
+
+
+def wald_independence(table: Table) -> IndependenceTest:
+    """Wald's test of r = J − J₁⊗J₂ = 0 for an unbiased joint J with covariance Σ:
+    r's covariance is GΣGᵀ with G = ∂r/∂J at the estimate, of rank (k₁−1)(k₂−1)."""
+    k1, k2 = table.f.shape
+    df = (k1 - 1) * (k2 - 1)
+    joint = table.f
+    first, second = joint.sum(axis=1), joint.sum(axis=0)
+    residual = (joint - np.outer(first, second)).ravel()
+    size = k1 * k2
+    g = (np.eye(size) - np.kron(np.eye(k1), np.outer(second, np.ones(k2)))
+         - np.kron(np.outer(first, np.ones(k1)), np.eye(k2)))
+    covariance = g @ table.covariance() @ g.T
+    values, vectors = np.linalg.eigh(covariance)
+    top = np.argsort(values)[::-1][:df]
+    projected = vectors[:, top].T @ residual
+    statistic = float(np.sum(projected**2 / values[top]))
+    return IndependenceTest(statistic, df, float(chi2.sf(statistic, df)),
+                            "wald chi-square of the joint against the product of its "
+                            "margins, with the propagated covariance")
+
+
+def consistent_tables(mechanism: Marginals, tables: Sequence[tuple[Table, int]],
+                      estimator: MarginalsEstimator) -> list[np.ndarray]:
+    """CALM's overall consistency (Zhang et al. 2018, step 3), interleaved with Norm-Sub:
+    every attribute subset shared by several collected sets gets the inverse-variance mean of
+    their projections, the difference spread uniformly over the cells projecting onto it."""
+    current = [np.nan_to_num(t.f.copy()) for t, _ in tables]
+    shared = [subset for size in range(1, mechanism.order)
+              for subset in itertools.combinations(range(mechanism.d), size)]
+    weights = {subset: [(s, 1.0 / v) for s in estimator.holders(mechanism, subset)
+                        if math.isfinite(v := estimator.design_variance(
+                            mechanism, s, tables[s][1],
+                            [mechanism.sets[s].index(a) for a in subset]))]
+               for subset in shared}
+    for _ in range(100):
+        for subset in shared:
+            holders = weights[subset]
+            if len(holders) < 2:
+                continue
+            projections = {s: _project(mechanism, s, current[s], subset) for s, _ in holders}
+            total = sum(w for _, w in holders)
+            target = sum(w * projections[s] for s, w in holders) / total
+            for s, _ in holders:
+                current[s] = _spread(mechanism, s, current[s], subset, target - projections[s])
+        worst = max(float(np.max(-t)) for t in current)
+        for s, t in enumerate(current):
+            current[s] = norm_sub(t.ravel()).reshape(t.shape)
+        if worst <= 1e-12 and _disagreement(mechanism, current, shared, weights) < 1e-10:
+            break
+    return current
+
+
+def _project(mechanism: Marginals, s: int, table: np.ndarray,
+             subset: Sequence[int]) -> np.ndarray:
+    members = mechanism.sets[s]
+    keep = [members.index(a) for a in subset]
+    drop = tuple(i for i in range(len(members)) if i not in keep)
+    return np.transpose(np.sum(table, axis=drop), np.argsort(np.argsort(keep)))
+
+
+def _spread(mechanism: Marginals, s: int, table: np.ndarray, subset: Sequence[int],
+            difference: np.ndarray) -> np.ndarray:
+    members = mechanism.sets[s]
+    keep = [members.index(a) for a in subset]
+    cells = table.size // difference.size
+    # Put the difference's axes where the kept attributes sit, then broadcast.
+    order = np.argsort(keep)
+    aligned = np.transpose(difference, order)
+    shape = [table.shape[i] if i in keep else 1 for i in range(table.ndim)]
+    return table + aligned.reshape(shape) / cells
+
+
+def _disagreement(mechanism: Marginals, current: Sequence[np.ndarray],
+                  shared: Sequence[tuple[int, ...]],
+                  weights: dict[tuple[int, ...], list[tuple[int, float]]]) -> float:
+    worst = 0.0
+    for subset in shared:
+        projections = [_project(mechanism, s, current[s], subset) for s, _ in weights[subset]]
+        for other in projections[1:]:
+            worst = max(worst, float(np.max(np.abs(other - projections[0]))))
+    return worst
+
+
+def consistent_projection(mechanism: Marginals, current: Sequence[np.ndarray],
+                          attributes: Sequence[int]) -> np.ndarray:
+    """A marginal read from the consistent tables (every holder now agrees; the first)."""
+    for s, members in enumerate(mechanism.sets):
+        if set(attributes) <= set(members):
+            return _project(mechanism, s, current[s], attributes)
+    raise QueryError("invalid-query", "no collected marginal holds these attributes")
