@@ -21,6 +21,7 @@ from chorus_collector.design_request import DesignRequest, Distribution
 from chorus_collector.estimators import Query, estimator_for
 from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
 from chorus_collector.results_distribution import DistributionEstimate
+from chorus_collector.results_record import RecordEstimate
 from chorus_collector.simulate import SIMULATORS, simulate
 from chorus_shared.campaign import Campaign
 from chorus_shared.domain import Categories, NumericRange, NumericVector
@@ -91,8 +92,8 @@ def simulate_window(request: DesignRequest, campaign: Campaign, distribution: Di
     query = Query(candidates=tuple(distribution.values)) if request.kind == "strings" \
         else Query()
     result = estimator.finalize(campaign, users, state, query)
-    if isinstance(result, DistributionEstimate):  # the designer offers mean mechanisms only
-        raise TypeError("the designer does not simulate distribution campaigns")
+    if isinstance(result, DistributionEstimate | RecordEstimate):  # not offered by the designer
+        raise TypeError("the designer does not simulate distribution or record campaigns")
     return SimulatedWindow(users=users, simulator="vectorized" if vectorized
                            else "client randomizer", cap=cap, result=result)
 

@@ -86,11 +86,13 @@ class Table:
 
     @property
     def variance(self) -> np.ndarray:
-        return np.maximum(self.v - np.sum(self.u**2, axis=-1), 0.0)
+        variance: np.ndarray = np.maximum(self.v - np.sum(self.u**2, axis=-1), 0.0)
+        return variance
 
     @property
     def std_error(self) -> np.ndarray:
-        return np.sqrt(self.variance)
+        std_error: np.ndarray = np.sqrt(self.variance)
+        return std_error
 
     def project(self, keep: Sequence[int]) -> Table:
         """The table of the axes ``keep`` (in that order), the others summed out."""
@@ -103,7 +105,8 @@ class Table:
     def covariance(self) -> np.ndarray:
         """The dense covariance of the flattened cells (small tables only)."""
         u = self.u.reshape(self.f.size, -1)
-        return np.diag(self.v.ravel()) - u @ u.T
+        covariance: np.ndarray = np.diag(self.v.ravel()) - u @ u.T
+        return covariance
 
     def scaled(self, w: float) -> Table:
         return Table(w * self.f, w * w * self.v, w * self.u)
@@ -112,7 +115,7 @@ class Table:
 def combine(tables: Sequence[Table], weights: Sequence[float]) -> Table:
     """Σ w_s·table_s for independent tables (Σ w = 1 keeps it unbiased)."""
     parts = [t.scaled(w) for t, w in zip(tables, weights, strict=True)]
-    return Table(sum(p.f for p in parts), sum(p.v for p in parts),
+    return Table(np.sum([p.f for p in parts], axis=0), np.sum([p.v for p in parts], axis=0),
                  np.concatenate([p.u for p in parts], axis=-1))
 
 
@@ -421,7 +424,7 @@ class MarginalsEstimator(RecordEstimator):
                          query: Query) -> list[tuple[int, ...]]:
         record = mechanism.domain
         if not query.joints:
-            pairs = list(itertools.combinations(range(mechanism.d), 2))
+            pairs: list[tuple[int, ...]] = list(itertools.combinations(range(mechanism.d), 2))
             return pairs if len(pairs) <= MAX_DEFAULT_JOINTS else []
         out = []
         for names in query.joints:

@@ -26,6 +26,7 @@ from chorus_shared.mechanisms.multidim import (
 from chorus_shared.mechanisms.open_alphabet import OpenRappor, OpenRR
 from chorus_shared.mechanisms.piecewise import HybridMechanism, PiecewiseMechanism
 from chorus_shared.mechanisms.pure import PureOracle
+from chorus_shared.mechanisms.rappor import BasicRappor, BooleanRappor, Rappor
 from chorus_shared.mechanisms.record import (
     Marginals,
     RandomSamplingFakeData,
@@ -33,7 +34,6 @@ from chorus_shared.mechanisms.record import (
     SampledAttribute,
     SplitBudget,
 )
-from chorus_shared.mechanisms.rappor import BasicRappor, BooleanRappor, Rappor
 from chorus_shared.mechanisms.sketch import CountMeanSketch, HadamardCountMeanSketch
 from chorus_shared.mechanisms.square_wave import SquareWave
 from chorus_shared.mechanisms.subset import SubsetSelection

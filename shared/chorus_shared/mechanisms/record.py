@@ -46,9 +46,17 @@ from chorus_shared.mechanisms.pure import MAX_ENUMERATED_OUTPUTS, PureOracle
 from chorus_shared.mechanisms.unary import OUE
 from chorus_shared.rng import RandomSource
 
-__all__ = ["MAX_MARGINAL_CELLS", "MAX_TOTAL_CELLS", "Marginals", "RecordMechanism",
-           "SampledAttribute", "SplitBudget", "RandomSamplingFakeData", "least_variance_oracle",
-           "one_attribute_epsilon"]
+__all__ = [
+    "MAX_MARGINAL_CELLS",
+    "MAX_TOTAL_CELLS",
+    "Marginals",
+    "RandomSamplingFakeData",
+    "RecordMechanism",
+    "SampledAttribute",
+    "SplitBudget",
+    "least_variance_oracle",
+    "one_attribute_epsilon",
+]
 
 #: The joint domain of one collected marginal (OUE's largest domain), and of all of them.
 MAX_MARGINAL_CELLS = 4_096
@@ -155,7 +163,7 @@ class SampledAttribute(RecordMechanism):
 
     def output_probability(self, payload: dict[str, Any], x: tuple[int, ...]) -> float:
         j = payload["a"]
-        return self.oracles[j].output_probability(payload["y"], x[j]) / self.d
+        return float(self.oracles[j].output_probability(payload["y"], x[j])) / self.d
 
     def outputs(self) -> Iterable[dict[str, Any]]:
         return ({"a": j, "y": y} for j, oracle in enumerate(self.oracles)
@@ -358,7 +366,7 @@ class Marginals(RecordMechanism):
     def output_probability(self, payload: dict[str, Any], x: tuple[int, ...]) -> float:
         s = payload["s"]
         cell = self.cell(self.sets[s], x)
-        return self.oracles[s].output_probability(payload["y"], cell) / len(self.sets)
+        return float(self.oracles[s].output_probability(payload["y"], cell)) / len(self.sets)
 
     def outputs(self) -> Iterable[dict[str, Any]]:
         return ({"s": s, "y": y} for s, oracle in enumerate(self.oracles)
