@@ -394,6 +394,6 @@ def heatmap_chart(cells: Sequence[HeatCell], rows: Sequence[str], columns: Seque
         parts.append(f'<rect x="{label_width + step * 60}" y="{key_top}" width="58" '
                      f'height="16" fill="{heat_colour(step / 4)}"/>'
                      f'<text x="{label_width + step * 60 + 29}" y="{key_top + 30}">'
-                     f'{_number(value)}</text>')
+                     f'{value:.3g}</text>')
     parts.append("</g></svg>")
     return Markup("".join(parts))
