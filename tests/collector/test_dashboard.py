@@ -346,3 +346,23 @@ def test_a_record_campaign_of_marginals_only_has_no_joint(signed_in: FlaskClient
     assert page.count('<table class="estimates marginal"') == 3
     assert 'class="series" data-label="browser=chrome"' in page
     assert signed_in.get("/campaigns/sampled?joint=browser,os").status_code == 400
+
+
+def test_a_heat_map_shades_by_estimate_and_says_what_is_unknown() -> None:
+    from chorus_collector.dashboard.charts import HEAT_UNKNOWN, HeatCell, heat_colour, heatmap_chart
+
+    cells = [HeatCell("a<b", "x", 0.5, 0.01, 0.48, 0.52), HeatCell("a<b", "y", -0.02, 0.01,
+                                                                    -0.04, 0.0),
+             HeatCell("c", "x", 0.25, 0.01, 0.23, 0.27), HeatCell("c", "y", None, None, None,
+                                                                  None)]
+    svg = str(heatmap_chart(cells, ["a<b", "c"], ["x", "y"], row_name="r", column_name="k",
+                            title="t", description="d"))
+    fills = re.findall(r'<g class="cell".*?<rect [^>]*fill="([^"]*)"/><text class="(\w+)"', svg)
+    # The largest share is the darkest (light text), a negative estimate the lightest, the
+    # unknown cell grey.
+    assert fills == [(heat_colour(1.0), "light"), (heat_colour(0.0), "dark"),
+                     (heat_colour(0.5), "dark"), (HEAT_UNKNOWN, "dark")]
+    titles = re.findall(r'<g class="cell"[^>]*><title>([^<]*)</title>', svg)
+    assert titles == ["r=a&lt;b, k=x: 0.5 [0.48, 0.52]", "r=a&lt;b, k=y: -0.02 [-0.04, 0]",
+                      "r=c, k=x: 0.25 [0.23, 0.27]", "r=c, k=y: unknown (no reports)"]
+    assert 'data-row="a&lt;b"' in svg and "<b" not in svg
