@@ -108,25 +108,30 @@ class CollectorAPI:
     def estimates(self, name: str, *, candidates: Sequence[str] = (), start: int | None = None,
                   end: int | None = None, postprocessing: str | None = None,
                   quantiles: Sequence[float] | None = None,
-                  ranges: Sequence[tuple[float, float]] = ()) -> dict[str, Any]:
+                  ranges: Sequence[tuple[float, float]] = (),
+                  joints: Sequence[Sequence[str]] = ()) -> dict[str, Any]:
         """Estimates as JSON (analyst). ``postprocessing`` None is the campaign's default
         ("none", the unbiased estimate, except Square Wave's "ems"); ``quantiles`` and
-        ``ranges`` are for distribution campaigns (default quantiles 0.5, 0.95, 0.99)."""
+        ``ranges`` are for distribution campaigns (default quantiles 0.5, 0.95, 0.99);
+        ``joints`` for record campaigns of mechanism "marginals": the attribute tuples whose
+        joint distributions to answer, e.g. ``[("browser", "os")]`` (default: every pair, up
+        to 10)."""
         result: dict[str, Any] = self._json(
             "POST", f"/v1/campaigns/{quote(name, safe='')}/estimates",
             self._estimate_body(candidates, start, end, "json", postprocessing, quantiles,
-                                ranges))
+                                ranges, joints))
         return result
 
     def estimates_csv(self, name: str, *, candidates: Sequence[str] = (),
                       start: int | None = None, end: int | None = None,
                       postprocessing: str | None = None,
                       quantiles: Sequence[float] | None = None,
-                      ranges: Sequence[tuple[float, float]] = ()) -> str:
+                      ranges: Sequence[tuple[float, float]] = (),
+                      joints: Sequence[Sequence[str]] = ()) -> str:
         response = self._call(
             "POST", f"/v1/campaigns/{quote(name, safe='')}/estimates",
             self._estimate_body(candidates, start, end, "csv", postprocessing, quantiles,
-                                ranges),
+                                ranges, joints),
             accept="text/csv",
         )
         return response.body.decode()
@@ -134,13 +139,16 @@ class CollectorAPI:
     @staticmethod
     def _estimate_body(candidates: Sequence[str], start: int | None, end: int | None,
                        fmt: str, postprocessing: str | None, quantiles: Sequence[float] | None,
-                       ranges: Sequence[tuple[float, float]]) -> dict[str, Any]:
+                       ranges: Sequence[tuple[float, float]],
+                       joints: Sequence[Sequence[str]]) -> dict[str, Any]:
         body: dict[str, Any] = {"candidates": list(candidates), "start": start, "end": end,
                                 "format": fmt, "postprocessing": postprocessing}
         if quantiles is not None:
             body["quantiles"] = list(quantiles)
         if ranges:
             body["ranges"] = [list(pair) for pair in ranges]
+        if joints:  # only when asked: a collector without record campaigns refuses the field
+            body["joints"] = [list(names) for names in joints]
         return body
 
     def series(self, name: str, *, start: int | None = None, end: int | None = None,

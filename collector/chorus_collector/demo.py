@@ -212,6 +212,19 @@ def _print_results(results: dict[str, Any], truth: dict[str, dict[str, float]],
                 total += 1
                 covered += row["ci_low"] <= true <= row["ci_high"]
             continue
+        elif result["kind"] == "record":
+            # The truth of a record campaign, if given, maps attribute=value to its share;
+            # the marginals' intervals are counted (the joints are in the table).
+            shares = truth.get(name)
+            echo(format_estimates(result, shares))
+            if shares is None:
+                continue
+            for marginal in result["marginals"]:
+                for row in marginal["rows"]:
+                    label = f"{marginal['attribute']}={row['value']}"
+                    total += 1
+                    covered += row["ci_low"] <= shares.get(label, 0.0) <= row["ci_high"]
+            continue
         else:
             echo(format_estimates(result, truth[name]))
         rows = result.get("rows") or [{**result, "value": "mean",

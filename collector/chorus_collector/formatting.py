@@ -54,6 +54,12 @@ def format_estimates(result: dict[str, Any], truth: dict[str, float] | None = No
         if truth is not None:
             line = f"  true mean {truth['mean']:.4f}   estimated" + line[6:]
         return "\n".join([*lines, line])
+    if result["kind"] == "record":
+        from chorus_collector.formatting_record import record_lines  # it imports this module
+
+        lines += record_lines(result, truth)
+        lines.extend(f"  warning: {warning}" for warning in result.get("warnings", []))
+        return "\n".join(lines)
     if result["kind"] == "distribution":
         lines += _distribution_lines(result)
         lines.extend(f"  warning: {warning}" for warning in result.get("warnings", []))

@@ -159,6 +159,13 @@ _SCHEMAS: dict[str, Any] = {
                                                   "minItems": 2, "maxItems": 2},
                        "description": "distribution campaigns: [a, b] ranges whose shares to "
                                       "estimate"},
+            "joints": {"type": "array", "maxItems": 45, "items": {"oneOf": [
+                           {"type": "array", "items": {"type": "string"}},
+                           {"type": "string"}]},
+                       "description": "record campaigns of mechanism 'marginals': the "
+                                      "attribute lists whose joints to answer, e.g. "
+                                      '[["browser", "os"]] (or "browser,os"); default every '
+                                      "pair, up to 10"},
         },
     },
     "Estimate": {
@@ -190,6 +197,87 @@ _SCHEMAS: dict[str, Any] = {
                      "description": "a number for kind 'mean'; a statistic for a distribution"},
         },
     },
+    "RecordEstimate": {
+        "type": "object",
+        "description": "kind 'record': a record campaign's answer. Every attribute's marginal; "
+                       "for mechanism 'marginals' also joint distributions (cells in row-major "
+                       "order, the first attribute varying slowest), both conditionals of a "
+                       "pair and a test of its independence. Unknown shares are null.",
+        "required": ["kind", "campaign", "mechanism", "epsilon", "n", "window", "attributes",
+                     "marginals", "joints", "postprocessing", "method", "variance_model"],
+        "properties": {
+            "kind": {"const": "record"},
+            "campaign": {"type": "string"},
+            "mechanism": {"enum": ["smp", "spl", "rsfd", "marginals"]},
+            "epsilon": {"type": "number"},
+            "n": {"type": "integer", "minimum": 0},
+            "window": {"type": "object"},
+            "confidence": {"type": "number"},
+            "attributes": {"type": "array", "items": {"type": "string"}},
+            "method": {"type": "string"},
+            "variance_model": {"type": "string"},
+            "postprocessing": {"type": "string"},
+            "marginals": {"type": "array", "items": _ref("RecordMarginal")},
+            "joints": {"type": "array", "items": _ref("RecordJoint")},
+            "extra": {"type": "object"},
+            "warnings": {"type": "array", "items": {"type": "string"}},
+            "freshness": {"type": "object"},
+            "shuffling": {"type": "object"},
+        },
+    },
+    "RecordMarginal": {
+        "type": "object",
+        "required": ["attribute", "reports", "rows"],
+        "properties": {
+            "attribute": {"type": "string"},
+            "reports": {"type": "integer", "minimum": 0,
+                        "description": "the reports this marginal rests on"},
+            "rows": {"type": "array", "items": _ref("RecordShare")},
+        },
+    },
+    "RecordShare": {
+        "type": "object",
+        "description": "one share with its standard error and 95% interval: a marginal's "
+                       "value, a joint's cell (values) or a conditional's (given_value, value)",
+        "required": ["frequency", "std_error", "ci_low", "ci_high"],
+        "properties": {
+            "value": {"type": "string"},
+            "values": {"type": "array", "items": {"type": "string"}},
+            "given_value": {"type": "string"},
+            **{name: {"type": ["number", "null"]}
+               for name in ("frequency", "std_error", "ci_low", "ci_high")},
+        },
+    },
+    "RecordJoint": {
+        "type": "object",
+        "required": ["attributes", "shape", "reports", "cells", "conditionals",
+                     "independence"],
+        "properties": {
+            "attributes": {"type": "array", "items": {"type": "string"}},
+            "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+            "reports": {"type": "integer", "minimum": 0},
+            "cells": {"type": "array", "items": _ref("RecordShare")},
+            "conditionals": {"type": "array", "items": {
+                "type": "object", "required": ["of", "given", "cells"],
+                "description": "P(of = value | given = given_value) for every cell",
+                "properties": {"of": {"type": "string"}, "given": {"type": "string"},
+                               "cells": {"type": "array", "items": _ref("RecordShare")}}}},
+            "independence": {"oneOf": [{"type": "null"}, _ref("IndependenceTest")]},
+        },
+    },
+    "IndependenceTest": {
+        "type": "object",
+        "description": "a chi-square test of H0: the pair is independent, computed on the "
+                       "reports; method says which",
+        "required": ["statistic", "df", "p_value", "method", "reject_at_0.05"],
+        "properties": {
+            "statistic": {"type": ["number", "null"]},
+            "df": {"type": "integer", "minimum": 0},
+            "p_value": {"type": ["number", "null"]},
+            "method": {"type": "string"},
+            "reject_at_0.05": {"type": "boolean"},
+        },
+    },
     "Statistic": {
         "type": "object",
         "description": "one number of a distribution with its standard error and 95% interval; "
@@ -216,8 +304,9 @@ _SCHEMAS: dict[str, Any] = {
     },
     "Series": {
         "type": "object",
-        "description": "kind 'series': one series per category, candidate, mean or "
-                       "attribute, each a point per step with n, the unbiased estimate, its "
+        "description": "kind 'series': one series per category, candidate, mean, "
+                       "attribute or (a record's marginal share) attribute=value, each a "
+                       "point per step with n, the unbiased estimate, its "
                        "standard error and 95% interval (null and suppressed: true below "
                        "min_batch_size).",
         "required": ["kind", "campaign", "step", "step_name", "window", "series"],
@@ -226,7 +315,8 @@ _SCHEMAS: dict[str, Any] = {
             "campaign": {"type": "string"},
             "mechanism": {"type": "string"},
             "epsilon": {"type": "number"},
-            "estimate_kind": {"enum": ["frequency", "mean", "means", "distribution"]},
+            "estimate_kind": {"enum": ["frequency", "mean", "means", "distribution",
+                                       "record"]},
             "step": {"type": "integer"},
             "step_name": {"type": "string"},
             "window": {"type": "object"},
@@ -254,16 +344,17 @@ _SCHEMAS: dict[str, Any] = {
     },
     "Comparison": {
         "type": "object",
-        "description": "kind 'comparison': per value, both windows' estimates, the "
-                       "difference with its standard error, 95% interval and p-value, "
-                       "adjusted across values by the named correction.",
+        "description": "kind 'comparison': per value (a record's: attribute=value), both "
+                       "windows' estimates, the difference with its standard error, 95% "
+                       "interval and p-value, adjusted across values by the named correction.",
         "required": ["kind", "campaign", "baseline", "current", "correction", "rows"],
         "properties": {
             "kind": {"const": "comparison"},
             "campaign": {"type": "string"},
             "mechanism": {"type": "string"},
             "epsilon": {"type": "number"},
-            "estimate_kind": {"enum": ["frequency", "mean", "means", "distribution"]},
+            "estimate_kind": {"enum": ["frequency", "mean", "means", "distribution",
+                                       "record"]},
             "baseline": {"type": "object"},
             "current": {"type": "object"},
             "correction": {"enum": ["benjamini-hochberg", "bonferroni"]},
@@ -319,11 +410,16 @@ def openapi_document() -> dict[str, Any]:
         {"name": "range", "in": "query", "explode": True,
          "schema": {"type": "array", "items": {"type": "string"}},
          "description": "distribution campaigns: a:b, repeatable"},
+        {"name": "joint", "in": "query", "explode": True,
+         "schema": {"type": "array", "items": {"type": "string"}},
+         "description": "record campaigns of mechanism 'marginals': attribute names a,b "
+                        "(or a,b,c up to the campaign's order) whose joint to answer, "
+                        "repeatable; default every pair, up to 10"},
     ]
     estimate_answers = {"200": {
         "description": "the estimates of the window (JSON, or CSV with format=csv)",
-        "content": {JSON: {"schema": _ref("Estimate")}, "text/csv": {"schema": {
-            "type": "string"}}}}}
+        "content": {JSON: {"schema": {"oneOf": [_ref("Estimate"), _ref("RecordEstimate")]}},
+                    "text/csv": {"schema": {"type": "string"}}}}}
     estimate_problems = (*_COMMON, 409, 422)
     time_parameter = {"type": "integer", "minimum": 0}
     series_parameters = [

@@ -138,7 +138,10 @@ def _joints(stored: StoredCampaign, raw: list[Any]) -> tuple[tuple[str, ...], ..
         return ()
     if stored.campaign.domain.kind != "record":
         raise Problem("invalid-query", "joints apply to record campaigns only")
-    if not isinstance(raw, list) or len(raw) > MAX_JOINTS:
+    if not isinstance(raw, list):
+        raise Problem("invalid-query", 'joints is a list of attribute lists: "joints": '
+                                       '[["a", "b"]]')
+    if len(raw) > MAX_JOINTS:
         raise Problem("invalid-query", f"ask for at most {MAX_JOINTS} joints")
     out = []
     for item in raw:

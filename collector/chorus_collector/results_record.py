@@ -11,6 +11,7 @@ with ``given``) or ``independence`` (the χ² statistic in ``estimate`` with ``d
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,8 +47,9 @@ class Cell:
 
     def clipped(self, frequency: float) -> Cell:
         """A post-processed share: the same SE, the unbiased interval intersected with [0, 1]."""
-        return Cell(self.values, frequency, self.std_error, max(0.0, self.ci_low),
-                    min(1.0, self.ci_high))
+        low = max(0.0, self.ci_low) if math.isfinite(self.ci_low) else self.ci_low
+        high = min(1.0, self.ci_high) if math.isfinite(self.ci_high) else self.ci_high
+        return Cell(self.values, frequency, self.std_error, low, high)
 
     def to_json(self) -> dict[str, Any]:
         return {"values": list(self.values), "frequency": _clean_number(self.frequency),

@@ -275,3 +275,94 @@ def test_the_admin_creates_a_campaign_from_the_designer(http: FlaskClient) -> No
     assert again.status_code == 409  # a different campaign under a taken name
     bad = http.get("/design", query_string={**form, "epsilon": "lots"})
     assert bad.status_code == 400 and "ε must be a number" in bad.get_data(as_text=True)
+
+
+_CELL = re.compile(r'<g class="cell" data-row="([^"]*)" data-column="([^"]*)" '
+                   r'data-estimate="([^"]*)" data-std-error="([^"]*)" data-ci-low="([^"]*)" '
+                   r'data-ci-high="([^"]*)"><title>([^<]*)</title>')
+
+
+def _record_campaign(client: FlaskClient, name: str, mechanism: str) -> None:
+    domain = {"kind": "record", "attributes": [
+        {"name": "browser", "values": ["chrome", "firefox", "safari"]},
+        {"name": "os", "values": ["linux", "mac"]},
+        {"name": "crashed", "values": ["no", "yes"]}]}
+    spec = {"name": name, "mechanism": mechanism, "epsilon": 2.0, "domain": domain,
+            "min_batch_size": 1, "privacy": {"budget": 1e6, "max_reports": 1_000_000}}
+    reply = client.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS)
+    assert reply.status_code == 201, reply.get_json()
+    seed(client, reply.get_json(), lambda bucket, i: {
+        "browser": ["chrome", "chrome", "firefox", "safari"][i % 4], "os": ["linux", "mac"][i % 2],
+        "crashed": "yes" if i % 7 == 0 else "no"}, buckets=2, per_bucket=400)
+
+
+def test_record_campaign_page_heat_maps_are_the_apis_numbers(signed_in: FlaskClient) -> None:
+    _record_campaign(signed_in, "crashes", "marginals")
+    assert "a record of 3 attributes: browser (3), os (2), crashed (2)" in \
+        signed_in.get("/").get_data(as_text=True)
+    page = signed_in.get("/campaigns/crashes").get_data(as_text=True)
+    api = signed_in.get("/v1/campaigns/crashes/estimates", headers=ANALYST_HEADERS).get_json()
+    estimates = page.split('id="series"')[0]
+    assert bars(estimates) == {f"{m['attribute']}={r['value']}": (
+        r["frequency"], r["ci_low"], r["ci_high"]) for m in api["marginals"] for r in m["rows"]}
+    maps = estimates.split('<svg class="chart heatmap"')[1:]
+    assert len(maps) == len(api["joints"]) == 3
+    for drawn, joint in zip(maps, api["joints"], strict=True):
+        cells = _CELL.findall(drawn)
+        assert len(cells) == len(joint["cells"])
+        first, second = joint["attributes"]
+        for found, cell in zip(cells, joint["cells"], strict=True):
+            assert [html.unescape(x) for x in found[:2]] == cell["values"]
+            assert [float(x) for x in found[2:6]] == [
+                cell["frequency"], cell["std_error"], cell["ci_low"], cell["ci_high"]]
+            assert html.unescape(found[6]) == (
+                f"{first}={cell['values'][0]}, {second}={cell['values'][1]}: "
+                f"{cell['frequency']:.4g} [{cell['ci_low']:.4g}, {cell['ci_high']:.4g}]")
+        test = joint["independence"]
+        assert f'data-p-value="{test["p_value"]}"' in estimates
+    assert estimates.count('<table class="estimates joint conditional"') == 6
+    for pair in ("browser,os", "browser,crashed", "os,crashed"):
+        assert f'<option value="{pair}"' in page
+    one = signed_in.get("/campaigns/crashes?joint=os,crashed").get_data(as_text=True)
+    assert one.count('<svg class="chart heatmap"') == 1 and 'data-attributes="os,crashed"' in one
+    assert '<option value="os,crashed" selected' in one
+    refused = signed_in.get("/campaigns/crashes?joint=os,colour")
+    assert refused.status_code == 400
+    assert "pick a pair of this campaign&#39;s attributes" in refused.get_data(as_text=True)
+    download = signed_in.get("/campaigns/crashes/download/estimates.csv?joint=os,crashed")
+    assert download.get_data() == signed_in.get(
+        "/v1/campaigns/crashes/estimates?joint=os,crashed&format=csv",
+        headers=ANALYST_HEADERS).get_data()
+    consistent = signed_in.get("/campaigns/crashes?postprocessing=consistent")
+    assert consistent.status_code == 200 and "consistent: the collected marginals" in \
+        consistent.get_data(as_text=True)
+
+
+def test_a_record_campaign_of_marginals_only_has_no_joint(signed_in: FlaskClient) -> None:
+    _record_campaign(signed_in, "sampled", "smp")
+    page = signed_in.get("/campaigns/sampled").get_data(as_text=True)
+    assert "heatmap" not in page and 'name="joint"' not in page
+    assert "smp estimates each attribute's marginal; joints need mechanism marginals" in page
+    assert page.count('<table class="estimates marginal"') == 3
+    assert 'class="series" data-label="browser=chrome"' in page
+    assert signed_in.get("/campaigns/sampled?joint=browser,os").status_code == 400
+
+
+def test_a_heat_map_shades_by_estimate_and_says_what_is_unknown() -> None:
+    from chorus_collector.dashboard.charts import HEAT_UNKNOWN, HeatCell, heat_colour, heatmap_chart
+
+    cells = [HeatCell("a<b", "x", 0.5, 0.01, 0.48, 0.52), HeatCell("a<b", "y", -0.02, 0.01,
+                                                                    -0.04, 0.0),
+             HeatCell("c", "x", 0.25, 0.01, 0.23, 0.27), HeatCell("c", "y", None, None, None,
+                                                                  None)]
+    svg = str(heatmap_chart(cells, ["a<b", "c"], ["x", "y"], row_name="r", column_name="k",
+                            title="t", description="d"))
+    fills = re.findall(r'<g class="cell".*?<rect [^>]*fill="([^"]*)"/><text class="(\w+)"', svg)
+    # The largest share is the darkest (light text), a negative estimate the lightest, the
+    # unknown cell grey.
+    assert fills == [(heat_colour(1.0), "light"), (heat_colour(0.0), "dark"),
+                     (heat_colour(0.5), "dark"), (HEAT_UNKNOWN, "dark")]
+    titles = re.findall(r'<g class="cell"[^>]*><title>([^<]*)</title>', svg)
+    assert titles == ["r=a&lt;b, k=x: 0.5 [0.48, 0.52]", "r=a&lt;b, k=y: -0.02 [-0.04, 0]",
+                      "r=c, k=x: 0.25 [0.23, 0.27]", "r=c, k=y: unknown (no reports)"]
+    assert 'data-row="a&lt;b"' in svg and "<b" not in svg

@@ -31,7 +31,7 @@ from chorus_shared import campaign_from_config, new_report_id
 from helpers.support import ADMIN, ANALYST, FakeClock
 
 __all__ = ["DAY", "LiveCollector", "SeededCampaign", "seed_campaign", "seed_campaigns",
-           "serving"]
+           "seed_distribution", "seed_record", "serving"]
 
 DAY = 86_400
 # Reports per POST: well under MAX_REPORTS_PER_REQUEST (10,000) and MAX_BODY_BYTES (4 MiB).
@@ -167,6 +167,15 @@ def seed_campaign(live: LiveCollector, spec: Mapping[str, Any],
 def _truth(values: Sequence[Any]) -> dict[str, float]:
     if values and all(isinstance(v, float) for v in values):
         return {"mean": math.fsum(values) / len(values)}
+    if values and all(isinstance(v, dict) for v in values):
+        # A record: each attribute's marginal (browser=chrome) and each pair's cells
+        # (browser=chrome|os=linux), as the series and the CSV name them.
+        shares: Counter[str] = Counter()
+        for value in values:
+            labels = [f"{name}={category}" for name, category in value.items()]
+            shares.update(labels)
+            shares.update(f"{a}|{b}" for i, a in enumerate(labels) for b in labels[i + 1:])
+        return {label: count / len(values) for label, count in shares.items()}
     return {str(value): count / len(values) for value, count in Counter(values).items()}
 
 
@@ -244,3 +253,39 @@ def seed_distribution(live: LiveCollector, *, days: int = 3, users_per_day: int 
     rng = np.random.default_rng(seed)
     return seed_campaign(live, DISTRIBUTION_SPEC, [lognormal(2.0, 0.6, 0.1, 20.0)] * days,
                          users_per_day, rng)
+
+
+RECORD_SPEC: dict[str, Any] = {
+    "name": "crashes", "mechanism": "marginals", "epsilon": 2.0,
+    "domain": {"kind": "record", "attributes": [
+        {"name": "browser", "values": ["chrome", "firefox", "safari"]},
+        {"name": "os", "values": ["linux", "mac", "windows", "android"]},
+        {"name": "crashed", "values": ["no", "yes"]}]},
+    "time_precision": DAY, "min_batch_size": 100,
+    "description": "Browser, OS and whether the app crashed today (all pairs of attributes "
+                   "collected as 2-way marginals)"}
+RECORD_BROWSER_SHARES = [0.6, 0.3, 0.1]
+RECORD_OS_SHARES = [0.1, 0.3, 0.4, 0.2]
+#: P(crashed = yes | browser): safari crashes three times as often (a planted dependence).
+RECORD_CRASH_RATES = [0.1, 0.1, 0.3]
+
+
+def record_draw(n: int, rng: np.random.Generator) -> list[dict[str, str]]:
+    """``n`` records of RECORD_SPEC: browser and OS independent, crashes depending on the
+    browser."""
+    attributes = RECORD_SPEC["domain"]["attributes"]
+    browsers = rng.choice(3, size=n, p=RECORD_BROWSER_SHARES)
+    systems = rng.choice(4, size=n, p=RECORD_OS_SHARES)
+    crashed = rng.random(n) < np.asarray(RECORD_CRASH_RATES)[browsers]
+    return [{"browser": attributes[0]["values"][b], "os": attributes[1]["values"][o],
+             "crashed": attributes[2]["values"][int(c)]}
+            for b, o, c in zip(browsers, systems, crashed, strict=True)]
+
+
+def seed_record(live: LiveCollector, *, days: int = 3, users_per_day: int = 6_000,
+                seed: int = 20261202) -> SeededCampaign:
+    """A record campaign (``marginals`` over browser, OS and crashed) with ``days`` daily
+    buckets ending with the clock's day; its truth holds each marginal share (os=mac) and
+    each pair's cells (browser=safari|crashed=yes)."""
+    rng = np.random.default_rng(seed)
+    return seed_campaign(live, RECORD_SPEC, [record_draw] * days, users_per_day, rng)

@@ -101,36 +101,45 @@ def worst_case_line(config: dict[str, Any]) -> str:
 @click.option("--postprocessing", default=None,
               help="none (unbiased; the default), norm-sub, projection, ibu (rr, krr, hr, "
                    "shist), mle (the other frequency oracles), nnls (RAPPOR-like); ems (the "
-                   "default) or em for sw.")
+                   "default) or em for sw; consistent (record campaigns of mechanism "
+                   "marginals: the collected tables made to agree, CALM-style).")
 @click.option("--quantiles", default=None, metavar="Q[,Q…]",
               help="Distribution campaigns: the quantiles to read, e.g. 0.5,0.95,0.99 (the "
                    "default).")
 @click.option("--range", "ranges", multiple=True, metavar="A:B",
               help="Distribution campaigns: estimate the share of values in [A, B] (repeat).")
+@click.option("--joint", "joints", multiple=True, metavar="A,B",
+              help="Record campaigns of mechanism marginals: the joint distribution of these "
+                   "attributes, with conditionals and an independence test for a pair "
+                   "(repeat; default: every pair, up to 10).")
 @url_option
 @token_option
 def estimates(name: str, candidates: tuple[str, ...], candidates_file: Path | None,
               start: int | None, end: int | None, last: int | None, fmt: str,
               postprocessing: str | None, quantiles: str | None, ranges: tuple[str, ...],
-              url: str, token: str | None) -> None:
+              joints: tuple[str, ...], url: str, token: str | None) -> None:
     """Print a campaign's estimates with standard errors and 95% intervals, over all data or
     over a window (--start/--end or --last). A distribution campaign prints its quantiles,
-    mean, the shares in --range and a coarse histogram."""
+    mean, the shares in --range and a coarse histogram; a record campaign each attribute's
+    marginal, then each joint (--joint) cell by cell with both conditionals and the test of
+    independence."""
     wanted = list(candidates)
     if candidates_file is not None:
         wanted += [line for line in candidates_file.read_text().splitlines() if line]
     levels = _numbers(quantiles.split(","), "--quantiles") if quantiles else None
     pairs = [_range(text) for text in ranges]
+    tuples = [_joint(text) for text in joints]
     api = collector_api(url, token)
     window = campaign_window(api, name, requested_window(start, end, last))
     if fmt == "csv":
         click.echo(call_collector(lambda: api.estimates_csv(
             name, candidates=wanted, start=window.start, end=window.end,
-            postprocessing=postprocessing, quantiles=levels, ranges=pairs)), nl=False)
+            postprocessing=postprocessing, quantiles=levels, ranges=pairs, joints=tuples)),
+            nl=False)
         return
     result = call_collector(lambda: api.estimates(
         name, candidates=wanted, start=window.start, end=window.end,
-        postprocessing=postprocessing, quantiles=levels, ranges=pairs))
+        postprocessing=postprocessing, quantiles=levels, ranges=pairs, joints=tuples))
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
     else:
@@ -151,3 +160,11 @@ def _range(text: str) -> tuple[float, float]:
         raise click.BadParameter(f"{text!r}: expected A:B, e.g. 100:250", param_hint="--range")
     low, high = _numbers(parts, "--range")
     return low, high
+
+
+def _joint(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(","))
+    if len(names) < 2 or not all(names):
+        raise click.BadParameter(f"{text!r}: expected attribute names A,B (or A,B,C), e.g. "
+                                 "browser,os", param_hint="--joint")
+    return names

@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 
 from markupsafe import Markup, escape
 
-__all__ = ["Bucket", "Interval", "Line", "Marker", "histogram_chart", "interval_chart",
-           "line_chart", "nice_ticks", "sparkline"]
+__all__ = ["Bucket", "HeatCell", "Interval", "Line", "Marker", "heatmap_chart",
+           "histogram_chart", "interval_chart", "line_chart", "nice_ticks", "sparkline"]
 
 # Okabe and Ito's palette: told apart with every common colour-vision deficiency.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
@@ -77,8 +77,10 @@ def _data(value: float | None) -> str:
     return "" if value is None else repr(float(value))
 
 
-def _short(label: str) -> str:
-    return label if len(label) <= LABEL_CHARS else label[:LABEL_CHARS - 1] + "…"
+def _short(label: str, room: float | None = None) -> str:
+    """The label cut with "…" to LABEL_CHARS characters, or to what ``room`` pixels hold."""
+    limit = LABEL_CHARS if room is None else max(4, min(LABEL_CHARS, int(room / 7)))
+    return label if len(label) <= limit else label[:limit - 1] + "…"
 
 
 def interval_chart(items: Sequence[Interval], *, title: str, description: str,
@@ -302,4 +304,96 @@ def histogram_chart(buckets: Sequence[Bucket], markers: Sequence[Marker], *, tit
                      f'<text x="{x(m.position) + 3:.1f}" y="{top + 12 + 12 * index}">'
                      f'{escape(m.label)}</text></g>')
     parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+@dataclass(frozen=True)
+class HeatCell:
+    """One cell of a two-way table: the share of (row value, column value) with its standard
+    error and 95% interval (None: unknown, no reports)."""
+
+    row: str
+    column: str
+    share: float | None
+    std_error: float | None
+    low: float | None
+    high: float | None
+
+
+# ColorBrewer's sequential Blues, lightest to darkest: ordered in lightness, so the shading
+# reads the same in grey and with every common colour-vision deficiency.
+HEAT_LIGHT = (247, 251, 255)
+HEAT_DARK = (8, 48, 107)
+HEAT_UNKNOWN = "#d8d8de"
+#: Past this share of the darkest shade a cell's text is drawn light.
+LIGHT_TEXT_FROM = 0.55
+
+
+def heat_colour(t: float) -> str:
+    """The shade for ``t`` in [0, 1] (clipped), from the lightest blue to the darkest."""
+    t = min(max(t, 0.0), 1.0)
+    return "#" + "".join(f"{round(a + (b - a) * t):02x}"
+                         for a, b in zip(HEAT_LIGHT, HEAT_DARK, strict=True))
+
+
+def heatmap_chart(cells: Sequence[HeatCell], rows: Sequence[str], columns: Sequence[str], *,
+                  row_name: str, column_name: str, title: str, description: str) -> Markup:
+    """A two-way table as a grid, one cell per (row, column) in row-major order, shaded by
+    its estimate from 0 (lightest) to the largest estimate (darkest); an unbiased estimate
+    below 0 is shaded as 0. Each cell prints its estimate, and its title and data attributes
+    carry the estimate with its 95% interval."""
+    label_width, top, cell_height, legend_height = 150, 44, 34, 46
+    cell_width = max(48.0, min(110.0, 620 / max(len(columns), 1)))
+    width = label_width + cell_width * len(columns) + 20
+    height = top + cell_height * len(rows) + legend_height
+    known = [c.share for c in cells if c.share is not None and math.isfinite(c.share)]
+    peak = max([*known, 0.0]) or 1.0
+    # Drawn at its own size (not stretched to the page's width): a 2 × 2 table stays small.
+    parts = [f'<svg class="chart heatmap" xmlns="http://www.w3.org/2000/svg" role="img" '
+             f'viewBox="0 0 {width:.0f} {height}" width="{width:.0f}" height="{height}" '
+             f'aria-label="{escape(title)}">'
+             f'<title>{escape(title)}</title><desc>{escape(description)}</desc>',
+             f'<text class="axis" x="{label_width + cell_width * len(columns) / 2:.1f}" '
+             f'y="14">{escape(column_name)}</text>',
+             f'<text class="axis label" x="{label_width - 8}" y="14">{escape(row_name)}</text>']
+    for j, column in enumerate(columns):
+        parts.append(f'<text class="column" x="{label_width + (j + 0.5) * cell_width:.1f}" '
+                     f'y="{top - 8}">{escape(_short(column, cell_width))}</text>')
+    for i, row in enumerate(rows):
+        parts.append(f'<text class="label" x="{label_width - 8}" '
+                     f'y="{top + (i + 0.5) * cell_height + 4:.1f}">'
+                     f'{escape(_short(row, label_width))}</text>')
+    for index, cell in enumerate(cells):
+        i, j = divmod(index, len(columns))
+        x, y = label_width + j * cell_width, top + i * cell_height
+        known_share = cell.share is not None and math.isfinite(cell.share)
+        t = max(cell.share, 0.0) / peak if known_share and cell.share is not None else 0.0
+        if known_share and cell.low is not None and cell.high is not None:
+            said = (f"{row_name}={cell.row}, {column_name}={cell.column}: "
+                    f"{_number(cell.share or 0.0)} [{_number(cell.low)}, {_number(cell.high)}]")
+            text = f"{cell.share:.3f}"
+        else:
+            said = f"{row_name}={cell.row}, {column_name}={cell.column}: unknown (no reports)"
+            text = "–"
+        shade = heat_colour(t) if known_share else HEAT_UNKNOWN
+        parts.append(f'<g class="cell" data-row="{escape(cell.row)}" '
+                     f'data-column="{escape(cell.column)}" data-estimate="{_data(cell.share)}" '
+                     f'data-std-error="{_data(cell.std_error)}" data-ci-low="{_data(cell.low)}" '
+                     f'data-ci-high="{_data(cell.high)}"><title>{escape(said)}</title>'
+                     f'<rect x="{x + 1:.1f}" y="{y + 1}" width="{cell_width - 2:.1f}" '
+                     f'height="{cell_height - 2}" fill="{shade}"/>'
+                     f'<text class="{"light" if t >= LIGHT_TEXT_FROM else "dark"}" '
+                     f'x="{x + cell_width / 2:.1f}" y="{y + cell_height / 2 + 4:.1f}">'
+                     f'{text}</text></g>')
+    # The key: five shades with the estimates they stand for.
+    key_top = top + cell_height * len(rows) + 14
+    parts.append(f'<g class="key"><text class="label" x="{label_width - 8}" '
+                 f'y="{key_top + 12}">share</text>')
+    for step in range(5):
+        value = peak * step / 4
+        parts.append(f'<rect x="{label_width + step * 60}" y="{key_top}" width="58" '
+                     f'height="16" fill="{heat_colour(step / 4)}"/>'
+                     f'<text x="{label_width + step * 60 + 29}" y="{key_top + 30}">'
+                     f'{value:.3g}</text>')
+    parts.append("</g></svg>")
     return Markup("".join(parts))

@@ -3,6 +3,7 @@ the same functions and JSON the HTTP API answers with, so the page and the API a
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -12,11 +13,14 @@ from typing import Any, Protocol
 from markupsafe import Markup
 
 from chorus_collector.analysis import compare_windows, estimate_series, estimate_window
+from chorus_collector.analysis.windows import record_label
 from chorus_collector.dashboard.charts import (
     Bucket,
+    HeatCell,
     Interval,
     Line,
     Marker,
+    heatmap_chart,
     histogram_chart,
     interval_chart,
     line_chart,
@@ -26,9 +30,11 @@ from chorus_collector.estimators.base import DEFAULT_QUANTILES
 from chorus_collector.problems import Problem
 from chorus_collector.results_distribution import quantile_label
 from chorus_collector.storage import Storage, StoredCampaign
+from chorus_shared.domain import Record
 
 __all__ = ["MAX_CHART_BARS", "RESULTS", "CampaignView", "PageParameters", "Result",
-           "campaign_view", "domain_summary", "parse_time", "read_parameters"]
+           "campaign_view", "domain_summary", "joint_pairs", "joint_views", "parse_time",
+           "read_parameters"]
 
 MAX_CHART_BARS = 40  # more categories: the chart shows the largest, the table all of them
 SERIES_SHOWN = 6  # lines drawn by default; the rest are in the table and the downloads
@@ -81,6 +87,9 @@ class PageParameters:
     #: Distribution campaigns: the quantiles and the ranges [a, b] to estimate.
     quantiles: tuple[float, ...] = DEFAULT_QUANTILES
     ranges: tuple[tuple[float, float], ...] = ()
+    #: Record campaigns of mechanism marginals: the pair whose joint to show (empty: the
+    #: estimator's default, every pair up to 10).
+    joint: tuple[str, ...] = ()
 
     def form_values(self) -> dict[str, str]:
         """The values to put back into the page's form."""
@@ -91,7 +100,8 @@ class PageParameters:
                 "current_start": iso(self.current[0]), "current_end": iso(self.current[1]),
                 "correction": self.correction,
                 "quantiles": ",".join(f"{q:g}" for q in self.quantiles),
-                "ranges": "\n".join(f"{a:g}:{b:g}" for a, b in self.ranges)}
+                "ranges": "\n".join(f"{a:g}:{b:g}" for a, b in self.ranges),
+                "joint": ",".join(self.joint)}
 
 
 def read_parameters(values: Mapping[str, str], uploaded: str | None,
@@ -129,7 +139,31 @@ def read_parameters(values: Mapping[str, str], uploaded: str | None,
     return PageParameters(start=start, end=end, postprocessing=postprocessing,
                           candidates=candidates, step=step, top=int(top_text),
                           baseline=(bounds[0], bounds[1]), current=(bounds[2], bounds[3]),
-                          correction=correction, quantiles=quantiles, ranges=ranges)
+                          correction=correction, quantiles=quantiles, ranges=ranges,
+                          joint=_joint_question(values, stored))
+
+
+def joint_pairs(stored: StoredCampaign) -> list[tuple[str, str]]:
+    """The pairs a record campaign's page offers to show the joint of: every pair of
+    attributes when the mechanism collects joints (``marginals``), none otherwise."""
+    domain = stored.campaign.domain
+    if not isinstance(domain, Record) or stored.campaign.mechanism.name != "marginals":
+        return []
+    return list(itertools.combinations(domain.names, 2))
+
+
+def _joint_question(values: Mapping[str, str], stored: StoredCampaign) -> tuple[str, ...]:
+    """The pair picked in the form ("browser,os"), one the page offers; empty: the default."""
+    text = (values.get("joint") or "").strip()
+    if not text:
+        return ()
+    pair = tuple(name.strip() for name in text.split(","))
+    offered = joint_pairs(stored)
+    if pair not in offered and pair[::-1] not in offered:
+        raise Problem("invalid-query", "pick a pair of this campaign's attributes for the "
+                      "joint" if offered else "joints are answered for record campaigns of "
+                      "mechanism 'marginals' only")
+    return pair
 
 
 def _distribution_questions(values: Mapping[str, str]
@@ -181,6 +215,9 @@ def domain_summary(config: Mapping[str, Any]) -> str:
         return f"a number in [{domain['lo']:g}, {domain['hi']:g}]"
     if kind == "vector":
         return f"{len(domain['attributes'])} numbers"
+    if kind == "record":
+        return f"a record of {len(domain['attributes'])} attributes: " + ", ".join(
+            f"{a['name']} ({len(a['values'])})" for a in domain["attributes"])
     return f"strings of up to {domain['max_bytes']} bytes"
 
 
@@ -191,6 +228,8 @@ class Section:
     json: dict[str, Any] | None = None
     chart: Markup | None = None
     error: str | None = None
+    #: A record's joints: one view each, in the answer's order (``joint_views``).
+    joints: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -217,7 +256,8 @@ def estimates_result(storage: Storage, stored: StoredCampaign,
                      parameters: PageParameters) -> Result:
     query = Query(start=parameters.start, end=parameters.end,
                   candidates=parameters.candidates, postprocessing=parameters.postprocessing,
-                  quantiles=parameters.quantiles, ranges=parameters.ranges)
+                  quantiles=parameters.quantiles, ranges=parameters.ranges,
+                  joints=(parameters.joint,) if parameters.joint else ())
     result, inputs = estimate_window(storage, stored, query)
     return _WithFreshness(result, inputs.freshness())
 
@@ -270,6 +310,8 @@ def campaign_view(storage: Storage, stored: StoredCampaign,
     def estimates() -> None:
         view.estimates.json = estimates_result(storage, stored, parameters).to_json()
         view.estimates.chart = estimate_chart(view.estimates.json)
+        if view.estimates.json["kind"] == "record":
+            view.estimates.joints = joint_views(view.estimates.json)
 
     def series() -> None:
         view.series.json = series_result(storage, stored, parameters).to_json()
@@ -289,6 +331,17 @@ def estimate_chart(body: Mapping[str, Any]) -> Markup:
     if body["kind"] == "distribution":
         return distribution_chart(body)
     title = f"Estimates of {body['campaign']} with 95% intervals"
+    if body["kind"] == "record":
+        # Each attribute's marginal, labelled as the series and comparisons label them.
+        items = [Interval(record_label(m["attribute"], r["value"]), r["frequency"],
+                          r["ci_low"], r["ci_high"]) for m in body["marginals"]
+                 for r in m["rows"]]
+        description = (f"{len(items)} bars, one per value of each of the "
+                       f"{len(body['marginals'])} attributes, from n = {body['n']} reports; "
+                       "each whisker spans the 95% interval. The tables below give every "
+                       "value.")
+        return interval_chart(items, title=f"Marginals of {body['campaign']} with 95% "
+                                            "intervals", description=description)
     if body["kind"] == "mean":
         items = [Interval("mean", body["mean"], body["ci_low"], body["ci_high"])]
     elif body["kind"] == "means":
@@ -325,6 +378,42 @@ def distribution_chart(body: Mapping[str, Any]) -> Markup:
                    f"their 95% intervals; vertical lines mark the quantiles: {said}. The tables "
                    "below give every number.")
     return histogram_chart(buckets, markers, title=title, description=description)
+
+
+def joint_views(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What the page shows of each joint in a record answer: for a pair, the heat map, the
+    columns (the second attribute's values) and each conditional's columns; a larger joint is
+    a long table of its cells."""
+    views = []
+    for joint in body["joints"]:
+        view: dict[str, Any] = {"joint": joint, "chart": None}
+        if len(joint["attributes"]) == 2:
+            first, second = joint["attributes"]
+            rows, columns = _labels(joint, 0), _labels(joint, 1)
+            cells = [HeatCell(c["values"][0], c["values"][1], c["frequency"], c["std_error"],
+                              c["ci_low"], c["ci_high"]) for c in joint["cells"]]
+            test = joint["independence"]
+            tested = "" if test is None or test["p_value"] is None else (
+                f" The test of independence gives p = {test['p_value']:.3g}.")
+            view["chart"] = heatmap_chart(
+                cells, rows, columns, row_name=first, column_name=second,
+                title=f"Joint distribution of {first} and {second} "
+                      f"({joint['reports']:,} reports)",
+                description=f"{len(rows)} × {len(columns)} cells, rows {first}, columns "
+                            f"{second}; each cell is shaded by its estimated share of "
+                            "records (darker is larger) and gives its estimate; its 95% "
+                            f"interval is in its title and in the table below.{tested}")
+            view["columns"] = columns
+            view["conditionals"] = [
+                {**c, "columns": columns if c["given"] == first else rows}
+                for c in joint["conditionals"]]
+        views.append(view)
+    return views
+
+
+def _labels(joint: Mapping[str, Any], axis: int) -> list[str]:
+    """The values of the joint's ``axis``-th attribute, in the cells' order."""
+    return list(dict.fromkeys(c["values"][axis] for c in joint["cells"]))
 
 
 def _position(edges: list[float], value: float, scale: str) -> float:

@@ -205,6 +205,8 @@ def campaign(name: str) -> str:
         domain=pages.domain_summary(config), form=parameters.form_values(),
         strings=stored.campaign.domain.kind == "strings",
         distribution=stored.campaign.mechanism.estimate_kind == "distribution",
+        record=stored.campaign.mechanism.estimate_kind == "record",
+        pairs=pages.joint_pairs(stored),
         postprocessing=estimator_for(stored.campaign.mechanism.name).postprocessing,
         retired_at=retired_at, max_bars=pages.MAX_CHART_BARS)
 

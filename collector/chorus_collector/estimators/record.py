@@ -470,8 +470,10 @@ def joint_answer(mechanism: Marginals, attributes: Sequence[int], table: Table, 
         cells = [c.clipped(float(x)) for c, x in zip(cells, adjusted.ravel(), strict=True)]
     conditionals = []
     if len(attributes) == 2:
-        conditionals = [conditional(table, names, labels, given=0),
-                        conditional(table, names, labels, given=1)]
+        conditionals = [conditional(table, names, labels, given=g) for g in (0, 1)]
+        if adjusted is not None:  # the post-processed joint's ratios, the same SEs
+            conditionals = [post_processed(c, adjusted if g == 0 else adjusted.T)
+                            for g, c in enumerate(conditionals)]
     return Joint(attributes=names, shape=table.f.shape, cells=cells, reports=reports,
                  conditionals=conditionals, independence=test)
 
@@ -500,6 +502,18 @@ def conditional(table: Table, names: Sequence[str], labels: Sequence[Sequence[st
             variance = float(np.sum(gradient**2 * v[g]) - np.sum((gradient @ u[g]) ** 2))
             cells.append(Cell.of((g_label, w_label), ratio, math.sqrt(max(variance, 0.0))))
     return Conditional(of=names[other], given=names[given], cells=cells)
+
+
+def post_processed(unbiased: Conditional, joint: np.ndarray) -> Conditional:
+    """The conditional read from a post-processed joint (rows: the given attribute): each
+    row's shares, with the unbiased standard errors and intervals clipped to [0, 1]."""
+    totals = joint.sum(axis=1)
+    cells = []
+    for cell, (g, w) in zip(unbiased.cells, itertools.product(*map(range, joint.shape)),
+                            strict=True):
+        ratio = float(joint[g, w] / totals[g]) if totals[g] > 0 else math.nan
+        cells.append(cell.clipped(ratio))
+    return Conditional(of=unbiased.of, given=unbiased.given, cells=cells)
 
 
 def pearson_independence(counts: np.ndarray, p: float, q: float) -> IndependenceTest:
