@@ -63,6 +63,20 @@ DEMO_CAMPAIGNS: list[dict[str, Any]] = [
      "description": "Page load time in seconds, as a distribution: p50, p95, p99 "
                     "(hierarchical histogram, 64 buckets on a log scale)"},
 ]
+#: A record campaign: crashes depend on the app version, not on the OS.
+OSES = ["windows", "mac", "linux", "android"]
+OS_SHARES = [0.45, 0.2, 0.1, 0.25]
+VERSIONS = ["3.1", "3.2", "4.0"]
+VERSION_SHARES = [0.3, 0.5, 0.2]
+CRASH_RATES = {"3.1": 0.04, "3.2": 0.04, "4.0": 0.2}
+DEMO_CAMPAIGNS.append(
+    {"name": "sessions", "mechanism": "marginals", "epsilon": 2.0,
+     "domain": {"kind": "record", "attributes": [
+         {"name": "os", "values": OSES}, {"name": "version", "values": VERSIONS},
+         {"name": "crashed", "values": ["no", "yes"]}]},
+     "min_batch_size": 100, "time_precision": DAY,
+     "description": "A session's OS, app version and whether it crashed, as one record: "
+                    "joints, P(crashed | version) and independence tests (marginals)"})
 #: The quantiles the demo prints beside the truth.
 DEMO_QUANTILES = (0.5, 0.95, 0.99)
 
@@ -76,6 +90,12 @@ class Population:
         self.browsers = rng.choices(BROWSERS, BROWSER_SHARES, k=users)
         self.homepages = rng.choices(HOMEPAGES, zipf, k=users)
         self.load_times = [rng.lognormvariate(math.log(2.0), 0.6) for _ in range(users)]
+        versions = rng.choices(VERSIONS, VERSION_SHARES, k=users)
+        self.sessions = [
+            {"os": os, "version": version,
+             "crashed": "yes" if rng.random() < CRASH_RATES[version] else "no"}
+            for os, version in zip(rng.choices(OSES, OS_SHARES, k=users), versions,
+                                   strict=True)]
 
     def __len__(self) -> int:
         return len(self.browsers)
@@ -89,7 +109,19 @@ class Population:
             "load_time": {"mean": sum(clipped) / n},
             "load_time_percentiles": _quantiles(
                 [min(max(t, 0.1), 20.0) for t in self.load_times], DEMO_QUANTILES),
+            "sessions": {**{f"{attribute}={value}": count / n for (attribute, value), count
+                            in Counter(item for session in self.sessions
+                                       for item in session.items()).items()},
+                         **self._crash_rates()},
         }
+
+    def _crash_rates(self) -> dict[str, float]:
+        """P(crashed = yes | version) in the population, keyed as the demo prints it."""
+        out = {}
+        for version in VERSIONS:
+            crashed = [s["crashed"] == "yes" for s in self.sessions if s["version"] == version]
+            out[f"crashed=yes|version={version}"] = sum(crashed) / max(1, len(crashed))
+        return out
 
 
 def _quantiles(values: list[float], levels: tuple[float, ...]) -> dict[str, float]:
@@ -118,6 +150,7 @@ def _simulate(url: str, campaigns: dict[str, Campaign], population: Population,
         client.report("homepage", population.homepages[i])
         client.report("load_time", population.load_times[i])
         client.report("load_time_percentiles", population.load_times[i])
+        client.report("sessions", population.sessions[i])
         client.flush()
         return client.totals.accepted
 
@@ -186,6 +219,7 @@ def _run(url: str, admin: str, analyst: str, users: int, seed: int,
         "load_time": analyst_api.estimates("load_time"),
         "load_time_percentiles": analyst_api.estimates("load_time_percentiles",
                                                        quantiles=DEMO_QUANTILES),
+        "sessions": analyst_api.estimates("sessions", joints=[("version", "crashed")]),
     }
     return results, population.truth(), accepted
 
@@ -224,6 +258,18 @@ def _print_results(results: dict[str, Any], truth: dict[str, dict[str, float]],
                     label = f"{marginal['attribute']}={row['value']}"
                     total += 1
                     covered += row["ci_low"] <= shares.get(label, 0.0) <= row["ci_high"]
+            # Conditional shares, where the truth states them ("crashed=yes|version=4.0").
+            for joint in result["joints"]:
+                for conditional in joint["conditionals"]:
+                    for cell in conditional["cells"]:
+                        label = (f"{conditional['of']}={cell['value']}|{conditional['given']}"
+                                 f"={cell['given_value']}")
+                        if label in shares and cell["ci_low"] is not None:
+                            echo(f"  true P({label}) {shares[label]:.4f}: estimated "
+                                 f"{cell['frequency']:.4f} [{cell['ci_low']:.4f}, "
+                                 f"{cell['ci_high']:.4f}]")
+                            total += 1
+                            covered += cell["ci_low"] <= shares[label] <= cell["ci_high"]
             continue
         else:
             echo(format_estimates(result, truth[name]))
