@@ -5,7 +5,8 @@
 It uses the browser tests' own machinery (tests/helpers): a collector on loopback with a
 fresh SQLite file, the three seeded campaigns (k-RR, a mean, RAPPOR: 2,000 simulated users a
 day for 8 days, a change planted in the browser shares 3 days ago) and a distribution
-(hierarchical histogram of load times, 8,000 users a day for 3 days) and Debian's headless
+(hierarchical histogram of load times, 8,000 users a day for 3 days), a record campaign
+(browser × OS × crashed, 6,000 users a day for 3 days) and Debian's headless
 Chromium, which may request nothing but the collector (the script fails if a page tries).
 The data are seeded, so the pictures change only when the pages do.
 """
@@ -41,6 +42,7 @@ from helpers.live import (  # noqa: E402
     LiveCollector,
     seed_campaigns,
     seed_distribution,
+    seed_record,
     serving,
 )
 from helpers.support import ADMIN, ANALYST, FakeClock  # noqa: E402
@@ -58,6 +60,7 @@ PAGES = [
     ("campaign-load_time_percentiles", "/campaigns/load_time_percentiles?ranges=1:4", True),
     ("campaign-homepage",
      "/campaigns/homepage?" + urlencode({"candidates": "\n".join(HOMEPAGES)}), True),
+    ("campaign-crashes", "/campaigns/crashes", True),
     ("designer", "/design?" + DESIGN, True),
 ]
 TOKEN_FIELD = "form input[type=password], form input[name=token]"
@@ -86,6 +89,7 @@ def take(out: Path) -> list[Path]:
         with serving(app, clock) as live, sync_playwright() as playwright:
             seed_campaigns(live, change_day=5)
             seed_distribution(live)
+            seed_record(live)
             live.fold()
             browser = playwright.chromium.launch(executable_path=CHROMIUM,
                                                  args=CHROMIUM_FLAGS)
