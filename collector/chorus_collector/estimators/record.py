@@ -535,7 +535,7 @@ def pearson_independence(counts: np.ndarray, p: float, q: float) -> Independence
     statistic = float(np.sum((counts - expected) ** 2 / expected))
     return IndependenceTest(statistic, df, float(chi2.sf(statistic, df)),
                             "pearson chi-square on the k-RR reports against the maximum-"
-                            "likelihood independent fit (EM)")
+                            "likelihood independent fit")
 
 
 def independent_fit(counts: np.ndarray, p: float, q: float) -> np.ndarray:
