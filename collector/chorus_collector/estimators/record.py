@@ -33,7 +33,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy.stats import chi2
+# scipy.special, not scipy.stats: stats takes half a second to import and pulls in pandas (and
+# with it pyarrow) where they are installed; chdtrc is the same χ² survival function.
+from scipy.special import chdtrc
 
 from chorus_collector.estimators.base import Estimator, MechanismTypes, Query, QueryError
 from chorus_collector.estimators.consistency import LABELS, norm_sub, simplex_projection
@@ -533,7 +535,7 @@ def pearson_independence(counts: np.ndarray, p: float, q: float) -> Independence
     fitted = independent_fit(counts, p, q)
     expected = n * (q + (p - q) * fitted)
     statistic = float(np.sum((counts - expected) ** 2 / expected))
-    return IndependenceTest(statistic, df, float(chi2.sf(statistic, df)),
+    return IndependenceTest(statistic, df, float(chdtrc(df, statistic)),
                             "pearson chi-square on the k-RR reports against the maximum-"
                             "likelihood independent fit")
 
@@ -695,7 +697,7 @@ def wald_independence(table: Table) -> IndependenceTest:
     top = np.argsort(values)[::-1][:df]
     projected = vectors[:, top].T @ residual
     statistic = float(np.sum(projected**2 / values[top]))
-    return IndependenceTest(statistic, df, float(chi2.sf(statistic, df)),
+    return IndependenceTest(statistic, df, float(chdtrc(df, statistic)),
                             "wald chi-square of the joint against the product of its "
                             "margins, with the propagated covariance")
 
