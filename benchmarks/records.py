@@ -51,8 +51,9 @@ multi-freq-ldpy 0.2.5's SPL, SMP and RS+FD on the same data, at the same *true* 
   at most ``CLIENT_RECORDS`` records) plus ``map`` and ``finalize`` of the run's payloads.
 
 Writes ``bench-results/records.json``. Runs are independent and seeded; they go to
-``--workers`` processes (default 2) with the same numbers as one. Every loop is bounded by
-its counts.
+``--workers`` processes (default 2) with the same numbers as one: the full run took 5 to 8
+minutes on two cores shared with other work, --quick about 40 seconds. Every loop is bounded
+by its counts.
 """
 
 from __future__ import annotations
@@ -755,6 +756,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     runs = {n: QUICK_RUNS if args.quick else RUNS[n] for n in sizes}
     peer_runs = {label: {n: QUICK_PEER_RUNS[label] if args.quick else PEER_RUNS[label][n]
                          for n in sizes} for label in PEER_RUNS}
+    # A peer runs on a run's records: never more peer runs than runs.
+    assert all(counts[n] <= runs[n] for counts in peer_runs.values() for n in sizes)
     settings = [(s, n, e) for s in SHAPES for n in sizes for e in EPSILONS]
     # Largest first, so that the two workers finish together.
     tasks: list[Task] = sorted(
