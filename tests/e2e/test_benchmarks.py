@@ -1,4 +1,5 @@
-"""The benchmark command runs (on a tiny size); the figures themselves are never asserted."""
+"""The benchmark command runs (on a tiny size); the figures themselves are never asserted,
+except the record benchmark's MSE/exact-variance ratios, a statistical check of their own."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from helpers.support import z_threshold
 
 ROOT = Path(__file__).resolve().parents[2]
 # The benchmarks choose their own storage (ingest.py starts its own PostgreSQL): once is enough.
@@ -113,3 +116,39 @@ def test_distribution_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
     coverage = results["coverage"]
     assert coverage["runs"] == 4 and set(coverage["methods"]) == {"SW+EMS", "HH"}
     assert "Quantile-interval coverage" in run.stdout
+
+
+@pytest.mark.slow
+def test_record_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/records.py --quick: every record mechanism and peer at n = 10⁴, 16 runs per
+    setting; pooled over the 8 settings, each MSE/exact-variance ratio rests on 128 runs, and
+    must lie within its own Monte-Carlo band (Bonferroni over the 5 ratios) of 1."""
+    out = tmp_path / "records.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "records.py"), "--quick",
+                          "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    results = json.loads(out.read_text())
+    settings = results["settings"]
+    assert {(s["shape"], s["epsilon"]) for s in settings} == {
+        (shape, eps) for shape in ("d3", "d5") for eps in (0.5, 1.0, 2.0, 4.0)}
+    for setting in settings:
+        assert setting["n"] == 10_000
+        for name in ("smp", "spl", "rsfd", "marginals", "marginals joint"):
+            row = setting["chorus"][name]
+            assert row["runs"] == 16 and row["mse_over_theory"] > 0
+        if results["peers_installed"]:
+            peers = setting["peers"]
+            assert peers["SMP"]["runs"] == 16 and peers["SPL"]["runs"] == 2
+            # RS+FD at the same true ε is called at a smaller ε; at its claimed ε it is not ε-LDP.
+            assert peers["RS+FD"]["true_epsilon"] == pytest.approx(setting["epsilon"])
+            assert peers["RS+FD"]["called_epsilon"] < setting["epsilon"]
+            assert peers["RS+FD at claimed ε"]["true_epsilon"] > setting["epsilon"]
+            assert setting["comparison"]["best_peer"] in ("SPL", "SMP", "RS+FD")
+    z = z_threshold(0.001, len(results["pooled"]))
+    for name, pooled in results["pooled"].items():
+        assert pooled["runs"] == 128
+        # 128 runs give an SE of about 0.05 (0.07 for the marginals): the band (~±0.25 at
+        # this z) still catches a variance formula off by a third.
+        assert pooled["se"] < 0.1, (name, pooled)
+        assert abs(pooled["mse_over_theory"] - 1) <= z * pooled["se"], (name, pooled)
+    assert "Summary:" in run.stdout
