@@ -101,8 +101,9 @@ def worst_case_line(config: dict[str, Any]) -> str:
 @click.option("--postprocessing", default=None,
               help="none (unbiased; the default), norm-sub, projection, ibu (rr, krr, hr, "
                    "shist), mle (the other frequency oracles), nnls (RAPPOR-like); ems (the "
-                   "default) or em for sw; consistent (record campaigns of mechanism "
-                   "marginals: the collected tables made to agree, CALM-style).")
+                   "default) or em for sw; norm-mul (record campaigns); consistent (record "
+                   "campaigns of mechanism marginals: the collected tables made to agree, "
+                   "CALM-style).")
 @click.option("--quantiles", default=None, metavar="Q[,Q…]",
               help="Distribution campaigns: the quantiles to read, e.g. 0.5,0.95,0.99 (the "
                    "default).")

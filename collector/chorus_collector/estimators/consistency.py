@@ -33,10 +33,11 @@ import numpy as np
 
 __all__ = ["IBU_MAX_STEPS", "IBU_MAX_WORK", "IBU_TOLERANCE", "LABELS", "Channel",
            "DenseChannel", "IBUResult", "KRRChannel", "composite_mle", "ibu", "iteration_cost",
-           "norm_sub", "simplex_projection"]
+           "norm_mul", "norm_sub", "simplex_projection"]
 
 LABELS = {
     "norm-sub": "norm-sub: negatives set to 0, the rest shifted to sum to 1 (biased)",
+    "norm-mul": "norm-mul: negatives set to 0, the rest scaled to sum to 1 (biased)",
     "projection": "projection onto the probability simplex (biased)",
     "ibu": "ibu: maximum likelihood by expectation-maximisation (biased)",
     "mle": "mle: maximum composite likelihood of the support counts on the simplex (biased)",
@@ -55,6 +56,15 @@ def norm_sub(estimates: np.ndarray) -> np.ndarray:
         if (x >= 0).all():
             return x
     return np.clip(x, 0.0, None)
+
+
+def norm_mul(estimates: np.ndarray) -> np.ndarray:
+    """Norm-Mul (Wang et al., NDSS 2020): negatives set to 0, the rest scaled to sum to 1;
+    multi-freq-ldpy's default. Better than Norm-Sub for k-RR marginals at small ε by up to a
+    few percent in MSE, worse for OUE's (benchmarks/records.py)."""
+    x = np.clip(np.asarray(estimates, dtype=np.float64), 0.0, None)
+    total = x.sum()
+    return x / total if total > 0 else np.full(len(x), 1.0 / len(x))
 
 
 def simplex_projection(estimates: np.ndarray) -> np.ndarray:

@@ -28,17 +28,23 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+
 # scipy.special, not scipy.stats: stats takes half a second to import and pulls in pandas (and
 # with it pyarrow) where they are installed; chdtrc is the same χ² survival function.
 from scipy.special import chdtrc
 
 from chorus_collector.estimators.base import Estimator, MechanismTypes, Query, QueryError
-from chorus_collector.estimators.consistency import LABELS, norm_sub, simplex_projection
+from chorus_collector.estimators.consistency import (
+    LABELS,
+    norm_mul,
+    norm_sub,
+    simplex_projection,
+)
 from chorus_collector.estimators.krr import KRREstimator
 from chorus_collector.estimators.unary import UnaryEstimator
 from chorus_collector.results import FrequencyRow
@@ -75,6 +81,10 @@ NEAR_ZERO = 1e-3
 #: Newton solves a (k₁ + k₂)² system per step; past this many shares EM runs alone (k-RR has
 #: such joint domains only at large ε, where EM converges in tens of steps).
 NEWTON_MAX_SHARES = 256
+
+#: The post-processing methods that map one table onto the probability simplex.
+SIMPLEX_METHODS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "norm-sub": norm_sub, "norm-mul": norm_mul, "projection": simplex_projection}
 
 VARIANCE_MODEL = ("iid-sampling: each table's covariance diag(v) − UUᵀ from its reports, "
                   "propagated through sums, combinations and ratios")
@@ -167,7 +177,7 @@ class RecordEstimator(Estimator[RecordMechanism]):
     """What the record estimators share: state layout by blocks, answering, post-processing."""
 
     mechanism_type: ClassVar[MechanismTypes] = RecordMechanism
-    postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection")
+    postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "norm-mul", "projection")
 
     def blocks(self, mechanism: RecordMechanism) -> list[int]:
         """The state's blocks: one per oracle, each [reports, support counts…] or counts."""
@@ -218,7 +228,7 @@ def _rows(values: Sequence[str], table: Table, reports: int, method: str) -> lis
             for v, f, s in zip(values, table.f, se, strict=True)]
     if method in ("none", "consistent") or not np.all(np.isfinite(table.f)):
         return rows
-    adjusted = norm_sub(table.f) if method == "norm-sub" else simplex_projection(table.f)
+    adjusted = SIMPLEX_METHODS[method](table.f)
     return [row.postprocessed(float(x), reports) for row, x in zip(rows, adjusted, strict=True)]
 
 
@@ -303,7 +313,7 @@ class RandomSamplingFakeDataEstimator(RecordEstimator):
 class MarginalsEstimator(RecordEstimator):
     name: ClassVar[str] = "marginals"
     mechanism_type: ClassVar[MechanismTypes] = Marginals
-    postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "projection",
+    postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "norm-mul", "projection",
                                                  "consistent")
 
     def blocks(self, mechanism: RecordMechanism) -> list[int]:
@@ -410,10 +420,9 @@ class MarginalsEstimator(RecordEstimator):
             adjusted = None
             if consistent is not None:
                 adjusted = consistent_projection(mechanism, consistent, attributes)
-            elif query.postprocessing in ("norm-sub", "projection") and \
-                    np.all(np.isfinite(table.f)):
-                method = norm_sub if query.postprocessing == "norm-sub" else simplex_projection
-                adjusted = method(table.f.ravel()).reshape(table.f.shape)
+            elif query.postprocessing in SIMPLEX_METHODS and np.all(np.isfinite(table.f)):
+                adjusted = SIMPLEX_METHODS[query.postprocessing](table.f.ravel()).reshape(
+                    table.f.shape)
             answers.append(joint_answer(mechanism, attributes, table, reports, test, adjusted))
         extra: dict[str, Any] = {}
         if not query.joints and len(joints) < math.comb(mechanism.d, 2):
