@@ -40,6 +40,10 @@ def _values(spec: dict[str, Any], rng: random.Random) -> list[Any]:
     if domain["kind"] == "vector":
         return [{a["name"]: a["lo"] + (a["hi"] - a["lo"]) * rng.random() ** 2
                  for a in domain["attributes"]} for _ in range(USERS)]
+    if domain["kind"] == "record":
+        return [{a["name"]: rng.choices(a["values"], [1 / (i + 1) for i in
+                                                      range(len(a["values"]))])[0]
+                 for a in domain["attributes"]} for _ in range(USERS)]
     lo, hi = domain["lo"], domain["hi"]
     return [lo + (hi - lo) * rng.random() ** 2 for _ in range(USERS)]
 
@@ -100,6 +104,13 @@ def test_mechanism_works_end_to_end(mechanism: str, make_app: Any, clock: FakeCl
             lo, hi = spec["domain"]["lo"], spec["domain"]["hi"]
             truth = sum(min(max(v, lo), hi) for v in values) / USERS
             assert abs(result["mean"] - truth) < 5 * result["std_error"], result
+        elif result["kind"] == "record":
+            for marginal in result["marginals"]:
+                name = marginal["attribute"]
+                counts = Counter(v[name] for v in values)
+                for row in marginal["rows"]:
+                    truth = counts[row["value"]] / USERS
+                    assert abs(row["frequency"] - truth) < 5 * row["std_error"] + 1e-9, row
         else:
             counts = Counter(values)
             for row in result["rows"]:
