@@ -136,6 +136,8 @@ def test_record_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
         for name in ("smp", "spl", "rsfd", "marginals", "marginals joint"):
             row = setting["chorus"][name]
             assert row["runs"] == 16 and row["mse_over_theory"] > 0
+            if name != "marginals joint":
+                assert row["mse_avg_normsub"] > 0 and row["mse_avg_normmul"] > 0
         if results["peers_installed"]:
             peers = setting["peers"]
             assert peers["SMP"]["runs"] == 16 and peers["SPL"]["runs"] == 2
@@ -143,7 +145,14 @@ def test_record_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
             assert peers["RS+FD"]["true_epsilon"] == pytest.approx(setting["epsilon"])
             assert peers["RS+FD"]["called_epsilon"] < setting["epsilon"]
             assert peers["RS+FD at claimed ε"]["true_epsilon"] > setting["epsilon"]
-            assert setting["comparison"]["best_peer"] in ("SPL", "SMP", "RS+FD")
+            comparison = setting["comparison"]
+            assert comparison["best_peer"] in ("SPL", "SMP", "RS+FD")
+            assert {"unbiased", "normsub", "normmul"} <= comparison.keys()
+            # Norm-mul is the peer's own estimator: on the peer's SMP reports Chorus's answer
+            # is the peer's up to rounding, and so is its MSE.
+            same = peers["SMP"]["same_reports"]
+            assert same["normmul_max_abs_diff"] <= 1e-9
+            assert same["chorus_normmul_over_peer"]["ratio"] == pytest.approx(1, abs=1e-9)
     z = z_threshold(0.001, len(results["pooled"]))
     for name, pooled in results["pooled"].items():
         assert pooled["runs"] == 128
@@ -152,3 +161,4 @@ def test_record_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
         assert pooled["se"] < 0.1, (name, pooled)
         assert abs(pooled["mse_over_theory"] - 1) <= z * pooled["se"], (name, pooled)
     assert "Summary:" in run.stdout
+    assert results["summary"]["verdict_answer"] == "norm-mul"
