@@ -282,7 +282,7 @@ def _rsfd(mechanism: Mechanism, inputs: np.ndarray, rng: np.random.Generator) ->
     n = len(inputs)
     chosen = rng.integers(0, mechanism.d, size=n)
     out = np.empty_like(inputs)
-    for j, (oracle, k) in enumerate(zip(mechanism.attribute_oracles, mechanism.domain.sizes,
+    for j, (oracle, k) in enumerate(zip(mechanism.krr_oracles, mechanism.domain.sizes,
                                         strict=True)):
         real = np.asarray(_krr(oracle, inputs[:, j], rng))
         out[:, j] = np.where(chosen == j, real, rng.integers(0, k, size=n))

@@ -163,6 +163,23 @@ class NumericRange:
         return {"kind": self.kind, "lo": self.lo, "hi": self.hi}
 
 
+def _by_attribute(value: object, names: tuple[str, ...], kind: str, what: str) -> list[object]:
+    """A several-attribute value, {name: item} or a sequence in attribute order, as the list
+    of its items in attribute order; :class:`ValueDomainError` says what is missing."""
+    if isinstance(value, dict):
+        if set(value) != set(names):
+            missing = sorted(set(names) - set(value))
+            extra = sorted(str(k) for k in set(value) - set(names))
+            raise ValueDomainError(f"a {kind} value needs exactly the attributes {list(names)}; "
+                                   f"missing {missing}, unknown {extra}")
+        return [value[name] for name in names]
+    if isinstance(value, list | tuple):
+        if len(value) != len(names):
+            raise ValueDomainError(f"a {kind} value has {len(names)} {what}, got {len(value)}")
+        return list(value)
+    raise ValueDomainError(f"a {kind} campaign takes a mapping of {list(names)} to {what}")
+
+
 @dataclass(frozen=True)
 class NumericVector:
     """D named attributes, each a bounded interval; a value is one number per attribute.
@@ -191,21 +208,7 @@ class NumericVector:
 
     def to_unit(self, value: object) -> tuple[float, ...]:
         """Clip every attribute to its range and map it to [−1, 1] (on the device)."""
-        if isinstance(value, dict):
-            if set(value) != set(self.names):
-                missing = sorted(set(self.names) - set(value))
-                extra = sorted(str(k) for k in set(value) - set(self.names))
-                raise ValueDomainError(f"a vector value needs exactly the attributes "
-                                       f"{list(self.names)}; missing {missing}, unknown {extra}")
-            numbers = [value[name] for name in self.names]
-        elif isinstance(value, list | tuple):
-            if len(value) != self.size:
-                raise ValueDomainError(f"a vector value has {self.size} numbers, got "
-                                       f"{len(value)}")
-            numbers = list(value)
-        else:
-            raise ValueDomainError(f"a vector campaign takes a mapping of {list(self.names)} "
-                                   "to numbers")
+        numbers = _by_attribute(value, self.names, "vector", "numbers")
         return tuple(r.to_unit(x) for r, x in zip(self.ranges, numbers, strict=True))
 
     def random_value(self, rng: RandomSource) -> dict[str, float]:
@@ -303,21 +306,7 @@ class Record:
 
     def encode(self, value: object) -> tuple[int, ...]:
         """One category index per attribute, or :class:`ValueDomainError`."""
-        if isinstance(value, dict):
-            if set(value) != set(self.names):
-                missing = sorted(set(self.names) - set(value))
-                extra = sorted(str(k) for k in set(value) - set(self.names))
-                raise ValueDomainError(f"a record needs exactly the attributes "
-                                       f"{list(self.names)}; missing {missing}, unknown {extra}")
-            items = [value[name] for name in self.names]
-        elif isinstance(value, list | tuple):
-            if len(value) != self.size:
-                raise ValueDomainError(f"a record has {self.size} attributes, got "
-                                       f"{len(value)} values")
-            items = list(value)
-        else:
-            raise ValueDomainError(f"a record campaign takes a mapping of {list(self.names)} "
-                                   "to categories")
+        items = _by_attribute(value, self.names, "record", "categories")
         out = []
         for name, attribute, item in zip(self.names, self.attributes, items, strict=True):
             try:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -173,15 +174,26 @@ def _oracle_counts(oracle: PureOracle, payloads: Sequence[Any]) -> np.ndarray:
     return UnaryEstimator().map(oracle, payloads)  # type: ignore[arg-type]
 
 
+def _grouped_counts(oracles: Sequence[PureOracle], payloads: Sequence[Any],
+                    key: str) -> np.ndarray:
+    """For payloads {key: i, "y": report} of one of several oracles: per oracle, the number
+    of its reports followed by their support counts."""
+    groups: list[list[Any]] = [[] for _ in oracles]
+    for payload in payloads:
+        groups[payload[key]].append(payload["y"])
+    return np.concatenate([np.concatenate(([len(g)], _oracle_counts(o, g)))
+                           for o, g in zip(oracles, groups, strict=True)]).astype(np.int64)
+
+
 class RecordEstimator(Estimator[RecordMechanism]):
     """What the record estimators share: state layout by blocks, answering, post-processing."""
 
     mechanism_type: ClassVar[MechanismTypes] = RecordMechanism
     postprocessing: ClassVar[tuple[str, ...]] = ("none", "norm-sub", "norm-mul", "projection")
 
+    @abstractmethod
     def blocks(self, mechanism: RecordMechanism) -> list[int]:
         """The state's blocks: one per oracle, each [reports, support counts…] or counts."""
-        raise NotImplementedError
 
     def state_size(self, mechanism: RecordMechanism) -> int:
         return sum(self.blocks(mechanism))
@@ -191,10 +203,10 @@ class RecordEstimator(Estimator[RecordMechanism]):
         return [state[end - size:end] for end, size in zip(ends, self.blocks(mechanism),
                                                            strict=True)]
 
+    @abstractmethod
     def marginal_tables(self, mechanism: RecordMechanism, n: int,
                         state: np.ndarray) -> list[tuple[Table, int]]:
         """Each attribute's unbiased marginal and the number of reports it rests on."""
-        raise NotImplementedError
 
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> RecordEstimate:
@@ -218,8 +230,9 @@ class RecordEstimator(Estimator[RecordMechanism]):
             postprocessing=LABELS.get(query.postprocessing, "none (unbiased)"),
             warnings=_empty_warnings(marginals))
 
+    @abstractmethod
     def method(self, mechanism: RecordMechanism) -> str:
-        raise NotImplementedError
+        """How the answer was computed, in words."""
 
 
 def _rows(values: Sequence[str], table: Table, reports: int, method: str) -> list[FrequencyRow]:
@@ -245,12 +258,7 @@ class SampledAttributeEstimator(RecordEstimator):
         return [1 + k for k in mechanism.domain.sizes]
 
     def map(self, mechanism: RecordMechanism, payloads: Sequence[Any]) -> np.ndarray:
-        groups: list[list[Any]] = [[] for _ in range(mechanism.d)]
-        for payload in payloads:
-            groups[payload["a"]].append(payload["y"])
-        return np.concatenate([np.concatenate(([len(g)], _oracle_counts(o, g)))
-                               for o, g in zip(mechanism.oracles, groups, strict=True)]
-                              ).astype(np.int64)
+        return _grouped_counts(mechanism.oracles, payloads, "a")
 
     def marginal_tables(self, mechanism: RecordMechanism, n: int,
                         state: np.ndarray) -> list[tuple[Table, int]]:
@@ -303,7 +311,7 @@ class RandomSamplingFakeDataEstimator(RecordEstimator):
                         state: np.ndarray) -> list[tuple[Table, int]]:
         assert isinstance(mechanism, RandomSamplingFakeData)
         return [(rsfd_table(o, mechanism.d, block.astype(np.float64), n), n) for o, block in
-                zip(mechanism.attribute_oracles, self.split(mechanism, state), strict=True)]
+                zip(mechanism.krr_oracles, self.split(mechanism, state), strict=True)]
 
     def method(self, mechanism: RecordMechanism) -> str:
         return ("rsfd: one attribute per report by k-RR at ε, the others uniform fakes; ε is "
@@ -321,13 +329,7 @@ class MarginalsEstimator(RecordEstimator):
         return [1 + mechanism.cells(s) for s in mechanism.sets]
 
     def map(self, mechanism: RecordMechanism, payloads: Sequence[Any]) -> np.ndarray:
-        assert isinstance(mechanism, Marginals)
-        groups: list[list[Any]] = [[] for _ in mechanism.sets]
-        for payload in payloads:
-            groups[payload["s"]].append(payload["y"])
-        return np.concatenate([np.concatenate(([len(g)], _oracle_counts(o, g)))
-                               for o, g in zip(mechanism.oracles, groups, strict=True)]
-                              ).astype(np.int64)
+        return _grouped_counts(mechanism.oracles, payloads, "s")
 
     def set_tables(self, mechanism: Marginals, state: np.ndarray) -> list[tuple[Table, int]]:
         out = []

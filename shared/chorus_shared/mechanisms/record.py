@@ -27,6 +27,7 @@ Each oracle is k-RR or OUE, whichever has the smaller exact variance at its ε a
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations, product
@@ -112,9 +113,9 @@ class RecordMechanism(Mechanism):
         return product(*(range(k) for k in self.domain.sizes))
 
     @property
+    @abstractmethod
     def oracles(self) -> tuple[PureOracle, ...]:
         """The frequency oracles the reports go through (per attribute, or per marginal)."""
-        raise NotImplementedError
 
     def _oracle_names(self) -> list[str]:
         return [o.name for o in self.oracles]
@@ -127,12 +128,15 @@ def _check_index(value: object, bound: int, what: str) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SampledAttribute(RecordMechanism):
-    """SMP: one attribute, drawn uniformly and independently of the record, at the full ε."""
-
-    name: ClassVar[str] = "smp"
+class PerAttributeOracles(RecordMechanism):
+    """A record mechanism with one oracle per attribute, all derived from ε alone."""
 
     attribute_oracles: tuple[PureOracle, ...]
+
+    @classmethod
+    def attribute_oracle(cls, epsilon: float, d: int, categories: Categories) -> PureOracle:
+        """The oracle of one attribute of a d-attribute record at the campaign's ε."""
+        return least_variance_oracle(epsilon, categories)
 
     @classmethod
     def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
@@ -140,11 +144,18 @@ class SampledAttribute(RecordMechanism):
         eps = required_epsilon(cls.name, epsilon)
         record = cls.record_of(domain)
         return cls(domain=record, epsilon=eps, attribute_oracles=tuple(
-            least_variance_oracle(eps, a) for a in record.attributes))
+            cls.attribute_oracle(eps, record.size, a) for a in record.attributes))
 
     @property
     def oracles(self) -> tuple[PureOracle, ...]:
         return self.attribute_oracles
+
+
+@dataclass(frozen=True, kw_only=True)
+class SampledAttribute(PerAttributeOracles):
+    """SMP: one attribute, drawn uniformly and independently of the record, at the full ε."""
+
+    name: ClassVar[str] = "smp"
 
     def randomize(self, x: tuple[int, ...], rng: RandomSource,
                   assignment: Mapping[str, int] = EMPTY) -> dict[str, Any]:
@@ -177,24 +188,14 @@ class SampledAttribute(RecordMechanism):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SplitBudget(RecordMechanism):
+class SplitBudget(PerAttributeOracles):
     """SPL: every attribute, each by its own oracle at ε/d (they compose to ε)."""
 
     name: ClassVar[str] = "spl"
 
-    attribute_oracles: tuple[PureOracle, ...]
-
     @classmethod
-    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
-        check_params(params, (), cls.name)
-        eps = required_epsilon(cls.name, epsilon)
-        record = cls.record_of(domain)
-        return cls(domain=record, epsilon=eps, attribute_oracles=tuple(
-            least_variance_oracle(eps / record.size, a) for a in record.attributes))
-
-    @property
-    def oracles(self) -> tuple[PureOracle, ...]:
-        return self.attribute_oracles
+    def attribute_oracle(cls, epsilon: float, d: int, categories: Categories) -> PureOracle:
+        return least_variance_oracle(epsilon / d, categories)
 
     def randomize(self, x: tuple[int, ...], rng: RandomSource,
                   assignment: Mapping[str, int] = EMPTY) -> dict[str, Any]:
@@ -228,24 +229,19 @@ class SplitBudget(RecordMechanism):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RandomSamplingFakeData(RecordMechanism):
+class RandomSamplingFakeData(PerAttributeOracles):
     """RS+FD[GRR] at the campaign's ε, which is its true whole-record ε (see the module)."""
 
     name: ClassVar[str] = "rsfd"
 
-    attribute_oracles: tuple[KRR, ...]
-
     @classmethod
-    def resolve(cls, *, epsilon: float | None, domain: Domain, params: Mapping[str, Any]) -> Self:
-        check_params(params, (), cls.name)
-        eps = required_epsilon(cls.name, epsilon)
-        record = cls.record_of(domain)
-        return cls(domain=record, epsilon=eps, attribute_oracles=tuple(
-            KRR.resolve(epsilon=eps, domain=a, params={}) for a in record.attributes))
+    def attribute_oracle(cls, epsilon: float, d: int, categories: Categories) -> PureOracle:
+        return KRR.resolve(epsilon=epsilon, domain=categories, params={})
 
     @property
-    def oracles(self) -> tuple[PureOracle, ...]:
-        return self.attribute_oracles
+    def krr_oracles(self) -> tuple[KRR, ...]:
+        """The attributes' k-RR oracles (attribute_oracle makes nothing else)."""
+        return tuple(o for o in self.attribute_oracles if isinstance(o, KRR))
 
     def randomize(self, x: tuple[int, ...], rng: RandomSource,
                   assignment: Mapping[str, int] = EMPTY) -> dict[str, Any]:
