@@ -126,6 +126,11 @@ class Table:
         covariance: np.ndarray = np.diag(self.v.ravel()) - u @ u.T
         return covariance
 
+    def reshaped(self, shape: tuple[int, ...]) -> Table:
+        """A flat table (one oracle's cells) as the joint table of ``shape``, row-major."""
+        return Table(self.f.reshape(shape), self.v.reshape(shape),
+                     self.u.reshape((*shape, -1)))
+
     def scaled(self, w: float) -> Table:
         return Table(w * self.f, w * w * self.v, w * self.u)
 
@@ -335,10 +340,9 @@ class MarginalsEstimator(RecordEstimator):
         out = []
         for s, oracle, block in zip(mechanism.sets, mechanism.oracles,
                                     self.split(mechanism, state), strict=True):
-            shape = tuple(mechanism.domain.sizes[a] for a in s)
             flat = oracle_table(oracle, block[1:].astype(np.float64), int(block[0]))
-            out.append((Table(flat.f.reshape(shape), flat.v.reshape(shape),
-                              flat.u.reshape((*shape, -1))), int(block[0])))
+            out.append((flat.reshaped(tuple(mechanism.domain.sizes[a] for a in s)),
+                        int(block[0])))
         return out
 
     def design_variance(self, mechanism: Marginals, s: int, reports: int,
@@ -351,10 +355,8 @@ class MarginalsEstimator(RecordEstimator):
         p, q = oracle.support_probabilities()
         cells = mechanism.cells(mechanism.sets[s])
         expected = np.full(cells, reports * (q + (p - q) / cells))
-        shape = tuple(mechanism.domain.sizes[a] for a in mechanism.sets[s])
-        flat = oracle_table(oracle, expected, reports)
-        table = Table(flat.f.reshape(shape), flat.v.reshape(shape),
-                      flat.u.reshape((*shape, -1)))
+        table = oracle_table(oracle, expected, reports).reshaped(
+            tuple(mechanism.domain.sizes[a] for a in mechanism.sets[s]))
         return float(np.mean(table.project(keep).variance))
 
     def holders(self, mechanism: Marginals, attributes: Sequence[int]) -> list[int]:
