@@ -53,7 +53,8 @@ from chorus_client.transport import RequestsTransport, Response, Transport
 from chorus_shared.campaign import Campaign, campaign_from_config
 from chorus_shared.errors import CampaignError, ValueDomainError
 from chorus_shared.mechanisms import Mechanism
-from chorus_shared.rng import RandomSource, is_secure, resolve_rng
+from chorus_shared.mechanisms.base import EMPTY
+from chorus_shared.rng import RandomSource, is_secure, keyed_source, resolve_rng
 from chorus_shared.wire import PROBLEM_BASE, REFUSED_REPORT_KINDS, new_report
 
 __all__ = ["DEFAULT_LIFETIME_BUDGET", "DEFAULT_MAX_EPSILON", "Client", "FlushResult", "Outcome",
@@ -414,14 +415,27 @@ class Client:
         """The wire report for the value (or for a substitute), and when it becomes due."""
         mechanism = campaign.mechanism
         x, outside = self._encoded(mechanism, value)
+        assignment = self._assignment(campaign, now)
         with self._lock:
             if outside is not None:  # a value the domain cannot take: a substitute, not nothing
                 x = mechanism.encode(campaign.domain.random_value(self._rng))
-            # No assignment: cohorts and hash seeds are drawn afresh for every report.
-            payload = mechanism.randomize(x, self._rng)
+            # No assignment but a discovery campaign's group: cohorts and hash seeds are drawn
+            # afresh for every report.
+            payload = mechanism.randomize(x, self._rng, assignment)
             jitter = self._rng.random()
         return new_report(campaign, payload, now).to_wire(), self._due(campaign, now, jitter), \
             outside
+
+    def _assignment(self, campaign: Campaign, now: float) -> Mapping[str, int]:
+        """A discovery campaign's group for this privacy period (PEM's user split): derived
+        from the install's key, the campaign's name and the period, so a restart keeps it and
+        no value moves it. Every other mechanism draws its public choices per report."""
+        mechanism = campaign.mechanism
+        if not getattr(mechanism, "keyed_assignment", False):
+            return EMPTY
+        key = self._open_state().assignment_key()
+        label = f"{campaign.name}\0{campaign.policy.period(now)}"
+        return mechanism.assign(keyed_source(key, label))
 
     def _refused(self, campaign_name: str, reason: str) -> Outcome:
         with self._lock:

@@ -8,8 +8,11 @@
   restart.
 
 What the file reveals: no true value and no key from which one could be tested. It holds the
-ε spent per campaign and day, and the randomized reports not yet sent, which are exactly what
-the collector will receive. It is still created readable by its owner only.
+ε spent per campaign and day, the randomized reports not yet sent, which are exactly what
+the collector will receive, and one random ``assignment_key`` (schema 3). That key only
+derives which public group a discovery campaign's reports go to in each privacy period
+(``chorus_shared.rng.keyed_source``); the group is in every such report anyway, and the key
+is independent of every value. The file is still created readable by its owner only.
 
 Charging the ledger and writing the outbox happen in one transaction, so a crash can neither
 lose a report whose budget was spent nor send one that was never charged. Commits are not
@@ -41,8 +44,10 @@ from chorus_shared.privacy import fits
 
 __all__ = ["ClientState", "Decision", "Limits"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA = """
+CREATE TABLE IF NOT EXISTS assignment_key (
+    id INTEGER PRIMARY KEY CHECK (id = 1), key BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS ledger (
     campaign TEXT NOT NULL, period TEXT NOT NULL,
     epsilon REAL NOT NULL, reports INTEGER NOT NULL,
@@ -228,6 +233,16 @@ class ClientState:
                 finally:
                     os.close(directory)
             self._wal_listed = True
+
+    def assignment_key(self) -> bytes:
+        """This install's key for public assignments: drawn from the OS CSPRNG once, kept."""
+        with self._transaction() as conn:
+            row = conn.execute("SELECT key FROM assignment_key WHERE id = 1").fetchone()
+            if row is not None:
+                return bytes(row[0])
+            key = secrets.token_bytes(32)
+            conn.execute("INSERT INTO assignment_key (id, key) VALUES (1, ?)", (key,))
+            return key
 
     def spent(self, campaign: str | None = None, period: str | None = None) -> float:
         """ε spent, in total or for one campaign (and period)."""

@@ -13,7 +13,8 @@ as ``mechanism.encode`` encodes them on the device: category indices; for the me
 mechanisms, numbers on the [−1, 1] scale (vector inputs an (n, D) array of them); for the
 distribution mechanisms ``sw`` and ``hh``, numbers on the unit scale [0, 1] (the campaign's
 linear or log mapping already applied); for the record mechanisms ``smp``, ``spl``, ``rsfd``
-and ``marginals``, an (n, d) array of category indices.
+and ``marginals``, an (n, d) array of category indices; for the discovery mechanisms ``pem``
+and ``treehist``, the encoded strings (integers of 8·max_bytes bits).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from chorus_collector.estimators.discovery import report_buckets
 from chorus_shared.mechanisms import (
     KRR,
     OUE,
@@ -43,6 +45,7 @@ from chorus_shared.mechanisms import (
     SplitBudget,
     SquareWave,
 )
+from chorus_shared.mechanisms.discovery import PrefixDiscovery, TreeHist
 from chorus_shared.mechanisms.local_hashing import LocalHashing
 
 __all__ = ["SIMULATORS", "simulate"]
@@ -304,13 +307,48 @@ def _marginals(mechanism: Mechanism, inputs: np.ndarray,
     return _grouped(len(mechanism.sets), chosen, cells, "s")
 
 
+def _krr_buckets(buckets: np.ndarray, bins: int, epsilon: float,
+                 rng: np.random.Generator) -> np.ndarray:
+    e = math.exp(epsilon)
+    keep = rng.random(len(buckets)) < e / (e + bins - 1)
+    other = rng.integers(0, bins - 1, size=len(buckets))
+    other += other >= buckets
+    result: np.ndarray = np.where(keep, buckets, other)
+    return result
+
+
+def _discovery(mechanism: Mechanism, inputs: np.ndarray,
+               rng: np.random.Generator) -> list[Any]:
+    """PEM and TreeHist; inputs are encoded values (ints of 8·max_bytes bits), and each
+    report's group is drawn afresh (the client derives it from its install key)."""
+    assert isinstance(mechanism, PrefixDiscovery)
+    values = inputs.tolist()
+    n = len(values)
+    groups = rng.integers(0, mechanism.groups, size=n)
+    cohorts = rng.integers(0, mechanism.cohorts, size=n)
+    epsilon = mechanism.epsilon_prefix if isinstance(mechanism, TreeHist) else mechanism.epsilon
+    y = _krr_buckets(report_buckets(mechanism, values, groups, cohorts), mechanism.bins,
+                     epsilon, rng)
+    if not isinstance(mechanism, TreeHist):
+        return [{"g": g, "c": c, "y": b} for g, c, b in
+                zip(groups.tolist(), cohorts.tolist(), y.tolist(), strict=True)]
+    word_cohorts = rng.integers(0, mechanism.cohorts, size=n)
+    full = np.full(n, mechanism.groups - 1)
+    word_y = _krr_buckets(report_buckets(
+        mechanism, values, full, word_cohorts, hash_group=np.full(n, mechanism.groups),
+        bins=mechanism.word_bins), mechanism.word_bins, mechanism.epsilon_word, rng)
+    return [{"g": g, "c": c, "y": b, "wc": wc, "wy": wy} for g, c, b, wc, wy in
+            zip(groups.tolist(), cohorts.tolist(), y.tolist(), word_cohorts.tolist(),
+                word_y.tolist(), strict=True)]
+
+
 Simulator = Callable[[Mechanism, np.ndarray, np.random.Generator], list[Any]]
 SIMULATORS: dict[str, Simulator] = {
     "rr": _krr, "krr": _krr, "sue": _unary, "oue": _unary, "olh": _local_hashing,
     "blh": _local_hashing, "hr": _hadamard, "dbitflip": _dbitflip, "duchi": _duchi,
     "one_bit_mean": _duchi, "pm": _piecewise, "duchi_md": _duchi_md, "harmony": _harmony,
     "rappor": _rappor, "sw": _square_wave, "hh": _hierarchical, "smp": _smp, "spl": _spl,
-    "rsfd": _rsfd, "marginals": _marginals,
+    "rsfd": _rsfd, "marginals": _marginals, "pem": _discovery, "treehist": _discovery,
 }
 
 
@@ -322,6 +360,7 @@ def simulate(mechanism: Mechanism, inputs: Sequence[Any] | np.ndarray,
     except KeyError:
         raise ValueError(f"no vectorized simulator for {mechanism.name!r}; known: "
                          f"{sorted(SIMULATORS)}") from None
-    array = np.asarray(inputs, dtype=object if mechanism.name == "rappor" else None)
+    as_objects = mechanism.name in ("rappor", "pem", "treehist")  # strings, or big integers
+    array = np.asarray(inputs, dtype=object if as_objects else None)
     return sampler(mechanism, array, rng)
 

@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from chorus_shared.domain import Categories, Domain, domain_from_json
+from chorus_shared.domain import Categories, Domain, OpenStrings, domain_from_json
 from chorus_shared.errors import CampaignError, PrivacyWarning
 from chorus_shared.mechanisms import Mechanism, mechanism_class
 from chorus_shared.mechanisms.base import check_epsilon
 from chorus_shared.privacy import PrivacyPolicy, WorstCase, policy_from_json
-from chorus_shared.selection import choose_mechanism
+from chorus_shared.selection import choose_discovery, choose_mechanism
 
 __all__ = [
     "CONFIG_FORMAT",
@@ -212,10 +212,15 @@ def _mechanism(spec: Mapping[str, Any]) -> tuple[Mechanism, dict[str, Any] | Non
     if selection is not None and not isinstance(selection, dict):
         raise CampaignError("selection must be an object")
     if mechanism_name == "auto":
-        if not isinstance(domain, Categories) or epsilon is None:
-            raise CampaignError("mechanism 'auto' needs epsilon and a categories domain")
-        mechanism_name, selection = choose_mechanism(check_epsilon(epsilon), domain, params)
-        params = {}
+        if isinstance(domain, OpenStrings) and epsilon is not None:
+            mechanism_name, selection = choose_discovery(check_epsilon(epsilon), domain, params)
+        elif not isinstance(domain, Categories) or epsilon is None:
+            raise CampaignError("mechanism 'auto' needs epsilon and a categories domain (a "
+                                "frequency oracle) or a strings domain (discovery)")
+        else:
+            mechanism_name, selection = choose_mechanism(check_epsilon(epsilon), domain,
+                                                         params)
+            params = {}
     cls = mechanism_class(mechanism_name)
     if domain.kind not in cls.domain_kinds:
         raise CampaignError(

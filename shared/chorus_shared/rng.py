@@ -8,13 +8,15 @@ A seeded :class:`random.Random` is for tests and simulation only.
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import random
 import secrets
 from collections.abc import Sequence
 from typing import Protocol
 
-__all__ = ["RandomSource", "bernoulli", "bernoulli_bits", "is_secure", "resolve_rng",
-           "uniforms"]
+__all__ = ["RandomSource", "bernoulli", "bernoulli_bits", "is_secure", "keyed_source",
+           "resolve_rng", "uniforms"]
 
 
 class RandomSource(Protocol):
@@ -88,3 +90,18 @@ def bernoulli_bits(rng: RandomSource, count: int, probability: float) -> int:
 def is_secure(rng: RandomSource) -> bool:
     """Whether ``rng`` draws from the operating system (not a seeded Mersenne Twister)."""
     return isinstance(rng, random.SystemRandom)
+
+
+def keyed_source(key: bytes, label: str) -> random.Random:
+    """A generator determined by (key, label): HMAC-SHA256 of the label seeds it.
+
+    For *public* assignments that must stay put, such as the group a discovery campaign's
+    reports go to in one privacy period: the same install (key), campaign and period (label)
+    always get the same draw, across restarts, and the draw depends on nothing else: never on
+    a value. Never for the randomizer's coins, which come from the OS CSPRNG.
+    """
+    if len(key) < 16:
+        raise ValueError("a keyed source needs a key of at least 16 bytes")
+    digest = hmac.new(key, b"chorus-assignment-v1\0" + label.encode("utf-8"),
+                      hashlib.sha256).digest()
+    return random.Random(int.from_bytes(digest, "big"))

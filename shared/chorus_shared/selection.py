@@ -1,4 +1,5 @@
-"""``mechanism: "auto"``: the frequency oracle with the least exact variance (§12.2).
+"""``mechanism: "auto"``: the frequency oracle with the least exact variance (§12.2), or for
+open strings the discovery mechanism by the rule of :func:`choose_discovery`.
 
 For a categorical domain of size d at ε, every eligible oracle's Var* (n · Var[f̂_v] as
 f_v → 0) is computed exactly, with its real parameters (Subset Selection at its best ω), and
@@ -8,15 +9,17 @@ report. The comparison is written into the campaign's config, so anyone can see 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from chorus_shared.domain import Categories
+from chorus_shared.domain import Categories, OpenStrings
 from chorus_shared.errors import CampaignError
 from chorus_shared.mechanisms import REGISTRY, PureOracle
+from chorus_shared.mechanisms.discovery import PEM, PrefixDiscovery, TreeHist
 from chorus_shared.mechanisms.krr import KRR
 
-__all__ = ["AUTO_CANDIDATES", "choose_mechanism"]
+__all__ = ["AUTO_CANDIDATES", "choose_discovery", "choose_mechanism"]
 
 AUTO_CANDIDATES = ("krr", "oue", "olh", "sue", "ss", "hr", "blh")
 
@@ -58,3 +61,43 @@ def choose_mechanism(epsilon: float, domain: Categories,
               + (f", reports of at most {limit} bits" if limit is not None else ""))
     return chosen, {"from": "auto", "max_report_bits": limit, "reason": reason,
                     "candidates": table}
+
+
+def choose_discovery(epsilon: float, domain: OpenStrings,
+                     params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """PEM or TreeHist for a discovery campaign over strings of ``domain.max_bytes`` at ε.
+
+    Both walk the same prefixes; they differ in what they spend where. PEM splits the installs
+    into G + 1 groups at the full ε, so both its walk and its final frequencies have variance
+    (G + 1)·V(ε)/n. TreeHist splits ε: the walk has G·V(ε/2)/n, the final frequencies, from
+    every install, V(ε/2)/n. The walk decides what is found, and PEM's is always the finer
+    (OLH has V(ε/2) ≥ 4·V(ε), so G·V(ε/2) > (G + 1)·V(ε)); TreeHist's final frequencies
+    are the more precise when G + 1 > V(ε/2)/V(ε), i.e. for long strings at small ε.
+
+    The rule: **TreeHist when its final standard error is at most half of PEM's** (its
+    frequencies are at least 4× more precise in variance, which is worth the higher
+    discovery threshold); PEM otherwise. Both figures and the thresholds go into the record.
+    Parameters other than the schedule's (top, keep, first_bits, step_bits) are refused.
+    """
+    allowed = {"top", "keep", "first_bits", "step_bits"}
+    unknown = set(params) - allowed
+    if unknown:
+        raise CampaignError(f"mechanism 'auto' over strings takes only {sorted(allowed)}, "
+                            f"not {sorted(unknown)}")
+    options: dict[str, PrefixDiscovery] = {
+        cls.name: cls.resolve(epsilon=epsilon, domain=domain, params=dict(params))
+        for cls in (PEM, TreeHist)}
+    table = {name: {"final_std_error_at_1e6": math.sqrt(m.final_variance() / 1e6),
+                    "walk_std_error_at_1e6": math.sqrt(m.walk_variance() / 1e6),
+                    "groups": m.groups}
+             for name, m in options.items()}
+    pem, treehist = table["pem"], table["treehist"]
+    ratio = treehist["final_std_error_at_1e6"] / pem["final_std_error_at_1e6"]
+    chosen = "treehist" if ratio <= 0.5 else "pem"
+    reason = (f"TreeHist's final standard error is {ratio:.2f}× PEM's at ε = {epsilon:g} over "
+              f"strings of up to {domain.max_bytes} bytes ({pem['groups']} PEM groups); "
+              + ("at most half, so its more precise frequencies win"
+                 if chosen == "treehist" else
+                 "above half, so PEM's finer walk (it finds rarer values) wins"))
+    return chosen, {"from": "auto", "reason": reason, "candidates": table,
+                    "params": dict(params)}

@@ -503,7 +503,10 @@ def test_the_state_file_holds_no_key_to_the_values(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / FILE_NAME) as db:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE "
                                                "type = 'table' AND name NOT LIKE 'sqlite_%'")}
-    assert tables == {"ledger", "outbox"}
+        keys = db.execute("SELECT count(*) FROM assignment_key").fetchone()[0]
+    assert tables == {"ledger", "outbox", "assignment_key"}
+    # The assignment key is drawn only for a discovery campaign's groups: none here.
+    assert keys == 0
 
 
 def test_an_old_state_file_loses_its_fingerprints_and_keeps_what_was_spent(
@@ -539,7 +542,10 @@ def test_an_old_state_file_loses_its_fingerprints_and_keeps_what_was_spent(
     with sqlite3.connect(tmp_path / FILE_NAME) as db:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE "
                                                "type = 'table' AND name NOT LIKE 'sqlite_%'")}
-    assert tables == {"ledger", "outbox"}
+        keys = db.execute("SELECT count(*) FROM assignment_key").fetchone()[0]
+    assert tables == {"ledger", "outbox", "assignment_key"}
+    # The assignment key is drawn only for a discovery campaign's groups: none here.
+    assert keys == 0
 
 
 # -- hostile values and hostile configs, over every mechanism --------------------------------

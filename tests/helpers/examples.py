@@ -175,6 +175,23 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"epsilon": 1.0, "domain": _record(3, 3)},  # MECHANISMS-2.md §2.1's d = 2, k = 3
         {"epsilon": 0.5, "domain": _record(2, 2, 4)},
     ],
+    # Discovery: one-byte strings (every value enumerable), walks of two and three steps.
+    "pem": [
+        {"epsilon": 1.0986122886681098, "domain": {"kind": "strings", "max_bytes": 1},
+         "params": {"top": 1, "keep": 1, "first_bits": 4, "step_bits": 4, "cohorts": 2,
+                    "bins": 3}},
+        {"epsilon": 2.0, "domain": {"kind": "strings", "max_bytes": 1},
+         "params": {"top": 2, "keep": 2, "first_bits": 2, "step_bits": 3, "cohorts": 3,
+                    "bins": 4}},
+    ],
+    "treehist": [
+        {"epsilon": 1.0, "domain": {"kind": "strings", "max_bytes": 1},
+         "params": {"top": 1, "keep": 1, "first_bits": 4, "step_bits": 4, "cohorts": 2,
+                    "bins": 2, "word_bins": 2}},
+        {"epsilon": 3.0, "domain": {"kind": "strings", "max_bytes": 1},
+         "params": {"top": 1, "keep": 2, "first_bits": 4, "step_bits": 4, "cohorts": 2,
+                    "bins": 2, "word_bins": 3, "prefix_share": 30}},
+    ],
     "marginals": [
         {"epsilon": 1.0, "domain": _record(2, 3, 2)},
         {"epsilon": 0.25, "domain": _record(3, 3)},  # OUE over the 9 cells

@@ -8,6 +8,7 @@ from typing import Any
 
 from chorus_collector.estimators.base import Estimator, Query, QueryError
 from chorus_collector.estimators.dbitflip import DBitFlipEstimator
+from chorus_collector.estimators.discovery import PEMEstimator, TreeHistEstimator
 from chorus_collector.estimators.duchi import DuchiEstimator, OneBitMeanEstimator
 from chorus_collector.estimators.hadamard import HadamardEstimator
 from chorus_collector.estimators.hierarchical import HierarchicalEstimator
@@ -58,7 +59,7 @@ ESTIMATORS: dict[str, Estimator[Any]] = {
         DuchiMultidimEstimator(), HarmonyEstimator(), PiecewiseMultidimEstimator(),
         HybridMultidimEstimator(), SquareWaveEstimator(), HierarchicalEstimator(),
         SampledAttributeEstimator(), SplitBudgetEstimator(), RandomSamplingFakeDataEstimator(),
-        MarginalsEstimator(),
+        MarginalsEstimator(), PEMEstimator(), TreeHistEstimator(),
     )
 }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from chorus_shared.errors import CampaignError
 from chorus_shared.mechanisms.base import Mechanism
 from chorus_shared.mechanisms.dbitflip import DBitFlip
+from chorus_shared.mechanisms.discovery import PEM, PrefixDiscovery, TreeHist
 from chorus_shared.mechanisms.duchi import Duchi, OneBitMean
 from chorus_shared.mechanisms.hadamard import HadamardResponse
 from chorus_shared.mechanisms.hierarchical import HierarchicalHistogram
@@ -42,9 +43,11 @@ from chorus_shared.mechanisms.unary import OUE, SUE
 
 __all__ = [
     "BLH",
+    "DISCOVERY_MECHANISMS",
     "KRR",
     "OLH",
     "OUE",
+    "PEM",
     "REGISTRY",
     "STRING_MECHANISMS",
     "SUE",
@@ -69,6 +72,7 @@ __all__ = [
     "OpenRappor",
     "PiecewiseMechanism",
     "PiecewiseMultidim",
+    "PrefixDiscovery",
     "PureOracle",
     "RandomSamplingFakeData",
     "Rappor",
@@ -79,6 +83,7 @@ __all__ = [
     "SquareWave",
     "SubsetSelection",
     "SuccinctHistogram",
+    "TreeHist",
     "mechanism_class",
 ]
 
@@ -91,6 +96,7 @@ REGISTRY: dict[str, type[Mechanism]] = {
         DuchiMultidim, Harmony, PiecewiseMultidim, HybridMultidim,
         SquareWave, HierarchicalHistogram,
         SampledAttribute, SplitBudget, RandomSamplingFakeData, Marginals,
+        PEM, TreeHist,
     )
 }
 
@@ -98,6 +104,10 @@ REGISTRY: dict[str, type[Mechanism]] = {
 #: The mechanisms over open strings, decoded against candidates at query time.
 STRING_MECHANISMS: tuple[str, ...] = tuple(
     name for name, cls in REGISTRY.items() if "strings" in cls.domain_kinds)
+
+#: The mechanisms that discover frequent strings themselves (candidates optional).
+DISCOVERY_MECHANISMS: tuple[str, ...] = tuple(
+    name for name, cls in REGISTRY.items() if issubclass(cls, PrefixDiscovery))
 
 
 def mechanism_class(name: object) -> type[Mechanism]:

@@ -1,0 +1,391 @@
+"""PEM and TreeHist: the walk down the prefixes, at query time, over a count table.
+
+The statistic is a count table: for each group (a prefix length), cohort (a public hash
+function) and bucket, how many reports said that bucket; TreeHist adds one table of the
+whole-string reports. A query walks it:
+
+1. at the first length every prefix is a candidate; at each later one, every survivor
+   extended by all 2^η continuations;
+2. a candidate's frequency among the group's installs is OLH's f̂ = (S/n_g − 1/k)/(p − 1/k),
+   S the reports whose cohort hashes it to the bucket they name; the ``keep`` largest
+   positive ones survive (MECHANISMS-2.md §3.1);
+3. the full-length survivors that are strings at all (valid UTF-8, zero padding) are estimated
+   in the *final* table: PEM's estimation group, which the walk never read, or TreeHist's
+   whole-string reports. That fit is joint (weighted least squares over cohort × bucket), so
+   the found values' hash collisions with one another do not bias it, and its covariance is
+   the sandwich of the multinomial cell counts;
+4. each value is flagged ``detected`` by Holm's one-sided z-tests at family-wise error
+   :data:`DETECTION_ALPHA` over the values tested.
+
+With candidates, a query skips the walk and estimates them in the final table (the second
+stage), flags included.
+"""
+
+from __future__ import annotations
+
+import codecs
+import math
+from abc import abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from chorus_collector.estimators.base import Estimator, MechanismTypes, Query, QueryError
+from chorus_collector.estimators.common import check_candidates
+from chorus_collector.results import FrequencyEstimate, frequency_rows
+from chorus_shared import prefix_hash
+from chorus_shared.campaign import Campaign
+from chorus_shared.mechanisms.discovery import (
+    DETECTION_ALPHA,
+    PEM,
+    PrefixDiscovery,
+    TreeHist,
+)
+
+__all__ = ["PEMEstimator", "TreeHistEstimator", "buckets_of", "holm_detected", "joint_fit"]
+
+VARIANCE_MODEL = ("multinomial cell counts of the final table, propagated through a joint "
+                  "weighted least-squares fit of the values; unbiased on average over the "
+                  "public hash functions, and exactly so with respect to the other values fit")
+MAX_SECOND_STAGE = 1000
+
+_C1 = np.uint64(0xBF58476D1CE4E5B9)
+_C2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S32 = (np.uint64(s) for s in (30, 27, 31, 32))
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    z = (z ^ (z >> _S30)) * _C1
+    z = (z ^ (z >> _S27)) * _C2
+    result: np.ndarray = z ^ (z >> _S31)
+    return result
+
+
+def _words(prefixes: Sequence[int], s: int, m: int) -> np.ndarray:
+    """Left-aligned big-endian 64-bit words of s-bit prefixes (one row per prefix)."""
+    width = 64 * ((m + 63) // 64)
+    data = b"".join((p << (width - s)).to_bytes(width // 8, "big") for p in prefixes)
+    return np.frombuffer(data, dtype=">u8").astype(np.uint64).reshape(len(prefixes),
+                                                                      width // 64)
+
+
+def _prefix_mask(s: int, m: int) -> np.ndarray:
+    """Word masks that keep the first s bits of a left-aligned m-bit string."""
+    width = 64 * ((m + 63) // 64)
+    keep = ((1 << s) - 1) << (width - s)
+    return np.array([(keep >> (width - 64 * (i + 1))) & prefix_hash.MASK
+                     for i in range(width // 64)], dtype=np.uint64)
+
+
+def report_buckets(mechanism: PrefixDiscovery, values: Sequence[int], groups: np.ndarray,
+                   cohorts: np.ndarray, *, hash_group: np.ndarray | None = None,
+                   lengths: Sequence[int] | None = None, bins: int | None = None) -> np.ndarray:
+    """The bucket each report's value hashes to: value i's prefix of the length of its group,
+    under its cohort's function (simulation: one hash per report, all in numpy)."""
+    lengths = mechanism.lengths if lengths is None else lengths
+    hash_group = groups if hash_group is None else hash_group
+    words = _words(values, mechanism.m, mechanism.m)
+    masks = np.stack([_prefix_mask(s, mechanism.m) for s in lengths])
+    seeds = np.array([prefix_hash.seed(mechanism.salt, g, s) for g, s in enumerate(lengths)]
+                     + [prefix_hash.seed(mechanism.salt, len(lengths), mechanism.m)],
+                     dtype=np.uint64)
+    z = seeds[hash_group]
+    row_masks = masks[groups]
+    for t in range(words.shape[1]):
+        z = _mix64(z ^ (words[:, t] & row_masks[:, t]))
+    steps = ((cohorts.astype(np.uint64) + np.uint64(1)) * np.uint64(prefix_hash.COHORT_STEP))
+    mixed = _mix64(z ^ steps)
+    width = np.uint64(mechanism.bins if bins is None else bins)
+    result: np.ndarray = (((mixed >> _S32) * width) >> _S32).astype(np.int64)
+    return result
+
+
+def buckets_of(mechanism: PrefixDiscovery, group: int, s: int, prefixes: Sequence[int],
+               bins: int) -> np.ndarray:
+    """``prefix_hash`` for many prefixes at once: buckets[i, cohort] (int64)."""
+    words = _words(prefixes, s, mechanism.m)
+    z = np.full(len(prefixes), prefix_hash.seed(mechanism.salt, group, s), dtype=np.uint64)
+    for t in range(words.shape[1]):
+        z = _mix64(z ^ words[:, t])
+    steps = np.array([((j + 1) * prefix_hash.COHORT_STEP) & prefix_hash.MASK
+                      for j in range(mechanism.cohorts)], dtype=np.uint64)
+    mixed = _mix64(z[:, None] ^ steps[None, :])
+    result: np.ndarray = (((mixed >> _S32) * np.uint64(bins)) >> _S32).astype(np.int64)
+    return result
+
+
+def _keep_probability(epsilon: float, bins: int) -> tuple[float, float]:
+    e = math.exp(epsilon)
+    return e / (e + bins - 1), 1 / (e + bins - 1)
+
+
+def marginal_estimates(table: np.ndarray, buckets: np.ndarray, epsilon: float,
+                       heavy: int = 0) -> np.ndarray:
+    """OLH's f̂ for each candidate from one group's (cohorts × bins) table.
+
+    With ``heavy`` > 0, each estimate is then cleared of its hash collisions with the
+    ``heavy`` largest ones: E[f̂_v] = f_v + Σ_w f_w (c_vw − 1/k)/(1 − 1/k), c_vw the share of
+    reports whose cohort hashes v and w alike; one Jacobi step of the joint fit. Without it
+    the collisions with a few very frequent prefixes add noise as large as OLH's own.
+    """
+    cohorts, bins = table.shape
+    sizes = table.sum(axis=1).astype(np.float64)
+    n = sizes.sum()
+    if n == 0:
+        return np.zeros(len(buckets))
+    support = table[np.arange(cohorts)[None, :], buckets].sum(axis=1)
+    p, _ = _keep_probability(epsilon, bins)
+    estimates: np.ndarray = (support / n - 1 / bins) / (p - 1 / bins)
+    if heavy <= 0 or len(estimates) < 2:
+        return estimates
+    top = np.argsort(-estimates, kind="stable")[:heavy]
+    weights = sizes / n
+    correction = np.zeros(len(estimates))
+    chunk = max(1, 4_000_000 // (len(top) * cohorts))
+    for start in range(0, len(estimates), chunk):
+        same = buckets[start:start + chunk, None, :] == buckets[None, top, :]
+        share = same @ weights  # (chunk, heavy): c_vw
+        correction[start:start + chunk] = (share - 1 / bins) @ estimates[top]
+    # A heavy candidate's own term (c_vv = 1) is not a collision.
+    correction[top] -= (1 - 1 / bins) * estimates[top]
+    result: np.ndarray = estimates - correction / (1 - 1 / bins)
+    return result
+
+
+@dataclass(frozen=True)
+class JointFit:
+    frequency: np.ndarray
+    covariance: np.ndarray
+    reports: int
+
+
+def joint_fit(table: np.ndarray, buckets: np.ndarray, epsilon: float) -> JointFit:
+    """Weighted least squares of the candidates' frequencies on one (cohorts × bins) table.
+
+    Y[j, y] = (T[j, y]/n_j − 1/k)/(p − q) = Σ_v f_v (1[h_j(v) = y] − 1/k) + noise, weights
+    n_j; the rest of the population spreads as 1/k per bucket on average over the hashes.
+    Without collisions between candidates this is OLH's marginal estimator exactly.
+    """
+    cohorts, bins = table.shape
+    count = buckets.shape[0]
+    p, q = _keep_probability(epsilon, bins)
+    gap = p - q
+    sizes = table.sum(axis=1).astype(np.float64)
+    n = float(sizes.sum())
+    if n == 0 or count == 0:
+        return JointFit(np.zeros(count), np.zeros((count, count)), int(n))
+    shares = table / np.maximum(sizes, 1)[:, None]
+    rows = np.arange(cohorts)[None, :]
+    hit_share = shares[rows, buckets]  # (count, cohorts): π_j[h_j(v)]
+    b = ((table[rows, buckets] - sizes[None, :] / bins) / gap).sum(axis=1)
+    agree = np.zeros((count, count))
+    first = np.zeros((count, count))
+    for j in np.flatnonzero(sizes):
+        column = buckets[:, j]
+        same = column[:, None] == column[None, :]
+        agree += sizes[j] * same
+        first += (sizes[j] * hit_share[:, j])[:, None] * same
+    design = agree - n / bins
+    weighted = hit_share * np.sqrt(sizes)[None, :]
+    cov_b = (first - weighted @ weighted.T) / gap**2
+    inverse = np.linalg.pinv(design)
+    return JointFit(inverse @ b, inverse @ cov_b @ inverse.T, int(n))
+
+
+def holm_detected(frequency: np.ndarray, std_error: np.ndarray,
+                  alpha: float = DETECTION_ALPHA) -> np.ndarray:
+    """Holm's step-down one-sided z-tests of f > 0: family-wise error ≤ alpha."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(std_error > 0, frequency / std_error, -np.inf)
+    p_values = np.array([0.5 * math.erfc(v / math.sqrt(2)) if math.isfinite(v) else 1.0
+                         for v in z.tolist()])
+    detected = np.zeros(len(z), dtype=bool)
+    for rank, index in enumerate(np.argsort(p_values, kind="stable")):
+        if p_values[index] > alpha / (len(z) - rank):
+            break
+        detected[index] = True
+    return detected
+
+
+def could_be_text(prefix: int, s: int) -> bool:
+    """Whether an s-bit prefix can start some value: its whole bytes are a valid UTF-8 prefix
+    and no byte follows a NUL but NUL (values hold no NUL; the padding is zeros)."""
+    whole = s // 8
+    if whole == 0:
+        return True
+    data = (prefix >> (s - 8 * whole)).to_bytes(whole, "big")
+    text = data.rstrip(b"\0")
+    if b"\0" in text:
+        return False
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(text, final=len(text) < whole)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@dataclass
+class _Step:
+    prefix_bits: int
+    reports: int
+    candidates: int
+    kept: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"prefix_bits": self.prefix_bits, "reports": self.reports,
+                "candidates": self.candidates, "kept": self.kept}
+
+
+class DiscoveryEstimator(Estimator[PrefixDiscovery]):
+    """The walk and the final fit; subclasses say where the tables are."""
+
+    name: ClassVar[str]
+    mechanism_type: ClassVar[MechanismTypes] = PrefixDiscovery
+
+    def walk_tables(self, mechanism: PrefixDiscovery, state: np.ndarray) -> np.ndarray:
+        """(walk groups, cohorts, bins) counts."""
+        walk = len(self.walk_lengths(mechanism))
+        size = walk * mechanism.cohorts * mechanism.bins
+        return state[:size].reshape(walk, mechanism.cohorts, mechanism.bins)
+
+    def walk_lengths(self, mechanism: PrefixDiscovery) -> tuple[int, ...]:
+        return mechanism.lengths
+
+    def walk_epsilon(self, mechanism: PrefixDiscovery) -> float:
+        return mechanism.epsilon
+
+    @abstractmethod
+    def final_table(self, mechanism: PrefixDiscovery,
+                    state: np.ndarray) -> tuple[np.ndarray, int, int, float]:
+        """(cohorts × bins counts, the hash's group index, bins, ε) of the final oracle."""
+
+    def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
+                 query: Query) -> FrequencyEstimate:
+        mechanism = self.mechanism_of(campaign)
+        table, group, bins, epsilon = self.final_table(mechanism, state)
+        warnings: list[str] = []
+        if query.candidates:
+            values = check_candidates(mechanism, query.candidates)
+            if len(values) > MAX_SECOND_STAGE:
+                raise QueryError("too-many-candidates",
+                                 f"at most {MAX_SECOND_STAGE} candidates per re-estimate")
+            prefixes = [mechanism.encode(v) for v in values]
+            steps: list[_Step] = []
+            stage = "re-estimate"
+        else:
+            found, steps = self.walk(mechanism, state)
+            decoded = [(mechanism.decode(bits), bits) for bits in found]
+            pairs = [(text, bits) for text, bits in decoded if text is not None]
+            values, prefixes = [t for t, _ in pairs], [b for _, b in pairs]
+            stage = "discovery"
+            if any(step.reports == 0 for step in steps):
+                warnings.append("a group of the walk has no reports in this window: nothing "
+                                "could be discovered past it")
+        buckets = buckets_of(mechanism, group, mechanism.m, prefixes, bins) if prefixes \
+            else np.zeros((0, mechanism.cohorts), dtype=np.int64)
+        fit = joint_fit(table, buckets, epsilon)
+        std_error = np.sqrt(np.clip(np.diag(fit.covariance), 0, None))
+        order = np.argsort(-fit.frequency, kind="stable")
+        if stage == "discovery":
+            order = order[:mechanism.top]
+        detected = holm_detected(fit.frequency[order], std_error[order])
+        rows = frequency_rows([values[i] for i in order], fit.frequency[order],
+                              std_error[order], n)
+        for row, flag in zip(rows, detected.tolist(), strict=True):
+            row.detected = flag
+        if fit.reports == 0:
+            warnings.append("the final oracle has no reports in this window")
+        return FrequencyEstimate(
+            campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
+            rows=rows, variance_model=VARIANCE_MODEL, window=query.window,
+            extra={"discovery": {
+                "stage": stage, "algorithm": mechanism.name,
+                "steps": [s.to_json() for s in steps],
+                "final_reports": fit.reports, "values_tested": len(rows),
+                "detection": {"method": "holm", "alpha": DETECTION_ALPHA,
+                              "family_wise": True}}},
+            warnings=warnings)
+
+    def walk(self, mechanism: PrefixDiscovery,
+             state: np.ndarray) -> tuple[list[int], list[_Step]]:
+        """The full-length prefixes that survive every step, with each step's record."""
+        tables = self.walk_tables(mechanism, state)
+        lengths = self.walk_lengths(mechanism)
+        epsilon = self.walk_epsilon(mechanism)
+        survivors: list[int] = []
+        steps: list[_Step] = []
+        for group, s in enumerate(lengths):
+            if group == 0:
+                candidates = list(range(1 << s))
+            else:
+                extra = s - lengths[group - 1]
+                candidates = [(p << extra) | e for p in survivors for e in range(1 << extra)]
+            candidates = [c for c in candidates if could_be_text(c, s)]
+            table = tables[group]
+            if not candidates or table.sum() == 0:
+                steps.append(_Step(s, int(table.sum()), len(candidates), 0))
+                return [], steps
+            estimates = marginal_estimates(
+                table, buckets_of(mechanism, group, s, candidates, mechanism.bins), epsilon,
+                heavy=mechanism.keep)
+            best = np.argsort(-estimates, kind="stable")[:mechanism.keep]
+            best = best[estimates[best] > 0]
+            survivors = [candidates[i] for i in best.tolist()]
+            steps.append(_Step(s, int(table.sum()), len(candidates), len(survivors)))
+        return survivors, steps
+
+
+class PEMEstimator(DiscoveryEstimator):
+    name: ClassVar[str] = "pem"
+    mechanism_type: ClassVar[MechanismTypes] = PEM
+
+    def state_size(self, mechanism: PrefixDiscovery) -> int:
+        return mechanism.cells
+
+    def map(self, mechanism: PrefixDiscovery, payloads: Sequence[Any]) -> np.ndarray:
+        count = len(payloads)
+        index = np.fromiter(((p["g"] * mechanism.cohorts + p["c"]) * mechanism.bins + p["y"]
+                             for p in payloads), dtype=np.int64, count=count)
+        return np.bincount(index, minlength=mechanism.cells).astype(np.int64)
+
+    def walk_lengths(self, mechanism: PrefixDiscovery) -> tuple[int, ...]:
+        return mechanism.lengths[:-1]
+
+    def final_table(self, mechanism: PrefixDiscovery,
+                    state: np.ndarray) -> tuple[np.ndarray, int, int, float]:
+        last = mechanism.groups - 1
+        tables = state.reshape(mechanism.groups, mechanism.cohorts, mechanism.bins)
+        return tables[last], last, mechanism.bins, mechanism.epsilon
+
+
+class TreeHistEstimator(DiscoveryEstimator):
+    name: ClassVar[str] = "treehist"
+    mechanism_type: ClassVar[MechanismTypes] = TreeHist
+
+    def state_size(self, mechanism: PrefixDiscovery) -> int:
+        return mechanism.cells
+
+    def map(self, mechanism: PrefixDiscovery, payloads: Sequence[Any]) -> np.ndarray:
+        assert isinstance(mechanism, TreeHist)
+        count = len(payloads)
+        cohorts = mechanism.cohorts
+        prefix = np.fromiter(((p["g"] * cohorts + p["c"]) * mechanism.bins + p["y"]
+                              for p in payloads), dtype=np.int64, count=count)
+        offset = mechanism.groups * cohorts * mechanism.bins
+        word = np.fromiter((offset + p["wc"] * mechanism.word_bins + p["wy"] for p in payloads),
+                           dtype=np.int64, count=count)
+        return (np.bincount(prefix, minlength=mechanism.cells)
+                + np.bincount(word, minlength=mechanism.cells)).astype(np.int64)
+
+    def walk_epsilon(self, mechanism: PrefixDiscovery) -> float:
+        assert isinstance(mechanism, TreeHist)
+        return mechanism.epsilon_prefix
+
+    def final_table(self, mechanism: PrefixDiscovery,
+                    state: np.ndarray) -> tuple[np.ndarray, int, int, float]:
+        assert isinstance(mechanism, TreeHist)
+        offset = mechanism.groups * mechanism.cohorts * mechanism.bins
+        table = state[offset:].reshape(mechanism.cohorts, mechanism.word_bins)
+        return table, mechanism.groups, mechanism.word_bins, mechanism.epsilon_word

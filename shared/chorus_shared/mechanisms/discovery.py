@@ -1,0 +1,409 @@
+"""Discovery of frequent strings without a candidate list: PEM and TreeHist.
+
+MECHANISMS.md §13 and MECHANISMS-2.md §3. A value is its UTF-8 bytes padded with zeros to the
+campaign's ``max_bytes``: a bit string of m = 8·max_bytes bits. Both mechanisms walk down the
+prefixes of that string, η bits (``step_bits``) at a time, keeping the ``keep`` most frequent
+prefixes at each step and extending each by all 2^η continuations; the collector runs the walk
+at query time, so nobody has to list candidates.
+
+* **PEM** (Wang, Li, Jha, "Locally differentially private heavy hitter identification", IEEE
+  TDSC 2021). Installs are split into ``steps + 1`` groups. Group i reports its s_i-bit prefix
+  with OLH at the full ε; the last group reports the whole string and is used only to estimate
+  the frequencies of what the walk found, so those estimates are unbiased (no winner's curse)
+  and their z-tests are valid.
+* **TreeHist** as pure-LDP implements it (a simplification of Bassily, Nissim, Stemmer,
+  Thakurta, NeurIPS 2017): every report carries a prefix at the install's level with ε₁ and the
+  whole string with ε₂ = ε − ε₁, so the final frequencies use every install, at half the ε.
+
+The frequency oracle is OLH over a fixed public family of ``cohorts`` hash functions
+(``chorus_shared.prefix_hash``): a report is (group, cohort, y) with y = k-RR over ``bins``
+buckets of h_cohort(prefix). Fixed hash functions make the collector's statistic a fixed-size
+count table (groups × cohorts × bins) that adds up across time buckets, workers and engines
+like every other Chorus statistic; per-report seeds would need the raw reports at query time.
+A fixed family is unbiased on average over the family (the ``salt`` draws one); the collector's
+final step fits the found values jointly, which removes their collisions with one another.
+
+The group is a public assignment independent of the value. The client derives it from its
+install key for each campaign and privacy period (``keyed_assignment``), so every report of one
+period lands in the same group, as PEM's analysis assumes, and a restart does not move it.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import product
+from statistics import NormalDist
+from typing import Any, ClassVar
+
+from chorus_shared import prefix_hash
+from chorus_shared.domain import Domain, OpenStrings
+from chorus_shared.errors import CampaignError, ValueDomainError, WireError
+from chorus_shared.mechanisms.base import EMPTY, IntParam, Mechanism
+from chorus_shared.rng import RandomSource, bernoulli
+
+__all__ = ["DETECTION_ALPHA", "MAX_DISCOVERY_BYTES", "PEM", "PrefixDiscovery", "TreeHist",
+           "olh_variance"]
+
+MAX_DISCOVERY_BYTES = 64
+MAX_STEP_CANDIDATES = 16_384  # keep × 2^η: what one step of the walk evaluates
+MAX_CELLS = 1 << 20  # groups × cohorts × bins: the statistic per time bucket (8 MiB)
+MAX_BINS = 1024
+SALT_MAX = (1 << 31) - 1
+#: The family-wise false-positive rate of the ``detected`` flags (Holm over the values tested).
+DETECTION_ALPHA = 0.05
+
+
+def olh_variance(epsilon: float, bins: int) -> float:
+    """n·Var[f̂] of OLH with ``bins`` buckets as f → 0: q*(1 − q*)/(p − q*)², q* = 1/bins."""
+    e = math.exp(epsilon)
+    p = e / (e + bins - 1)
+    q_star = 1 / bins
+    return q_star * (1 - q_star) / (p - q_star) ** 2
+
+
+def _best_bins(epsilon: float) -> int:
+    """OLH's optimal bucket count near e^ε + 1 (the least exact variance), capped."""
+    e = math.exp(epsilon)
+    options = sorted({max(2, min(MAX_BINS, math.floor(e) + 1)),
+                      max(2, min(MAX_BINS, math.ceil(e) + 1))})
+    return min(options, key=lambda g: olh_variance(epsilon, g))
+
+
+def _default_step_bits(eps: float, domain: Domain, earlier: Mapping[str, int]) -> int:
+    """The largest η in 8, 4, 2, 1 with keep·2^η ≤ 16,384 candidates per step: fewer, larger
+    steps split the installs into fewer groups (MECHANISMS-2.md §8.7)."""
+    return next(eta for eta in (8, 4, 2, 1) if earlier["keep"] << eta <= MAX_STEP_CANDIDATES)
+
+
+def _default_cohorts(eps: float, domain: Domain, earlier: Mapping[str, int]) -> int:
+    """About 4,096 cells per group: many cohorts keep hash collisions rare on average."""
+    return max(16, min(512, 4096 // earlier["bins"]))
+
+
+TOP = IntParam(name="top", help="how many of the most frequent values to discover", lo=1,
+               hi=256, default=20)
+KEEP = IntParam(name="keep", help="candidates kept at each step (at least top)", lo=1,
+                hi=1024, default=lambda eps, domain, earlier: max(2 * earlier["top"], 32))
+STEP_BITS = IntParam(name="step_bits", help="bits added to the prefixes at each step", lo=1,
+                     hi=8, default=_default_step_bits)
+BINS = IntParam(name="bins", help="OLH hash buckets", lo=2, hi=MAX_BINS,
+                default=lambda eps, domain, earlier: _best_bins(eps))
+COHORTS = IntParam(name="cohorts", help="public hash functions per group", lo=1, hi=4096,
+                   default=_default_cohorts)
+FIRST_BITS = IntParam(name="first_bits", help="prefix bits of the first step, enumerated in full",
+                      lo=1, hi=16, default=16)
+SALT = IntParam(name="salt", help="selects the public hash functions", lo=0, hi=SALT_MAX,
+                default=0)
+
+
+def prefix_lengths(m: int, keep: int, step_bits: int, first_bits: int) -> tuple[int, ...]:
+    """The prefix lengths of the walk, in bits. The first step enumerates every prefix, so it
+    can be long: ``first_bits`` (16 by default: 65,536 candidates, evaluated once), and at
+    least ⌊log₂ keep⌋ + 1 (MECHANISMS-2.md §3.1); each later step adds η bits (the last one
+    fewer if it must); the last is m. Fewer steps mean fewer groups, so each holds more
+    installs: starting at 16 bits rather than 6 raised top-10 recall from 0.8 to 1.0 at
+    ε = 2, n = 10⁶ (Zipf 1.1 over 10⁵ strings of up to 8 bytes)."""
+    lengths = [min(m, max(first_bits, math.floor(math.log2(keep)) + 1))]
+    while lengths[-1] < m:
+        lengths.append(min(m, lengths[-1] + step_bits))
+    return tuple(lengths)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixDiscovery(Mechanism):
+    """What PEM and TreeHist share: the string encoding, the walk's schedule, the oracle."""
+
+    domain_kinds: ClassVar[tuple[str, ...]] = ("strings",)
+    estimate_kind: ClassVar[str] = "frequency"
+    keyed_assignment: ClassVar[bool] = True
+
+    domain: OpenStrings
+    epsilon: float
+    top: int
+    keep: int
+    first_bits: int
+    step_bits: int
+    bins: int
+    cohorts: int
+    salt: int
+
+    def __post_init__(self) -> None:
+        if self.keep < self.top:
+            raise CampaignError(f"keep ({self.keep}) must be at least top ({self.top})")
+        if self.keep << self.step_bits > MAX_STEP_CANDIDATES:
+            raise CampaignError(f"keep × 2^step_bits = {self.keep << self.step_bits} exceeds "
+                                f"{MAX_STEP_CANDIDATES} candidates per step")
+        if self.cells > MAX_CELLS:
+            raise CampaignError(f"groups × cohorts × bins = {self.cells} exceeds {MAX_CELLS}; "
+                                "use fewer cohorts or a shorter max_bytes")
+
+    @classmethod
+    def check_domain(cls, domain: Domain) -> None:
+        super().check_domain(domain)
+        if not isinstance(domain, OpenStrings) or domain.max_bytes > MAX_DISCOVERY_BYTES:
+            raise CampaignError(f"mechanism {cls.name!r} discovers strings of at most "
+                                f"{MAX_DISCOVERY_BYTES} bytes: every 8 more bits add a step, "
+                                "and each step costs accuracy; set domain.max_bytes")
+
+    @property
+    def m(self) -> int:
+        return 8 * self.domain.max_bytes
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        """The prefix length (bits) that each level of the walk reports."""
+        return prefix_lengths(self.m, self.keep, self.step_bits, self.first_bits)
+
+    @property
+    def groups(self) -> int:
+        """How many public groups the installs are split into."""
+        return len(self.lengths)
+
+    @property
+    def cells(self) -> int:
+        return self.groups * self.cohorts * self.bins
+
+    def group_length(self, group: int) -> int:
+        return self.lengths[group]
+
+    # -- the value -------------------------------------------------------------------------
+
+    def encode(self, value: object) -> int:
+        text = self.domain.encode(value)
+        data = text.encode("utf-8")
+        if b"\0" in data:  # the padding: a value with NUL could not be told from a shorter one
+            raise ValueDomainError("a discovery campaign's values cannot contain NUL")
+        return prefix_hash.value_bits(data, self.domain.max_bytes)
+
+    def inputs(self) -> Iterable[int]:
+        if self.m > 16:
+            raise TypeError("enumerating discovery inputs needs max_bytes <= 2")
+        return range(1 << self.m)
+
+    def decode(self, bits: int) -> str | None:
+        """The string an m-bit value stands for, or None if no value encodes to it."""
+        data = bits.to_bytes(self.domain.max_bytes, "big").rstrip(b"\0")
+        if b"\0" in data:
+            return None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    # -- the oracle ------------------------------------------------------------------------
+
+    def oracle_bucket(self, group: int, s: int, cohort: int, bins: int, x: int) -> int:
+        words = prefix_hash.prefix_words(x, s, self.m)
+        chained = prefix_hash.chain(prefix_hash.seed(self.salt, group, s), words)
+        return prefix_hash.bucket(chained, cohort, bins)
+
+    @staticmethod
+    def _krr(bucket: int, bins: int, epsilon: float, rng: RandomSource) -> int:
+        e = math.exp(epsilon)
+        if bernoulli(rng, e / (e + bins - 1)):
+            return bucket
+        other = rng.randrange(bins - 1)
+        return other + 1 if other >= bucket else other
+
+    @staticmethod
+    def _krr_probability(y: int, bucket: int, bins: int, epsilon: float) -> float:
+        e = math.exp(epsilon)
+        return (e if y == bucket else 1.0) / (e + bins - 1)
+
+    def assign(self, rng: RandomSource) -> dict[str, int]:
+        return {"group": rng.randrange(self.groups)}
+
+    def _group(self, assignment: Mapping[str, int], rng: RandomSource) -> int:
+        group = assignment.get("group")
+        return rng.randrange(self.groups) if group is None else group
+
+    def _check_ints(self, payload: object, fields: tuple[str, ...]) -> dict[str, int]:
+        if not isinstance(payload, dict) or set(payload) != set(fields) or not all(
+                type(payload[k]) is int for k in fields):
+            shape = ", ".join(f'"{k}": int' for k in fields)
+            raise WireError(f"a {self.name} payload is {{{shape}}}")
+        return {k: payload[k] for k in fields}
+
+    # -- what the config says --------------------------------------------------------------
+
+    @abstractmethod
+    def final_variance(self) -> float:
+        """n·Var[f̂] of a found value's final frequency as f → 0."""
+
+    @abstractmethod
+    def walk_variance(self) -> float:
+        """n·Var[f̂] of a prefix's frequency at one step of the walk as f → 0."""
+
+    def detection_z(self) -> float:
+        """The z a found value needs to be flagged at worst (Bonferroni over ``keep``)."""
+        return NormalDist().inv_cdf(1 - DETECTION_ALPHA / self.keep)
+
+    def describe(self) -> dict[str, Any]:
+        z = self.detection_z()
+        return {
+            **super().describe(), "estimates": "discovered strings",
+            "prefix_bits": list(self.lengths), "groups": self.groups,
+            "candidates_per_step": self.keep << self.step_bits,
+            "detection": (f"a found value is flagged detected when its final estimate passes "
+                          f"Holm's one-sided z-tests at family-wise error {DETECTION_ALPHA} "
+                          f"over the values tested (z ≥ {z:.3g} at worst)"),
+            "threshold_at_1e6_reports": round(z * math.sqrt(max(
+                self.final_variance(), self.walk_variance()) / 1e6), 6),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class PEM(PrefixDiscovery):
+    """Payload ``{"g": group, "c": cohort, "y": bucket}``; group ``groups − 1`` is the
+    estimation group, which reports the whole string."""
+
+    name: ClassVar[str] = "pem"
+    parameters: ClassVar[tuple[IntParam, ...]] = (TOP, KEEP, FIRST_BITS, STEP_BITS, BINS,
+                                                  COHORTS, SALT)
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        walk = prefix_lengths(self.m, self.keep, self.step_bits, self.first_bits)
+        return (*walk, self.m)
+
+    @property
+    def walk_groups(self) -> int:
+        return self.groups - 1
+
+    def randomize(self, x: int, rng: RandomSource,
+                  assignment: Mapping[str, int] = EMPTY) -> dict[str, int]:
+        group = self._group(assignment, rng)
+        cohort = rng.randrange(self.cohorts)
+        bucket = self.oracle_bucket(group, self.lengths[group], cohort, self.bins, x)
+        return {"g": group, "c": cohort, "y": self._krr(bucket, self.bins, self.epsilon, rng)}
+
+    def check_payload(self, payload: object) -> dict[str, int]:
+        checked = self._check_ints(payload, ("g", "c", "y"))
+        if not (0 <= checked["g"] < self.groups and 0 <= checked["c"] < self.cohorts
+                and 0 <= checked["y"] < self.bins):
+            raise WireError(f"need 0 <= g < {self.groups}, 0 <= c < {self.cohorts}, "
+                            f"0 <= y < {self.bins}")
+        return checked
+
+    @property
+    def report_bits(self) -> int:
+        return sum(max(1, (k - 1).bit_length()) for k in (self.groups, self.cohorts, self.bins))
+
+    def output_probability(self, payload: dict[str, int], x: int) -> float:
+        group, cohort = payload["g"], payload["c"]
+        bucket = self.oracle_bucket(group, self.lengths[group], cohort, self.bins, x)
+        return (1 / self.groups) * (1 / self.cohorts) * self._krr_probability(
+            payload["y"], bucket, self.bins, self.epsilon)
+
+    def outputs(self) -> Iterable[dict[str, int]]:
+        if self.cells > 1 << 16:
+            raise TypeError("enumerating pem outputs needs few groups, cohorts and bins")
+        return ({"g": g, "c": c, "y": y} for g, c, y in
+                product(range(self.groups), range(self.cohorts), range(self.bins)))
+
+    def final_variance(self) -> float:
+        return self.groups * olh_variance(self.epsilon, self.bins)
+
+    def walk_variance(self) -> float:
+        return self.groups * olh_variance(self.epsilon, self.bins)
+
+
+SHARE = IntParam(name="prefix_share", help="percent of ε spent on the prefix report", lo=1,
+                 hi=99, default=50)
+
+
+def _word_bins(eps: float, domain: Domain, earlier: Mapping[str, int]) -> int:
+    return _best_bins(eps * (100 - earlier["prefix_share"]) / 100)
+
+
+def _prefix_bins(eps: float, domain: Domain, earlier: Mapping[str, int]) -> int:
+    return _best_bins(eps * earlier["prefix_share"] / 100)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeHist(PrefixDiscovery):
+    """Payload ``{"g": level, "c": cohort, "y": bucket, "wc": cohort, "wy": bucket}``: the
+    prefix at the install's level with ε₁, and the whole string with ε₂, each by OLH.
+    The whole-string reports form one more table of ``cohorts × word_bins`` cells."""
+
+    name: ClassVar[str] = "treehist"
+
+    prefix_share: int
+    word_bins: int
+
+    parameters: ClassVar[tuple[IntParam, ...]] = (
+        TOP, KEEP, FIRST_BITS, STEP_BITS, SHARE,
+        IntParam(name="bins", help="OLH hash buckets of the prefix report", lo=2, hi=MAX_BINS,
+                 default=_prefix_bins),
+        IntParam(name="word_bins", help="OLH hash buckets of the whole-string report", lo=2,
+                 hi=MAX_BINS, default=_word_bins),
+        COHORTS, SALT)
+
+    @property
+    def epsilon_prefix(self) -> float:
+        return self.epsilon * self.prefix_share / 100
+
+    @property
+    def epsilon_word(self) -> float:
+        return self.epsilon - self.epsilon_prefix
+
+    @property
+    def cells(self) -> int:
+        return self.cohorts * (self.groups * self.bins + self.word_bins)
+
+    def word_bucket(self, cohort: int, x: int) -> int:
+        # The whole-string table uses group index ``groups`` in the hash seed: its own family.
+        return self.oracle_bucket(self.groups, self.m, cohort, self.word_bins, x)
+
+    def randomize(self, x: int, rng: RandomSource,
+                  assignment: Mapping[str, int] = EMPTY) -> dict[str, int]:
+        level = self._group(assignment, rng)
+        cohort = rng.randrange(self.cohorts)
+        bucket = self.oracle_bucket(level, self.lengths[level], cohort, self.bins, x)
+        y = self._krr(bucket, self.bins, self.epsilon_prefix, rng)
+        word_cohort = rng.randrange(self.cohorts)
+        word_y = self._krr(self.word_bucket(word_cohort, x), self.word_bins, self.epsilon_word,
+                           rng)
+        return {"g": level, "c": cohort, "y": y, "wc": word_cohort, "wy": word_y}
+
+    def check_payload(self, payload: object) -> dict[str, int]:
+        checked = self._check_ints(payload, ("g", "c", "y", "wc", "wy"))
+        if not (0 <= checked["g"] < self.groups and 0 <= checked["c"] < self.cohorts
+                and 0 <= checked["y"] < self.bins and 0 <= checked["wc"] < self.cohorts
+                and 0 <= checked["wy"] < self.word_bins):
+            raise WireError(f"need 0 <= g < {self.groups}, 0 <= c, wc < {self.cohorts}, "
+                            f"0 <= y < {self.bins}, 0 <= wy < {self.word_bins}")
+        return checked
+
+    @property
+    def report_bits(self) -> int:
+        return sum(max(1, (k - 1).bit_length()) for k in
+                   (self.groups, self.cohorts, self.bins, self.cohorts, self.word_bins))
+
+    def output_probability(self, payload: dict[str, int], x: int) -> float:
+        level, cohort = payload["g"], payload["c"]
+        bucket = self.oracle_bucket(level, self.lengths[level], cohort, self.bins, x)
+        prefix = self._krr_probability(payload["y"], bucket, self.bins, self.epsilon_prefix)
+        word = self._krr_probability(payload["wy"], self.word_bucket(payload["wc"], x),
+                                     self.word_bins, self.epsilon_word)
+        return prefix * word / (self.groups * self.cohorts * self.cohorts)
+
+    def outputs(self) -> Iterable[dict[str, int]]:
+        if self.groups * self.cohorts**2 * self.bins * self.word_bins > 1 << 16:
+            raise TypeError("enumerating treehist outputs needs tiny parameters")
+        return ({"g": g, "c": c, "y": y, "wc": wc, "wy": wy} for g, c, y, wc, wy in product(
+            range(self.groups), range(self.cohorts), range(self.bins), range(self.cohorts),
+            range(self.word_bins)))
+
+    def final_variance(self) -> float:
+        return olh_variance(self.epsilon_word, self.word_bins)
+
+    def walk_variance(self) -> float:
+        return self.groups * olh_variance(self.epsilon_prefix, self.bins)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "epsilon_prefix": self.epsilon_prefix,
+                "epsilon_word": self.epsilon_word}
