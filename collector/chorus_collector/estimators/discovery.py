@@ -141,13 +141,14 @@ def marginal_estimates(table: np.ndarray, buckets: np.ndarray, epsilon: float,
     if heavy <= 0 or len(estimates) < 2:
         return estimates
     top = np.argsort(-estimates, kind="stable")[:heavy]
-    weights = sizes / n
-    correction = np.zeros(len(estimates))
-    chunk = max(1, 4_000_000 // (len(top) * cohorts))
-    for start in range(0, len(estimates), chunk):
-        same = buckets[start:start + chunk, None, :] == buckets[None, top, :]
-        share = same @ weights  # (chunk, heavy): c_vw
-        correction[start:start + chunk] = (share - 1 / bins) @ estimates[top]
+    # Σ_w f̂_w·1[h_j(v) = h_j(w)] is a lookup in a (cohorts × bins) table of the heavy
+    # estimates per bucket: O(candidates × cohorts), like the support itself.
+    rows = np.arange(cohorts)
+    by_bucket = np.zeros((cohorts, bins))
+    np.add.at(by_bucket, (np.broadcast_to(rows[None, :], (len(top), cohorts)), buckets[top]),
+              np.broadcast_to(estimates[top][:, None], (len(top), cohorts)))
+    collided = by_bucket[rows[None, :], buckets] @ (sizes / n)
+    correction = collided - estimates[top].sum() / bins
     # A heavy candidate's own term (c_vv = 1) is not a collision.
     correction[top] -= (1 - 1 / bins) * estimates[top]
     result: np.ndarray = estimates - correction / (1 - 1 / bins)
@@ -287,13 +288,15 @@ class DiscoveryEstimator(Estimator[PrefixDiscovery]):
             else np.zeros((0, mechanism.cohorts), dtype=np.int64)
         fit = joint_fit(table, buckets, epsilon)
         std_error = np.sqrt(np.clip(np.diag(fit.covariance), 0, None))
+        # Holm's family is every value fit, before the answer keeps the ``top`` largest:
+        # choosing which to show cannot then raise the family-wise error.
+        detected = holm_detected(fit.frequency, std_error)
         order = np.argsort(-fit.frequency, kind="stable")
         if stage == "discovery":
             order = order[:mechanism.top]
-        detected = holm_detected(fit.frequency[order], std_error[order])
         rows = frequency_rows([values[i] for i in order], fit.frequency[order],
                               std_error[order], n)
-        for row, flag in zip(rows, detected.tolist(), strict=True):
+        for row, flag in zip(rows, detected[order].tolist(), strict=True):
             row.detected = flag
         if fit.reports == 0:
             warnings.append("the final oracle has no reports in this window")
@@ -303,7 +306,7 @@ class DiscoveryEstimator(Estimator[PrefixDiscovery]):
             extra={"discovery": {
                 "stage": stage, "algorithm": mechanism.name,
                 "steps": [s.to_json() for s in steps],
-                "final_reports": fit.reports, "values_tested": len(rows),
+                "final_reports": fit.reports, "values_tested": len(values),
                 "detection": {"method": "holm", "alpha": DETECTION_ALPHA,
                               "family_wise": True}}},
             warnings=warnings)
