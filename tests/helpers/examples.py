@@ -178,7 +178,7 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
     # Discovery: one-byte strings (every value enumerable), walks of two and three steps.
     "pem": [
         {"epsilon": 1.0986122886681098, "domain": {"kind": "strings", "max_bytes": 1},
-         "params": {"top": 1, "keep": 1, "first_bits": 4, "step_bits": 4, "cohorts": 2,
+         "params": {"top": 2, "keep": 2, "first_bits": 4, "step_bits": 4, "cohorts": 8,
                     "bins": 3}},
         {"epsilon": 2.0, "domain": {"kind": "strings", "max_bytes": 1},
          "params": {"top": 2, "keep": 2, "first_bits": 2, "step_bits": 3, "cohorts": 3,
@@ -186,7 +186,7 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
     ],
     "treehist": [
         {"epsilon": 1.0, "domain": {"kind": "strings", "max_bytes": 1},
-         "params": {"top": 1, "keep": 1, "first_bits": 4, "step_bits": 4, "cohorts": 2,
+         "params": {"top": 2, "keep": 2, "first_bits": 4, "step_bits": 4, "cohorts": 8,
                     "bins": 2, "word_bins": 2}},
         {"epsilon": 3.0, "domain": {"kind": "strings", "max_bytes": 1},
          "params": {"top": 1, "keep": 2, "first_bits": 4, "step_bits": 4, "cohorts": 2,
