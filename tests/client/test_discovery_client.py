@@ -66,10 +66,11 @@ def client(collector: Collector, config: Mapping[str, Any], clock: FakeClock,
            seed: int | None = None) -> Client:
     """An install (ephemeral without ``state_dir``); a lifetime budget for many reports
     unless a test is about the defaults; seeded coins for the statistical tests."""
-    coins = {} if seed is None else {"rng": random.Random(seed), "allow_insecure_rng": True}
     return Client(BASE, state_dir=state_dir, ephemeral=state_dir is None, transport=collector,
                   campaigns={"words": config}, send_delay=0.0, clock=clock,
-                  lifetime_budget=lifetime_budget, **coins)
+                  lifetime_budget=lifetime_budget,
+                  rng=None if seed is None else random.Random(seed),
+                  allow_insecure_rng=seed is not None)
 
 
 @pytest.fixture
@@ -149,7 +150,7 @@ def test_the_default_policy_reveals_a_string_at_most_once(pattern: str,
     string repeats, changes, or cannot be taken at all."""
     collector, clock, config = Collector(), FakeClock(), public()
     assert config["privacy"] == {"unit": "lifetime", "budget": EPSILON, "max_reports": 1000}
-    outcomes = Counter()
+    outcomes: Counter[str] = Counter()
     for day in range(30):
         value: object = {"same string": "coffee",
                          "a new string every day": f"word{day}",

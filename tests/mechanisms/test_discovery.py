@@ -69,16 +69,23 @@ def population(shares: Mapping[str, float], rest: Sequence[str], n: int) -> list
     return values + [rest[i % len(rest)] for i in range(n - len(values))]
 
 
-def estimate(campaign: Campaign, encoded: Sequence[int], rng: np.random.Generator,
+def finalize(campaign: Campaign, n: int, state: np.ndarray,
              query: Query | None = None) -> FrequencyEstimate:
-    """Reports of the encoded values through the vectorized simulator, then the collector's
-    map and finalize (the walk, or the second stage when the query lists candidates)."""
-    mechanism = mechanism_of(campaign)
-    estimator = estimator_for(mechanism.name)
-    state = estimator.map(mechanism, simulate(mechanism, encoded, rng))
-    result = estimator.finalize(campaign, len(encoded), state, query or Query())
+    """The collector's answer from a state: the walk, or the second stage when the query
+    lists candidates."""
+    result = estimator_for(campaign.mechanism.name).finalize(campaign, n, state,
+                                                             query or Query())
     assert isinstance(result, FrequencyEstimate)
     return result
+
+
+def estimate(campaign: Campaign, encoded: Sequence[int], rng: np.random.Generator,
+             query: Query | None = None) -> FrequencyEstimate:
+    """Reports of the encoded values through the vectorized simulator, the collector's map,
+    then :func:`finalize`."""
+    mechanism = mechanism_of(campaign)
+    state = estimator_for(mechanism.name).map(mechanism, simulate(mechanism, encoded, rng))
+    return finalize(campaign, len(encoded), state, query)
 
 
 # -- privacy by enumeration --------------------------------------------------------------------
@@ -498,7 +505,7 @@ def test_bad_candidates_are_refused_before_any_work(candidates: tuple[Any, ...],
     campaign = discovery("pem", 2.0, 6, cohorts=16)
     state = _small_state(campaign, ["abc"] * 50)
     with pytest.raises(QueryError, match=message) as error:
-        estimator_for("pem").finalize(campaign, 50, state, Query(candidates=candidates))
+        finalize(campaign, 50, state, Query(candidates=candidates))
     assert error.value.kind == kind
 
 
@@ -508,7 +515,7 @@ def test_strings_longer_than_64_bytes_are_refused_with_the_reason(name: str) -> 
         with pytest.raises(CampaignError, match=r"at most 64 bytes.*set domain\.max_bytes"):
             campaign_from_spec({"name": "x", "mechanism": name, "epsilon": 2.0,
                                 "domain": domain})
-    assert discovery(name, 2.0, 64).domain.max_bytes == 64  # the limit itself is fine
+    assert mechanism_of(discovery(name, 2.0, 64)).domain.max_bytes == 64  # the limit is fine
 
 
 def test_parameters_that_cannot_work_are_refused() -> None:
@@ -550,11 +557,11 @@ def test_no_reports_at_all_is_an_empty_answer_with_warnings(name: str) -> None:
     campaign = discovery(name, 2.0, 4, cohorts=16)
     estimator = estimator_for(name)
     state = np.zeros(estimator.state_size(mechanism_of(campaign)), dtype=np.int64)
-    answer = estimator.finalize(campaign, 0, state, Query())
+    answer = finalize(campaign, 0, state)
     assert answer.rows == [] and answer.n == 0
     assert any("no reports" in w for w in answer.warnings)
     assert answer.extra["discovery"]["final_reports"] == 0
-    second = estimator.finalize(campaign, 0, state, Query(candidates=("abc", "de")))
+    second = finalize(campaign, 0, state, Query(candidates=("abc", "de")))
     assert [(r.value, r.frequency, r.detected) for r in second.rows] == [
         ("abc", 0.0, False), ("de", 0.0, False)]
 
@@ -565,14 +572,14 @@ def test_a_walk_group_without_reports_in_the_window_warns_and_does_not_crash() -
     estimator = estimator_for("pem")
     payloads = simulate(mechanism, [mechanism.encode("abc")] * 2000, np.random.default_rng(5))
     kept = [p for p in payloads if p["g"] != 1]  # the middle step's group sent nothing
-    answer = estimator.finalize(campaign, len(kept), estimator.map(mechanism, kept), Query())
+    answer = finalize(campaign, len(kept), estimator.map(mechanism, kept))
     assert answer.rows == []
     assert any("no reports in this window" in w for w in answer.warnings)
     steps = answer.extra["discovery"]["steps"]
     assert [s["prefix_bits"] for s in steps] == [8, 16] and steps[1]["reports"] == 0
     # The second stage still answers from the final group.
-    second = estimator.finalize(campaign, len(kept), estimator.map(mechanism, kept),
-                                Query(candidates=("abc",)))
+    second = finalize(campaign, len(kept), estimator.map(mechanism, kept),
+                      Query(candidates=("abc",)))
     assert second.rows[0].detected and abs(second.rows[0].frequency - 1) < 0.2
 
 
@@ -605,8 +612,8 @@ def test_the_estimate_does_not_depend_on_the_order_reports_arrive_in() -> None:
     answers = []
     for order in (payloads, payloads[::-1], random.Random(8).sample(payloads, len(payloads)),
                   sorted(payloads, key=lambda p: (p["g"], p["c"], p["y"]))):
-        answers.append(estimator.finalize(campaign, len(order), estimator.map(mechanism, order),
-                                          Query()).to_json())
+        answers.append(finalize(campaign, len(order),
+                                estimator.map(mechanism, order)).to_json())
     assert all(a == answers[0] for a in answers[1:])
     assert [r["value"] for r in answers[0]["rows"][:2]] == ["abc", "de"]
 
@@ -653,10 +660,9 @@ def test_detection_works_in_fractions_with_standard_errors_at_any_scale() -> Non
     values = population({"abc": 0.3, "de": 0.02}, [f"{a}{b}" for a in "pqrs" for b in "tu"],
                         20_000)
     state = _small_state(campaign, values, seed=9)
-    estimator = estimator_for("pem")
     query = Query(candidates=("abc", "de"))
-    small = estimator.finalize(campaign, 20_000, state, query)
-    large = estimator.finalize(campaign, 2_000_000, state * 100, query)
+    small = finalize(campaign, 20_000, state, query)
+    large = finalize(campaign, 2_000_000, state * 100, query)
     for a, b in zip(small.rows, large.rows, strict=True):
         assert a.value == b.value
         assert b.frequency == pytest.approx(a.frequency, rel=1e-9)
