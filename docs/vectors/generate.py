@@ -22,6 +22,7 @@ for _path in (ROOT / "tests", ROOT / "shared"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
+from chorus_shared import prefix_hash  # noqa: E402
 from chorus_shared.campaign import (  # noqa: E402
     DERIVED_FIELDS,
     Campaign,
@@ -179,6 +180,7 @@ def hashing_vectors() -> dict[str, Any]:
                                      (PRIME - 1, 0, 1, PRIME, 2)]
            + [(1 + rng.randrange(PRIME - 1), rng.randrange(PRIME), rng.randrange(1 << 20), PRIME,
                rng.choice([2, 3, 4, 8, 21, 1 << 20])) for _ in range(12)]]
+    prefix = prefix_hash_vectors()
     hadamard = [{"row": row, "column": column, "sign": hadamard_sign(row, column)}
                 for row in range(8) for column in range(8)]
     blocks = [{"x": x, "y": y, "in_block": in_block(x, y)} for x in range(3) for y in range(4)]
@@ -188,14 +190,60 @@ def hashing_vectors() -> dict[str, Any]:
                        "google_bloom_bits: MD5(cohort as 4 big-endian bytes + utf8(value)), byte "
                        "i mod k. local_hash: ((a*v + b) mod prime) mod g. hadamard: sign 1 when "
                        "popcount(row & column) is even, else 0. in_block: hr's y in C_x, "
-                       "popcount((x + 1) & y) even.",
+                       "popcount((x + 1) & y) even. prefix_hash: the bucket a discovery "
+                       "report (pem, treehist) hashes the s-bit prefix of a value into; see "
+                       "shared/chorus_shared/prefix_hash.py and the intermediate values in "
+                       "each row: value_hex = utf8(value) zero-padded to max_bytes (m = "
+                       "8*max_bytes bits), prefix_words_hex = its first s bits, the rest "
+                       "zeroed, as big-endian 64-bit words (the last zero-filled), seed_hex = "
+                       "mix64((salt*0x9E3779B97F4A7C15 + (group+1)*0xAEF17502108EF2D9 + s) mod "
+                       "2^64), chain_hex = mix64 of (chain xor word) over the words starting "
+                       "from the seed, bucket = ((mix64(chain xor ((cohort+1)*"
+                       "0xD1B54A32D192ED03 mod 2^64)) >> 32) * bins) >> 32; mix64 is "
+                       "SplitMix64's finaliser.",
         "murmur3_x86_32": murmur,
         "bloom_bits": bloom,
         "google_bloom_bits": google,
         "local_hash": olh,
+        "prefix_hash": prefix,
         "hadamard_sign": hadamard,
         "hr_in_block": blocks,
     }
+
+
+PREFIX_VALUES = ["", "a", "abc", "hello", "é", "日本語", "😀", "e\u0301",
+                 "the quick brown fox jumps over the lazy dog, naïve café 😀!!"]  # 64 bytes
+
+
+def prefix_hash_vectors() -> list[dict[str, Any]]:
+    """Discovery's public hash: each value at a few campaign sizes, group indices, prefix
+    lengths (1 bit, a whole word, a word and a bit, the whole value), cohorts and bins."""
+    rng = random.Random(SEED + 2)
+    out = []
+    for value in PREFIX_VALUES:
+        data = value.encode()
+        for max_bytes in (8, 9, 64):
+            if len(data) > max_bytes:
+                continue
+            m = 8 * max_bytes
+            bits = prefix_hash.value_bits(data, max_bytes)
+            lengths = sorted({1, min(m, 64), min(m, 65), m, rng.randrange(1, m + 1)})
+            for s in lengths:
+                salt = rng.choice([0, 1, 2**31 - 1, rng.randrange(2**31)])
+                group, cohort = rng.randrange(65), rng.randrange(4096)
+                bins = rng.choice([2, 3, 8, 55, 1024])
+                words = prefix_hash.prefix_words(bits, s, m)
+                start = prefix_hash.seed(salt, group, s)
+                chained = prefix_hash.chain(start, words)
+                out.append({"value": value, "max_bytes": max_bytes,
+                            "value_hex": data.ljust(max_bytes, b"\0").hex(), "salt": salt,
+                            "group": group, "s": s,
+                            "prefix_words_hex": [format(w, "016x") for w in words],
+                            "seed_hex": format(start, "016x"),
+                            "chain_hex": format(chained, "016x"), "cohort": cohort,
+                            "bins": bins,
+                            "bucket": prefix_hash.bucket(chained, cohort, bins)})
+    return out
 
 
 # --- payloads ---------------------------------------------------------------------------
