@@ -19,7 +19,8 @@ from typing import Any
 
 from chorus_collector.results_distribution import quantile_label
 
-__all__ = ["MAX_VALUE_WIDTH", "describe_window", "format_estimates", "format_instant"]
+__all__ = ["MAX_VALUE_WIDTH", "describe_window", "format_estimates", "format_instant",
+           "shown_value"]
 
 #: Past this many terminal columns a value continues on the next lines (a long URL would
 #: otherwise push the numbers off an 80- or 120-column terminal).
@@ -91,7 +92,7 @@ def _header(result: Mapping[str, Any]) -> str:
 
 def _frequency_table(rows: list[dict[str, Any]], truth: Mapping[str, float] | None,
                      ) -> list[str]:
-    labels = [_shown(row["value"]) for row in rows]
+    labels = [shown_value(row["value"]) for row in rows]
     width = _column_width("value", labels)
     lines = [f"  {_pad('value', width)}" + (f"{'true':>8}" if truth is not None else "")
              + f"{'estimate':>10}{'std err':>9}   95% interval"]
@@ -110,7 +111,7 @@ def _frequency_table(rows: list[dict[str, Any]], truth: Mapping[str, float] | No
 
 
 def _means_table(rows: list[dict[str, Any]], truth: Mapping[str, float] | None) -> list[str]:
-    labels = [_shown(row["attribute"]) for row in rows]
+    labels = [shown_value(row["attribute"]) for row in rows]
     width = _column_width("attribute", labels)
     lines = [f"  {_pad('attribute', width)}" + (f"{'true':>10}" if truth is not None else "")
              + f"{'mean':>12}{'std err':>10}   95% interval"]
@@ -141,13 +142,17 @@ def _number(value: float | None, spec: str) -> str:
     return format(value, spec) if value is not None else format("-", spec.split(".")[0])
 
 
-def _shown(value: str) -> str:
+def shown_value(value: str) -> str:
     """The value as printed: itself when that cannot be mistaken for another value, else a
-    JSON string literal (quotes around it, escapes for the invisible characters)."""
+    JSON string literal (quotes around it, escapes for the invisible characters). A walk's
+    discovered strings can be any UTF-8 text, control characters included."""
     if value and value == value.strip() and value.isprintable() and not value.startswith('"'):
         return value
     return '"' + "".join(ch if ch.isprintable() and ch not in '"\\' else json.dumps(ch)[1:-1]
                          for ch in value) + '"'
+
+
+_shown = shown_value  # the name the other formatting modules import
 
 
 def _column_width(title: str, labels: list[str]) -> int:
