@@ -153,3 +153,35 @@ def test_campaign_show_prints_the_auto_selection(chorus: Chorus, http: FlaskClie
     assert config["mechanism"] in ("pem", "treehist")
     assert config["selection"]["from"] == "auto"
     assert config["selection"]["reason"].startswith("TreeHist's final standard error is")
+
+
+def test_the_demo_prints_what_was_found_beside_the_truth(http: FlaskClient,
+                                                         searches: str) -> None:
+    from chorus_collector.demo import _print_results
+
+    body = _api(http, f"/v1/campaigns/{searches}/estimates")
+    truth = {"cat": 0.3, "dog": 0.25, "é": 0.2, "a\tb": 0.15, "zoo": 0.1 - 1e-3,
+             "missing": 1e-3}
+    lines: list[str] = []
+    covered, total = _print_results({searches: body}, {searches: truth}, lines.append)
+    assert total == len(body["rows"])  # every value listed is counted, at its truth (or 0)
+    assert covered == sum(row["frequency_ci_low"] <= truth.get(row["value"], 0.0)
+                          <= row["frequency_ci_high"] for row in body["rows"])
+    text = "\n".join(lines)
+    assert "  discovered by PEM's walk, without candidates" in text
+    assert _row_line(text.splitlines(), "cat").split()[1] == "0.3000"  # the true column
+    assert text.splitlines()[-1] == (
+        '  the 6 most frequent in truth: cat 0.300 (found, detected); dog 0.250 (found, '
+        'detected); é 0.200 (found, detected); "a\\tb" 0.150 (found, detected); zoo 0.099 '
+        '(found, detected); missing 0.001 (missed)')
+
+
+def test_the_demo_installs_may_spend_what_its_campaigns_take() -> None:
+    """Each simulated install reports once to every demo campaign: the lifetime budget the
+    demo's clients are given is exactly the sum, so no report is suppressed."""
+    from chorus_collector.demo import DEMO_CAMPAIGNS, DEMO_LIFETIME_BUDGET
+    from chorus_shared import campaign_from_spec
+
+    spent = sum(campaign_from_spec(spec).epsilon for spec in DEMO_CAMPAIGNS)
+    assert spent == pytest.approx(DEMO_LIFETIME_BUDGET, abs=1e-9)
+    assert "search" in {spec["name"] for spec in DEMO_CAMPAIGNS}
