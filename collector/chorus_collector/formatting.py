@@ -120,7 +120,7 @@ def discovery_lines(discovery: Mapping[str, Any]) -> list[str]:
     method = {"holm": "Holm's"}.get(detection["method"], detection["method"])
     lines.append(f"  frequencies from {discovery['final_reports']:,} {final}; detected: "
                  f"{method} one-sided z-tests, family-wise false-positive rate "
-                 f"{detection['alpha']:g} over the {discovery['values_tested']} values listed")
+                 f"{detection['alpha']:g} over the {discovery['values_tested']} values tested")
     return lines
 
 

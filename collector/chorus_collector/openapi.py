@@ -263,7 +263,11 @@ _SCHEMAS: dict[str, Any] = {
                              "description": "prefixes carried to the next step"}}}},
             "final_reports": {"type": "integer", "minimum": 0,
                               "description": "the reports the rows' frequencies rest on"},
-            "values_tested": {"type": "integer", "minimum": 0},
+            "values_tested": {"type": "integer", "minimum": 0,
+                              "description": "the values fit and tested, the family of the "
+                                             "detected flags: every survivor of the walk that "
+                                             "is a string (at least the rows), or the "
+                                             "candidates"},
             "detection": {"type": "object", "required": ["method", "alpha", "family_wise"],
                           "properties": {"method": {"const": "holm"},
                                          "alpha": {"type": "number"},

@@ -77,9 +77,10 @@ def test_estimates_list_what_was_discovered_with_the_apis_numbers(
                         f"of 8, 16, 24 bits; reports per group {reports}; kept per step "
                         f"16, 16, 16")
     final = api["extra"]["discovery"]["final_reports"]
+    tested = api["extra"]["discovery"]["values_tested"]
     assert lines[2] == (f"  frequencies from {final:,} reports of the estimation group (never "
                         "read by the walk); detected: Holm's one-sided z-tests, family-wise "
-                        "false-positive rate 0.05 over the 8 values listed")
+                        f"false-positive rate 0.05 over the {tested} values tested")
     assert lines[3].split() == ["value", "estimate", "std", "err", "95%", "interval",
                                 "detected"]
     assert len(lines) == 4 + len(api["rows"])
@@ -100,7 +101,7 @@ def test_candidates_are_re_estimated(chorus: Chorus, http: FlaskClient, searches
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[1] == "  second stage: the 2 values listed, re-estimated by PEM without a walk"
-    assert "over the 2 values listed" in lines[2]
+    assert "over the 2 values tested" in lines[2]
     reply = http.post(f"/v1/campaigns/{searches}/estimates",
                       json={"candidates": ["zoo", "xyz"]}, headers=ANALYST_HEADERS)
     for row in reply.get_json()["rows"]:

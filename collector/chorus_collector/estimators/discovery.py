@@ -14,10 +14,10 @@ whole-string reports. A query walks it:
    whole-string reports. That fit is joint (weighted least squares over cohort × bucket), so
    the found values' hash collisions with one another do not bias it, and its covariance is
    the sandwich of the multinomial cell counts;
-4. the answer lists the ``top`` of them by the walk's last estimates (not by the final ones,
-   which would bias the listed values upward), in the order of their final estimates;
-5. each value listed is flagged ``detected`` by Holm's one-sided z-tests at family-wise error
-   :data:`DETECTION_ALPHA` over the values listed.
+4. each value fit is flagged ``detected`` by Holm's one-sided z-tests at family-wise error
+   :data:`DETECTION_ALPHA` over every value fit (``values_tested``);
+5. the answer lists the ``top`` of them by the walk's last estimates (not by the final ones,
+   which would bias the listed values upward), in the order of their final estimates.
 
 With candidates, a query skips the walk and estimates them in the final table (the second
 stage), flags included.
@@ -289,19 +289,20 @@ class DiscoveryEstimator(Estimator[PrefixDiscovery]):
             else np.zeros((0, mechanism.cohorts), dtype=np.int64)
         fit = joint_fit(table, buckets, epsilon)
         std_error = np.sqrt(np.clip(np.diag(fit.covariance), 0, None))
+        # Holm's family is every value fit, before the answer keeps the ``top``: choosing
+        # which to show cannot then raise the family-wise error.
+        detected = holm_detected(fit.frequency, std_error)
         # The answer's values: a discovery keeps the ``top`` survivors by the walk's own last
         # estimates (``walk`` returns them in that order). Chosen without the final table,
-        # their final estimates stay unbiased and Holm's tests over them valid; picking them
-        # by the final estimates would favour the survivors whose noise there is high (a
-        # winner's curse: the noise values listed came out ~0.8 standard errors high, and
-        # were flagged more often than the family-wise rate says). They are all fit jointly.
+        # their final estimates stay unbiased; picking them by the final estimates favoured
+        # the survivors whose noise there was high (a winner's curse: the noise values listed
+        # came out ~0.8 standard errors high). They are all fit jointly.
         chosen = np.arange(min(len(values), mechanism.top) if stage == "discovery"
                            else len(values))
         order = chosen[np.argsort(-fit.frequency[chosen], kind="stable")]
-        detected = holm_detected(fit.frequency[order], std_error[order])
         rows = frequency_rows([values[i] for i in order], fit.frequency[order],
                               std_error[order], n)
-        for row, flag in zip(rows, detected.tolist(), strict=True):
+        for row, flag in zip(rows, detected[order].tolist(), strict=True):
             row.detected = flag
         if fit.reports == 0:
             warnings.append("the final oracle has no reports in this window")
@@ -311,7 +312,7 @@ class DiscoveryEstimator(Estimator[PrefixDiscovery]):
             extra={"discovery": {
                 "stage": stage, "algorithm": mechanism.name,
                 "steps": [s.to_json() for s in steps],
-                "final_reports": fit.reports, "values_tested": len(rows),
+                "final_reports": fit.reports, "values_tested": len(values),
                 "detection": {"method": "holm", "alpha": DETECTION_ALPHA,
                               "family_wise": True}}},
             warnings=warnings)
