@@ -1,4 +1,4 @@
-"""``chorus demo``: the whole system on the embedded default, in under two minutes.
+"""``chorus demo``: the whole system on the embedded default, in about two minutes.
 
 Starts a collector (the production server, on loopback, on a fresh SQLite file), creates
 six campaigns (one of them discovers frequent search terms without a candidate list),
