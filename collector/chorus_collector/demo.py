@@ -1,7 +1,8 @@
-"""``chorus demo``: the whole system on the embedded default, in under two minutes.
+"""``chorus demo``: the whole system on the embedded default, in about two minutes.
 
 Starts a collector (the production server, on loopback, on a fresh SQLite file), creates
-four campaigns, simulates users who each report through their own instance of the real
+six campaigns (one of them discovers frequent search terms without a candidate list),
+simulates users who each report through their own instance of the real
 client library over real HTTP (noise from the OS CSPRNG), then prints the true value, the
 estimate and its 95% interval side by side, the dashboard's address and this demo's tokens,
 and stops the server; with ``serve``, it goes on serving on loopback until Ctrl-C.
@@ -26,7 +27,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from chorus_client import Client, CollectorAPI, RequestsTransport
-from chorus_collector.formatting import format_estimates
+from chorus_collector.formatting import format_estimates, shown_value
 from chorus_collector.process import CollectorProcess
 from chorus_collector.progress import progress_bar
 from chorus_collector.results_distribution import quantile_label
@@ -77,6 +78,23 @@ DEMO_CAMPAIGNS.append(
      "min_batch_size": 100, "time_precision": DAY,
      "description": "A session's OS, app version and whether it crashed, as one record: "
                     "joints, P(crashed | version) and independence tests (marginals)"})
+#: A discovery campaign: search terms of up to 8 bytes, found without a candidate list.
+#: Eight popular terms hold 68% of the searches; the rest are spread over 2,000 rarer
+#: made-up words. At ε = 2 (the client's default cap) 20,000 users are enough for the terms
+#: above ~7%: the walk splits the installs into 8 groups, so discovery needs more reports than
+#: estimating a known list does.
+SEARCH_TERMS = ["weather", "news", "maps", "music", "recipes", "football", "flights",
+                "bitcoin"]
+SEARCH_SHARES = [0.22, 0.15, 0.10, 0.07, 0.05, 0.04, 0.03, 0.02]
+SEARCH_TAIL = 2_000
+DEMO_CAMPAIGNS.append(
+    {"name": "search", "mechanism": "auto", "epsilon": 2.0,
+     "domain": {"kind": "strings", "max_bytes": 8}, "params": {"top": 8},
+     "min_batch_size": 100, "time_precision": DAY,
+     "description": "What did you search for? Up to 8 bytes, discovered without a candidate "
+                    "list (auto: PEM or TreeHist)"})
+#: What one simulated install spends on all the campaigns above (2 + 2 + 1 + 1 + 2 + 2).
+DEMO_LIFETIME_BUDGET = 10.0
 #: The quantiles the demo prints beside the truth.
 DEMO_QUANTILES = (0.5, 0.95, 0.99)
 
@@ -96,6 +114,11 @@ class Population:
              "crashed": "yes" if rng.random() < CRASH_RATES[version] else "no"}
             for os, version in zip(rng.choices(OSES, OS_SHARES, k=users), versions,
                                    strict=True)]
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        tail = ["".join(rng.choices(letters, k=rng.randint(3, 8))) for _ in range(SEARCH_TAIL)]
+        rest = (1 - sum(SEARCH_SHARES)) / SEARCH_TAIL
+        self.searches = rng.choices(SEARCH_TERMS + tail, SEARCH_SHARES + [rest] * SEARCH_TAIL,
+                                    k=users)
 
     def __len__(self) -> int:
         return len(self.browsers)
@@ -109,6 +132,7 @@ class Population:
             "load_time": {"mean": sum(clipped) / n},
             "load_time_percentiles": _quantiles(
                 [min(max(t, 0.1), 20.0) for t in self.load_times], DEMO_QUANTILES),
+            "search": {k: v / n for k, v in Counter(self.searches).items()},
             "sessions": {**{f"{attribute}={value}": count / n for (attribute, value), count
                             in Counter(item for session in self.sessions
                                        for item in session.items()).items()},
@@ -141,16 +165,21 @@ def _simulate(url: str, campaigns: dict[str, Campaign], population: Population,
 
     def one_user(i: int) -> int:
         # Each user is one app install with the configs pinned, CSPRNG noise and the default
-        # caps; ephemeral and without a send delay only because the whole simulation lasts a
-        # minute (a real app keeps its state on disk and lets reports leave at random times).
+        # caps but one: its reports to the six campaigns spend ε = 10 in all, above the
+        # default lifetime budget of 8, so the app says so in code, as it must
+        # (docs/threat-model.md). Ephemeral and without a send delay only because the whole
+        # simulation lasts a minute (a real app keeps its state on disk and lets reports
+        # leave at random times).
         reported_at = time.time() - (i % DEMO_DAYS) * DAY
         client = Client(url, ephemeral=True, transport=transport, campaigns=campaigns,
-                        send_delay=0.0, clock=lambda: reported_at)
+                        send_delay=0.0, clock=lambda: reported_at,
+                        lifetime_budget=DEMO_LIFETIME_BUDGET)
         client.report("browser", population.browsers[i])
         client.report("homepage", population.homepages[i])
         client.report("load_time", population.load_times[i])
         client.report("load_time_percentiles", population.load_times[i])
         client.report("sessions", population.sessions[i])
+        client.report("search", population.searches[i])
         client.flush()
         return client.totals.accepted
 
@@ -205,7 +234,8 @@ def _run(url: str, admin: str, analyst: str, users: int, seed: int,
     for spec in DEMO_CAMPAIGNS:
         config = api.create_campaign(spec)
         campaigns[spec["name"]] = campaign_from_config(config)
-        echo(f"campaign {spec['name']}: {spec['mechanism']}, ε = {config['epsilon']:.3g}"
+        chosen = config["mechanism"] + (" (auto)" if spec["mechanism"] == "auto" else "")
+        echo(f"campaign {spec['name']}: {chosen}, ε = {config['epsilon']:.3g}"
              f", digest {config['digest'][:12]}")
     population = Population(users, seed)
     echo(f"simulating {users} users through the client library over HTTP ...")
@@ -220,6 +250,7 @@ def _run(url: str, admin: str, analyst: str, users: int, seed: int,
         "load_time_percentiles": analyst_api.estimates("load_time_percentiles",
                                                        quantiles=DEMO_QUANTILES),
         "sessions": analyst_api.estimates("sessions", joints=[("version", "crashed")]),
+        "search": analyst_api.estimates("search"),  # no candidates: what the walk found
     }
     return results, population.truth(), accepted
 
@@ -236,6 +267,9 @@ def _print_results(results: dict[str, Any], truth: dict[str, dict[str, float]],
             shown = {**result, "rows": top}
             echo(format_estimates(shown, truth[name]))
             echo(f"  … and {len(result['rows']) - 15} more candidates")
+        elif "discovery" in result.get("extra", {}):
+            echo(format_estimates(result, truth[name]))
+            echo(_found_line(result, truth[name]))
         elif result["kind"] == "distribution":
             echo(format_estimates(result))
             for row in result["quantiles"]:
@@ -281,6 +315,18 @@ def _print_results(results: dict[str, Any], truth: dict[str, dict[str, float]],
             total += 1
             covered += row["frequency_ci_low"] <= true <= row["frequency_ci_high"]
     return covered, total
+
+
+def _found_line(result: dict[str, Any], truth: dict[str, float], shown: int = 8) -> str:
+    """The truly most frequent values, each said found (and detected) or missed."""
+    rows = {row["value"]: row for row in result["rows"]}
+    parts = []
+    for value, share in sorted(truth.items(), key=lambda item: -item[1])[:shown]:
+        row = rows.get(value)
+        said = ("missed" if row is None else "found, detected" if row["detected"]
+                else "found, not detected")
+        parts.append(f"{shown_value(value)} {share:.3f} ({said})")
+    return f"  the {len(parts)} most frequent in truth: " + "; ".join(parts)
 
 
 def _until_interrupted(server: CollectorProcess) -> None:

@@ -19,7 +19,8 @@ from typing import Any
 
 from chorus_collector.results_distribution import quantile_label
 
-__all__ = ["MAX_VALUE_WIDTH", "describe_window", "format_estimates", "format_instant"]
+__all__ = ["MAX_VALUE_WIDTH", "describe_window", "discovery_lines", "format_estimates",
+           "format_instant", "shown_value"]
 
 #: Past this many terminal columns a value continues on the next lines (a long URL would
 #: otherwise push the numbers off an 80- or 120-column terminal).
@@ -64,11 +65,14 @@ def format_estimates(result: dict[str, Any], truth: dict[str, float] | None = No
         lines += _distribution_lines(result)
         lines.extend(f"  warning: {warning}" for warning in result.get("warnings", []))
         return "\n".join(lines)
+    extra = result.get("extra", {})
     if result["kind"] == "means":
         lines += _means_table(result["rows"], truth)
+    elif "discovery" in extra:
+        lines += discovery_lines(extra["discovery"])
+        lines += _frequency_table(result["rows"], truth, detected_column=True)
     else:
         lines += _frequency_table(result["rows"], truth)
-    extra = result.get("extra", {})
     if "unexplained_frequency" in extra:
         lines.append(f"  unexplained share {extra['unexplained_frequency']:.4f} ± "
                      f"{extra['unexplained_std_error']:.4f}; residual χ²/dof "
@@ -89,28 +93,68 @@ def _header(result: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+#: What the final frequencies of a discovery campaign are estimated from, by algorithm.
+_FINAL_REPORTS = {"pem": "reports of the estimation group (never read by the walk)",
+                  "treehist": "whole-string reports (randomized apart from the prefixes)"}
+_ALGORITHMS = {"pem": "PEM", "treehist": "TreeHist"}
+
+
+def discovery_lines(discovery: Mapping[str, Any]) -> list[str]:
+    """What a discovery campaign's answer rests on: the walk (its prefix lengths and the
+    reports of each group) or the second stage, the final oracle, and the false-positive
+    control of the ``detected`` flags."""
+    algorithm = _ALGORITHMS.get(discovery["algorithm"], discovery["algorithm"])
+    steps = discovery["steps"]
+    if discovery["stage"] == "discovery":
+        bits = ", ".join(str(step["prefix_bits"]) for step in steps)
+        reports = ", ".join(f"{step['reports']:,}" for step in steps)
+        kept = ", ".join(str(step["kept"]) for step in steps)
+        lines = [f"  discovered by {algorithm}'s walk, without candidates: {len(steps)} steps "
+                 f"at prefixes of {bits} bits; reports per group {reports}; kept per step "
+                 f"{kept}"]
+    else:
+        lines = [f"  second stage: the {discovery['values_tested']} values listed, "
+                 f"re-estimated by {algorithm} without a walk"]
+    final = _FINAL_REPORTS.get(discovery["algorithm"], "reports")
+    detection = discovery["detection"]
+    method = {"holm": "Holm's"}.get(detection["method"], detection["method"])
+    lines.append(f"  frequencies from {discovery['final_reports']:,} {final}; detected: "
+                 f"{method} one-sided z-tests, family-wise false-positive rate "
+                 f"{detection['alpha']:g} over the {discovery['values_tested']} values tested")
+    return lines
+
+
 def _frequency_table(rows: list[dict[str, Any]], truth: Mapping[str, float] | None,
-                     ) -> list[str]:
+                     detected_column: bool = False) -> list[str]:
+    """The rows; ``detected_column`` gives every row a yes/no ``detected`` column (a discovery
+    campaign's answer), otherwise only an undetected row says so."""
     labels = [_shown(row["value"]) for row in rows]
     width = _column_width("value", labels)
+    interval_width = 22  # "[-0.0012, 0.3456]" and room to spare, so the flags line up
     lines = [f"  {_pad('value', width)}" + (f"{'true':>8}" if truth is not None else "")
-             + f"{'estimate':>10}{'std err':>9}   95% interval"]
+             + f"{'estimate':>10}{'std err':>9}   "
+             + (f"{'95% interval':<{interval_width}}detected" if detected_column
+                else "95% interval")]
     for row, label in zip(rows, labels, strict=True):
         true = f"{truth.get(row['value'], 0.0):>8.4f}" if truth is not None else ""
         if row["frequency_std_error"] is None:  # not selected by the constrained fit
             numbers = f"{true}{_number(row['frequency'], '>10.4f')}{'-':>9}   (not selected)"
         else:
-            flag = "" if row.get("detected") in (None, True) else "  (not detected)"
+            interval = (f"[{_number(row['frequency_ci_low'], '.4f')}, "
+                        f"{_number(row['frequency_ci_high'], '.4f')}]")
+            if detected_column:
+                flag = "yes" if row.get("detected") else "no"
+                interval = f"{interval:<{interval_width}}{flag}"
+            elif row.get("detected") is False:
+                interval += "  (not detected)"
             numbers = (f"{true}{_number(row['frequency'], '>10.4f')}"
-                       f"{_number(row['frequency_std_error'], '>9.4f')}   "
-                       f"[{_number(row['frequency_ci_low'], '.4f')}, "
-                       f"{_number(row['frequency_ci_high'], '.4f')}]{flag}")
+                       f"{_number(row['frequency_std_error'], '>9.4f')}   {interval}")
         lines += _row(label, width, numbers)
     return lines + _wrap_note(labels, width)
 
 
 def _means_table(rows: list[dict[str, Any]], truth: Mapping[str, float] | None) -> list[str]:
-    labels = [_shown(row["attribute"]) for row in rows]
+    labels = [shown_value(row["attribute"]) for row in rows]
     width = _column_width("attribute", labels)
     lines = [f"  {_pad('attribute', width)}" + (f"{'true':>10}" if truth is not None else "")
              + f"{'mean':>12}{'std err':>10}   95% interval"]
@@ -141,13 +185,17 @@ def _number(value: float | None, spec: str) -> str:
     return format(value, spec) if value is not None else format("-", spec.split(".")[0])
 
 
-def _shown(value: str) -> str:
+def shown_value(value: str) -> str:
     """The value as printed: itself when that cannot be mistaken for another value, else a
-    JSON string literal (quotes around it, escapes for the invisible characters)."""
+    JSON string literal (quotes around it, escapes for the invisible characters). A walk's
+    discovered strings can be any UTF-8 text, control characters included."""
     if value and value == value.strip() and value.isprintable() and not value.startswith('"'):
         return value
     return '"' + "".join(ch if ch.isprintable() and ch not in '"\\' else json.dumps(ch)[1:-1]
                          for ch in value) + '"'
+
+
+_shown = shown_value  # the name the other formatting modules import
 
 
 def _column_width(title: str, labels: list[str]) -> int:

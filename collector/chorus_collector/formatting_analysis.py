@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chorus_collector.formatting import (
+    _ALGORITHMS,
     _column_width,
     _pad,
     _row,
@@ -37,6 +38,9 @@ def format_series(result: Mapping[str, Any]) -> str:
         f"{result['campaign']}: {result['mechanism']}, ε = {result['epsilon']:.4g}",
         f"step {step}", f"window {describe_window(result.get('window'))}",
         f"variance model {_model_name(result['variance_model'])}"])]
+    if result.get("discovery"):
+        lines.append(_tracked(result["discovery"], "over the whole window",
+                              "re-estimated in every point"))
     series = result["series"]
     if not series:
         return "\n".join([*lines, "  (no series: no values to show)"])
@@ -91,6 +95,9 @@ def format_comparison(result: Mapping[str, Any]) -> str:
         f"across {sum(r['p_value'] is not None for r in rows)} values; * significant: "
         f"adjusted p < α = {result['alpha']:g}",
     ]
+    if result.get("discovery"):
+        lines.append(_tracked(result["discovery"], "over both windows together",
+                              "re-estimated in each"))
     labels = [_shown(row["value"]) for row in rows]
     title = "value" if kind == "frequency" else "attribute"
     width = _column_width(title, labels)
@@ -112,6 +119,13 @@ def format_comparison(result: Mapping[str, Any]) -> str:
     lines.append(f"  variance model {_model_name(model)} in each window; the change's standard "
                  "error assumes independent windows (conservative when users report in both)")
     return "\n".join(lines)
+
+
+def _tracked(discovery: Mapping[str, Any], where: str, how: str) -> str:
+    """Which values a discovery campaign's series or comparison follows, and whence."""
+    algorithm = _ALGORITHMS.get(discovery["algorithm"], discovery["algorithm"])
+    return (f"  values: the {len(discovery['values'])} that {algorithm}'s walk "
+            f"discovers {where} ({discovery['n']:,} reports), {how}")
 
 
 def _cell(value: float | None, spec: str, width: int = 0) -> str:

@@ -140,6 +140,9 @@ _SCHEMAS: dict[str, Any] = {
             "worst_case": {"type": "object"},
             "warnings": {"type": "array", "items": {"type": "string"}},
             "retired_at": {"type": ["number", "null"]},
+            "selection": {"type": "object",
+                          "description": 'mechanism "auto": what was chosen and why (the '
+                                         "candidates' figures, the rule's reason)"},
         },
     },
     "EstimateQuery": {
@@ -148,7 +151,8 @@ _SCHEMAS: dict[str, Any] = {
         "properties": {
             "start": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1},
             "end": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1},
-            "candidates": {"type": "array", "items": {"type": "string"}},
+            "candidates": {"type": "array", "items": {"type": "string"},
+                           "description": "as the candidate query parameter"},
             "format": {"enum": ["json", "csv"]},
             "postprocessing": {"type": "string"},
             "quantiles": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0,
@@ -170,7 +174,8 @@ _SCHEMAS: dict[str, Any] = {
     },
     "Estimate": {
         "type": "object",
-        "description": "kind 'frequency' (rows per category or candidate), 'mean', "
+        "description": "kind 'frequency' (rows per category, candidate or, for a discovery "
+                       "campaign asked without candidates, value its walk found), 'mean', "
                        "'means' (rows per attribute) or 'distribution' (histogram, cdf, "
                        "quantiles, ranges and mean); each estimate has a standard error "
                        "and a 95% confidence interval.",
@@ -181,7 +186,14 @@ _SCHEMAS: dict[str, Any] = {
             "mechanism": {"type": "string"},
             "epsilon": {"type": "number"},
             "n": {"type": "integer", "minimum": 0},
-            "rows": {"type": "array", "items": {"type": "object"}},
+            "rows": {"type": "array", "items": {"anyOf": [_ref("FrequencyRow"),
+                                                          _ref("MeanRow")]},
+                     "description": "kind 'frequency': one per category, candidate or "
+                                    "discovered value; kind 'means': one per attribute"},
+            "extra": {"type": "object",
+                      "description": "what the estimator adds; a discovery campaign's answer "
+                                     "has discovery (what its walk did)",
+                      "properties": {"discovery": _ref("Discovery")}},
             "freshness": {"type": "object"},
             "warnings": {"type": "array", "items": {"type": "string"}},
             "edges": {"type": "array", "items": {"type": "number"},
@@ -195,6 +207,87 @@ _SCHEMAS: dict[str, Any] = {
             "ranges": {"type": "array", "items": {"$ref": "#/components/schemas/Statistic"}},
             "mean": {"oneOf": [{"type": "number"}, {"$ref": "#/components/schemas/Statistic"}],
                      "description": "a number for kind 'mean'; a statistic for a distribution"},
+        },
+    },
+    "FrequencyRow": {
+        "type": "object",
+        "description": "one category's, candidate's or discovered value's estimate "
+                       "(frequencies are fractions of n, counts n × frequency)",
+        "required": ["value", "frequency", "frequency_std_error", "frequency_ci_low",
+                     "frequency_ci_high"],
+        "properties": {
+            "value": {"type": "string"},
+            **{name: {"type": ["number", "null"]} for name in (
+                "count", "count_std_error", "count_ci_low", "count_ci_high", "frequency",
+                "frequency_std_error", "frequency_ci_low", "frequency_ci_high")},
+            "detected": {"type": ["boolean", "null"],
+                         "description": "open strings: whether the value passes the "
+                                        "estimator's test of f > 0 (discovery campaigns: "
+                                        "Holm's one-sided z-tests, family-wise error 0.05 "
+                                        "over the rows); null elsewhere"},
+        },
+    },
+    "MeanRow": {
+        "type": "object",
+        "description": "one attribute's mean (kind 'means')",
+        "required": ["attribute", "mean", "std_error", "ci_low", "ci_high"],
+        "properties": {"attribute": {"type": "string"},
+                       **{name: {"type": ["number", "null"]}
+                          for name in ("mean", "std_error", "ci_low", "ci_high")}},
+    },
+    "Discovery": {
+        "type": "object",
+        "description": "A discovery campaign's (mechanism pem or treehist) answer: without "
+                       "candidates (stage 'discovery') the rows are the top values the walk "
+                       "down the prefixes found, each re-fit jointly in the final table (PEM's "
+                       "estimation group, TreeHist's whole-string reports); with candidates "
+                       "(stage 're-estimate', the second stage) the rows are the candidates, "
+                       "estimated from the final table without a walk.",
+        "required": ["stage", "algorithm", "steps", "final_reports", "values_tested",
+                     "detection"],
+        "properties": {
+            "stage": {"enum": ["discovery", "re-estimate"]},
+            "algorithm": {"enum": ["pem", "treehist"]},
+            "steps": {"type": "array", "description": "the walk's steps (none when "
+                                                      "re-estimating)", "items": {
+                "type": "object",
+                "required": ["prefix_bits", "reports", "candidates", "kept"],
+                "properties": {
+                    "prefix_bits": {"type": "integer", "minimum": 1,
+                                    "description": "the prefix length this step ranks"},
+                    "reports": {"type": "integer", "minimum": 0,
+                                "description": "the reports of the step's group"},
+                    "candidates": {"type": "integer", "minimum": 0,
+                                   "description": "prefixes evaluated"},
+                    "kept": {"type": "integer", "minimum": 0,
+                             "description": "prefixes carried to the next step"}}}},
+            "final_reports": {"type": "integer", "minimum": 0,
+                              "description": "the reports the rows' frequencies rest on"},
+            "values_tested": {"type": "integer", "minimum": 0,
+                              "description": "the values fit and tested, the family of the "
+                                             "detected flags: every survivor of the walk that "
+                                             "is a string (at least the rows), or the "
+                                             "candidates"},
+            "detection": {"type": "object", "required": ["method", "alpha", "family_wise"],
+                          "properties": {"method": {"const": "holm"},
+                                         "alpha": {"type": "number"},
+                                         "family_wise": {"type": "boolean"}}},
+        },
+    },
+    "TrackedValues": {
+        "type": "object",
+        "description": "A series or comparison of a discovery campaign asked without "
+                       "candidates: the values it tracks, found once by the walk over all "
+                       "the query covers (the series' whole window; both windows of a "
+                       "comparison), then re-estimated in each point or window.",
+        "allOf": [_ref("Discovery")],
+        "required": ["values", "n", "windows"],
+        "properties": {
+            "values": {"type": "array", "items": {"type": "string"}},
+            "n": {"type": "integer", "minimum": 0,
+                  "description": "the reports the walk read"},
+            "windows": {"type": "array", "items": {"type": "object"}},
+            "warnings": {"type": "array", "items": {"type": "string"}},
         },
     },
     "RecordEstimate": {
@@ -298,7 +391,8 @@ _SCHEMAS: dict[str, Any] = {
                                     "multiple of the time precision)"},
             "values": {"type": "array", "items": {"type": "string"}},
             "top": {"type": "integer", "minimum": 1},
-            "candidates": {"type": "array", "items": {"type": "string"}},
+            "candidates": {"type": "array", "items": {"type": "string"},
+                           "description": "as the candidate query parameter"},
             "format": {"enum": ["json", "csv"]},
         },
     },
@@ -326,6 +420,7 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "object", "required": ["value", "points"],
                 "properties": {"value": {"type": "string"},
                                "points": {"type": "array", "items": {"type": "object"}}}}},
+            "discovery": _ref("TrackedValues"),
         },
     },
     "CompareQuery": {
@@ -336,7 +431,8 @@ _SCHEMAS: dict[str, Any] = {
             "baseline_end": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1},
             "start": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1},
             "end": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1},
-            "candidates": {"type": "array", "items": {"type": "string"}},
+            "candidates": {"type": "array", "items": {"type": "string"},
+                           "description": "as the candidate query parameter"},
             "correction": {"enum": ["benjamini-hochberg", "bonferroni"]},
             "alpha": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
             "format": {"enum": ["json", "csv"]},
@@ -361,6 +457,7 @@ _SCHEMAS: dict[str, Any] = {
             "alpha": {"type": "number"},
             "variance_model": {"type": "string"},
             "rows": {"type": "array", "items": {"type": "object"}},
+            "discovery": _ref("TrackedValues"),
         },
     },
 }
@@ -369,6 +466,13 @@ _NAME_PARAMETER = {"name": "name", "in": "path", "required": True,
                    "schema": {"type": "string"}, "example": "browsers",
                    "description": "the campaign's name"}
 _ADMIN: list[dict[str, list[str]]] = [{"bearer": []}]
+_CANDIDATE = {"name": "candidate", "in": "query", "explode": True,
+              "schema": {"type": "array", "items": {"type": "string"}},
+              "description": "open strings, repeatable: the strings to estimate. Required for "
+                             "campaigns decoded against a list (rappor, cms, …); optional "
+                             "for discovery campaigns (pem, treehist), which without it "
+                             "answer for the values their walk finds and with it re-estimate "
+                             "the list (the second stage)"}
 
 
 def _operation(summary: str, answers: dict[str, Any], *, security: list[Any] | None = None,
@@ -401,8 +505,7 @@ def openapi_document() -> dict[str, Any]:
     query_parameters = [
         {"name": "start", "in": "query", "schema": {"type": "integer", "minimum": 0}},
         {"name": "end", "in": "query", "schema": {"type": "integer", "minimum": 0}},
-        {"name": "candidate", "in": "query", "explode": True,
-         "schema": {"type": "array", "items": {"type": "string"}}},
+        _CANDIDATE,
         {"name": "format", "in": "query", "schema": {"enum": ["json", "csv"]}},
         {"name": "postprocessing", "in": "query", "schema": {"type": "string"}},
         {"name": "quantiles", "in": "query", "schema": {"type": "string"},
@@ -431,16 +534,14 @@ def openapi_document() -> dict[str, Any]:
         {"name": "value", "in": "query", "explode": True,
          "schema": {"type": "array", "items": {"type": "string"}}},
         {"name": "top", "in": "query", "schema": {"type": "integer", "minimum": 1}},
-        {"name": "candidate", "in": "query", "explode": True,
-         "schema": {"type": "array", "items": {"type": "string"}}},
+        _CANDIDATE,
         {"name": "format", "in": "query", "schema": {"enum": ["json", "csv"]}},
     ]
     compare_parameters = [
         _NAME_PARAMETER,
         *({"name": name, "in": "query", "schema": time_parameter}
           for name in ("baseline_start", "baseline_end", "start", "end")),
-        {"name": "candidate", "in": "query", "explode": True,
-         "schema": {"type": "array", "items": {"type": "string"}}},
+        _CANDIDATE,
         {"name": "correction", "in": "query",
          "schema": {"enum": ["benjamini-hochberg", "bonferroni"]}},
         {"name": "alpha", "in": "query",

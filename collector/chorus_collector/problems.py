@@ -83,7 +83,8 @@ KINDS: Mapping[str, Kind] = MappingProxyType({
                                 "more candidates than CHORUS_MAX_CANDIDATES"),
     "invalid-batch-size": Kind(409, "Not enough reports",
                                "fewer reports in the window than the campaign's minimum"),
-    "candidates-required": Kind(422, _UNANSWERABLE, "open strings need a candidate list"),
+    "candidates-required": Kind(422, _UNANSWERABLE, "open strings need a candidate list "
+                                "(discovery campaigns do not)"),
     "invalid-candidate": Kind(422, _UNANSWERABLE, "a candidate is invalid or listed twice"),
     "candidates-not-identifiable": Kind(422, _UNANSWERABLE,
                                         "the candidates cannot be told apart by the reports"),

@@ -14,6 +14,12 @@ different users are independent. A user's two reports share the user's value: ra
 afresh, their covariance is Var(E[g | x]) = Var(1[x = v]) ≥ 0 (zero when the population is
 fixed); memoized (the same report in both windows), it is Var(g(y)) ≥ 0. So
 Var(diff) = var_B + var_C − 2 Cov ≤ var_B + var_C: the stated SE can only overstate it.
+
+A discovery campaign (``pem``, ``treehist``) compared without candidates compares the values
+its walk finds over both windows together (their summed statistics): one list, found once, so
+a value frequent in either window is in it; each window then re-estimates that list (the
+second stage, which reads only the final table the walk never ranked by, so the choice does
+not bias the difference). The answer's ``discovery`` says what the walk did.
 """
 
 from __future__ import annotations
@@ -21,18 +27,22 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from chorus_collector.analysis.windows import (
     Estimate,
     check_window,
+    discover,
+    discovers,
     estimate_kind,
-    estimate_window,
+    finalize,
     query_labels,
     value_estimates,
+    window_inputs,
 )
 from chorus_collector.estimators import Query
+from chorus_collector.folding import EstimateInputs
 from chorus_collector.problems import Problem
 from chorus_collector.results import CONFIDENCE, Z95, _CsvWriter
 from chorus_collector.storage import Storage, StoredCampaign
@@ -80,14 +90,20 @@ class ComparisonResult:
     variance_model: str
     rows: list[ComparisonRow]
     confidence: float = CONFIDENCE
+    #: A discovery campaign compared without candidates: how its values were found.
+    discovery: dict[str, Any] | None = field(default=None)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "comparison", "campaign": self.campaign, "mechanism": self.mechanism,
-                "epsilon": self.epsilon, "estimate_kind": self.estimate_kind,
-                "baseline": dict(self.baseline), "current": dict(self.current),
-                "confidence": self.confidence, "correction": self.correction,
-                "alpha": self.alpha, "variance_model": self.variance_model,
-                "rows": [row.to_json() for row in self.rows]}
+        body: dict[str, Any] = {
+            "kind": "comparison", "campaign": self.campaign, "mechanism": self.mechanism,
+            "epsilon": self.epsilon, "estimate_kind": self.estimate_kind,
+            "baseline": dict(self.baseline), "current": dict(self.current),
+            "confidence": self.confidence, "correction": self.correction,
+            "alpha": self.alpha, "variance_model": self.variance_model,
+            "rows": [row.to_json() for row in self.rows]}
+        if self.discovery is not None:
+            body["discovery"] = self.discovery
+        return body
 
     def to_csv(self) -> str:
         buffer = io.StringIO()
@@ -108,7 +124,8 @@ def compare_windows(storage: Storage, stored: StoredCampaign, *, baseline: Windo
                     alpha: float = 0.05) -> ComparisonResult:
     """Each value's change from the ``baseline`` window to the ``current`` one, (start, end)
     each (None: open). The windows must not overlap and each needs min_batch_size reports.
-    Raises :class:`Problem`."""
+    A discovery campaign without ``candidates`` compares the values found over both windows
+    together (module docstring). Raises :class:`Problem`."""
     campaign = stored.campaign
     if correction not in CORRECTIONS:
         raise Problem("invalid-query", f"correction must be one of {list(CORRECTIONS)}")
@@ -119,8 +136,17 @@ def compare_windows(storage: Storage, stored: StoredCampaign, *, baseline: Windo
     check_window(*baseline, campaign.time_precision, "baseline_")
     check_window(*current, campaign.time_precision)
     _check_apart(baseline, current)
-    before = _window_estimate(storage, stored, baseline, wanted, "baseline")
-    after = _window_estimate(storage, stored, current, wanted, "current")
+    old = _window_inputs(storage, stored, baseline, "baseline")
+    new = _window_inputs(storage, stored, current, "current")
+    discovery = None
+    if discovers(campaign, wanted):
+        found = discover(campaign, old.n + new.n, old.state + new.state,
+                         [{"start": a, "end": b} for a, b in sorted(
+                             (baseline, current), key=lambda w: -math.inf if w[0] is None
+                             else w[0])])
+        wanted, labels, discovery = found.values, list(found.values), found.to_json()
+    before = finalize(campaign, old.n, old.state, Query(baseline[0], baseline[1], wanted))
+    after = finalize(campaign, new.n, new.state, Query(current[0], current[1], wanted))
     rows = _rows(labels, before, after)
     adjusted = adjusted_p_values([math.nan if r.p_value is None else r.p_value for r in rows],
                                  correction)
@@ -134,7 +160,7 @@ def compare_windows(storage: Storage, stored: StoredCampaign, *, baseline: Windo
         current={"start": current[0], "end": current[1], "n": after.n},
         correction=correction, alpha=float(alpha),
         variance_model=_variance_model(before.variance_model, correction, len(rows)),
-        rows=rows)
+        rows=rows, discovery=discovery)
 
 
 def adjusted_p_values(p_values: Sequence[float], correction: str) -> list[float]:
@@ -175,16 +201,15 @@ def _shown(window: Window) -> str:
     return f"[{'−∞' if start is None else start}, {'∞' if end is None else end})"
 
 
-def _window_estimate(storage: Storage, stored: StoredCampaign, window: Window,
-                     candidates: tuple[str, ...], label: str) -> Estimate:
+def _window_inputs(storage: Storage, stored: StoredCampaign, window: Window,
+                   label: str) -> EstimateInputs:
     try:
-        result, _ = estimate_window(storage, stored, Query(window[0], window[1], candidates))
+        return window_inputs(storage, stored, window[0], window[1])
     except Problem as problem:
         if problem.kind != "invalid-batch-size":
             raise
         raise Problem("invalid-batch-size", f"the {label} window: {problem.detail}",
                       headers=problem.headers, window=label, **problem.extra) from None
-    return result
 
 
 def _rows(labels: list[str], before: Estimate, after: Estimate) -> list[ComparisonRow]:

@@ -6,6 +6,14 @@ now, read in one snapshot (``Storage.bucket_snapshot``). So a series costs O(poi
 size) whatever the number of reports, and every point equals the estimates route's answer
 for the point's interval. Raw reports are read only for the unfolded tail, as every estimate
 does.
+
+A discovery campaign (``pem``, ``treehist``) asked without candidates tracks the values its
+walk finds over the series' whole window (the summed statistics of every point): the same
+values the estimates route lists for that window, flagged detected or not, in its order. Each
+point then re-estimates that list (the second stage), so every series covers the whole window
+and its points can be compared; the answer's ``discovery`` says what the walk did. A value
+that becomes frequent only late in a long window may fall short of the whole window's top:
+ask for a shorter window, or list it as a candidate.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ from chorus_collector.analysis.windows import (
     Estimate,
     ValueEstimate,
     check_window,
+    discover,
+    discovers,
     estimate_kind,
     finalize,
     query_labels,
@@ -35,6 +45,7 @@ from chorus_collector.problems import Problem
 from chorus_collector.results import CONFIDENCE, _CsvWriter
 from chorus_collector.storage import Storage, StoredCampaign, state_array
 from chorus_shared.campaign import Campaign
+from chorus_shared.mechanisms import PrefixDiscovery
 
 __all__ = ["MAX_POINTS", "MAX_SERIES_CELLS", "Series", "SeriesPoint", "SeriesResult",
            "estimate_series"]
@@ -100,9 +111,11 @@ class SeriesResult:
     freshness: dict[str, Any] = field(default_factory=dict)
     #: Whether points carry the estimator's ``detected`` flag (open-string candidates).
     detects: bool = False
+    #: A discovery campaign asked without candidates: how its values were found.
+    discovery: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "kind": "series", "campaign": self.campaign, "mechanism": self.mechanism,
             "epsilon": self.epsilon, "estimate_kind": self.estimate_kind, "step": self.step,
             "step_name": self.step_name, "window": dict(self.window),
@@ -112,6 +125,9 @@ class SeriesResult:
             "series": [{"value": s.value,
                         "points": [p.to_json(self.detects) for p in s.points]}
                        for s in self.series]}
+        if self.discovery is not None:
+            body["discovery"] = self.discovery
+        return body
 
     def to_csv(self) -> str:
         buffer = io.StringIO()
@@ -150,8 +166,9 @@ def estimate_series(storage: Storage, stored: StoredCampaign, *, start: int | No
     ``step``: "bucket" (the time precision), "day", "week" or seconds (a multiple of the
     time precision). The window defaults to all stored data, widened to whole points.
     Frequencies give one series per category (``values`` names some, ``top`` keeps the k
-    largest over the whole window), open-string campaigns one per candidate (required),
-    means one ("mean"), vector means one per attribute. Raises :class:`Problem`.
+    largest over the whole window), open-string campaigns one per candidate (required, except
+    for a discovery campaign: one per value its walk finds over the whole window), means one
+    ("mean"), vector means one per attribute. Raises :class:`Problem`.
     """
     campaign = stored.campaign
     precision = campaign.time_precision
@@ -159,11 +176,16 @@ def estimate_series(storage: Storage, stored: StoredCampaign, *, start: int | No
     grid = parse_step(step, precision)
     wanted = tuple(candidates)
     labels = query_labels(campaign, wanted)
-    _check_selection(campaign, labels, values, top)
+    finding = discovers(campaign, wanted)
+    # The values a discovery will track are known only once it has run (below).
+    _check_selection(campaign, labels, () if finding else values, top)
     start, end = _default_window(storage, stored, grid, start, end)
     intervals = points(grid, start, end) if start is not None and end is not None \
         and end > start else []
-    if len(intervals) * len(labels) > MAX_SERIES_CELLS:
+    mechanism = campaign.mechanism
+    # A walk lists at most ``top`` values.
+    most = mechanism.top if finding and isinstance(mechanism, PrefixDiscovery) else len(labels)
+    if len(intervals) * most > MAX_SERIES_CELLS:
         raise Problem("query-too-large",
                       f"{len(intervals)} points × {len(labels)} values is more than "
                       f"{MAX_SERIES_CELLS:,} estimates in one series: use a longer step, a "
@@ -177,6 +199,12 @@ def estimate_series(storage: Storage, stored: StoredCampaign, *, start: int | No
                       f"{most} points: use a longer step or a shorter window")
     counts, states, unfolded, folded_at = _point_statistics(storage, stored, intervals,
                                                             start, end)
+    discovery = None
+    if finding:
+        found = discover(campaign, int(counts.sum()), states.sum(axis=0),
+                         [{"start": start, "end": end}])
+        wanted, labels, discovery = found.values, list(found.values), found.to_json()
+        _check_selection(campaign, labels, values, top)
     chosen = _chosen(campaign, labels, values, top, counts, states, start, end, wanted)
     results: list[Estimate | str] = [
         _point_result(campaign, int(n), state, Query(a, b, wanted))
@@ -194,7 +222,7 @@ def estimate_series(storage: Storage, stored: StoredCampaign, *, start: int | No
         variance_model=f"{model}. {INDEPENDENCE}" if model else INDEPENDENCE,
         min_batch_size=campaign.min_batch_size, series=series,
         freshness={"folded_at": folded_at, "unfolded_reports": unfolded},
-        detects=campaign.domain.kind == "strings")
+        detects=campaign.domain.kind == "strings", discovery=discovery)
 
 
 def _check_selection(campaign: Campaign, labels: list[str], values: Sequence[str],

@@ -4,11 +4,21 @@
 statistics plus its unfolded tail (``folding.estimate_inputs``), finalized by the campaign's
 estimator. A series point and each side of a comparison are read from the same kind of result,
 so a point equals the estimates route's answer for the point's interval.
+
+A discovery campaign (``pem``, ``treehist``) asked without candidates answers for the values
+its walk finds. A series or a comparison then tracks one list of values across its windows:
+:func:`discover` finds them once, over everything the query covers (the series' whole window,
+or both windows of a comparison), and each point or window re-estimates that list (the
+second stage). The list is chosen from the walk's groups (PEM) or prefix reports (TreeHist),
+and the re-estimates read only the final table (PEM's estimation group, TreeHist's
+whole-string reports, randomized independently of the prefix), so picking the values does not
+bias their estimates.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,10 +32,11 @@ from chorus_collector.results_record import RecordEstimate
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.campaign import Campaign
 from chorus_shared.domain import Record
-from chorus_shared.mechanisms import STRING_MECHANISMS
+from chorus_shared.mechanisms import DISCOVERY_MECHANISMS, STRING_MECHANISMS
 
-__all__ = ["Estimate", "ValueEstimate", "check_window", "estimate_kind", "estimate_window",
-           "finalize", "query_labels", "record_label", "series_labels", "value_estimates"]
+__all__ = ["Discovered", "Estimate", "ValueEstimate", "check_window", "discover", "discovers",
+           "estimate_kind", "estimate_window", "finalize", "query_labels", "record_label",
+           "series_labels", "value_estimates", "window_inputs"]
 
 Estimate = (FrequencyEstimate | MeanEstimate | VectorMeanEstimate | DistributionEstimate
             | RecordEstimate)
@@ -62,8 +73,15 @@ def estimate_window(storage: Storage, stored: StoredCampaign,
 
     Raises :class:`Problem` (``invalid-batch-size`` when the window has fewer reports than
     the campaign's ``min_batch_size``, or the estimator's query errors)."""
+    inputs = window_inputs(storage, stored, query.start, query.end)
+    return finalize(stored.campaign, inputs.n, inputs.state, query), inputs
+
+
+def window_inputs(storage: Storage, stored: StoredCampaign, start: int | None,
+                  end: int | None) -> EstimateInputs:
+    """The window's statistics, refused (``invalid-batch-size``) below ``min_batch_size``."""
     campaign = stored.campaign
-    inputs = estimate_inputs(storage, stored, query.start, query.end)
+    inputs = estimate_inputs(storage, stored, start, end)
     n = inputs.n
     if n < campaign.min_batch_size:
         raise Problem("invalid-batch-size",
@@ -71,7 +89,7 @@ def estimate_window(storage: Storage, stored: StoredCampaign,
                       f"{campaign.min_batch_size}",
                       headers={"Retry-After": str(campaign.time_precision)}, n=n,
                       min_batch_size=campaign.min_batch_size)
-    return finalize(campaign, n, inputs.state, query), inputs
+    return inputs
 
 
 def finalize(campaign: Campaign, n: int, state: np.ndarray, query: Query) -> Estimate:
@@ -113,11 +131,48 @@ def record_label(attribute: str, value: str) -> str:
     return f"{attribute}={value}"
 
 
+def discovers(campaign: Campaign, candidates: tuple[str, ...]) -> bool:
+    """Whether a query without candidates on a discovery campaign: its values are found."""
+    return not candidates and campaign.mechanism.name in DISCOVERY_MECHANISMS
+
+
+@dataclass(frozen=True)
+class Discovered:
+    """The values a series or comparison tracks, found once over all it covers."""
+
+    values: tuple[str, ...]
+    n: int
+    #: The estimator's record of the walk (``extra["discovery"]``) and where it looked.
+    record: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.record, "n": self.n, "values": list(self.values)}
+
+
+def discover(campaign: Campaign, n: int, state: np.ndarray,
+             windows: list[dict[str, int | None]]) -> Discovered:
+    """The values a discovery campaign's walk finds in ``state`` (the summed statistics of
+    ``windows``), in the estimates route's order (largest estimate first), every one it lists
+    whether flagged ``detected`` or not: a series or comparison then re-estimates this list in
+    each of its windows. Raises ``invalid-batch-size`` below ``min_batch_size`` reports."""
+    if n < campaign.min_batch_size:
+        raise Problem("invalid-batch-size",
+                      f"{n} accepted reports in all the query covers; discovering the values "
+                      f"to track needs at least {campaign.min_batch_size}", n=n,
+                      min_batch_size=campaign.min_batch_size)
+    result = finalize(campaign, n, state, Query(windows[0]["start"], windows[-1]["end"]))
+    assert isinstance(result, FrequencyEstimate)
+    record = {**result.extra.get("discovery", {}), "windows": windows,
+              "warnings": list(result.warnings)}
+    return Discovered(tuple(row.value for row in result.rows), n, record)
+
+
 def query_labels(campaign: Campaign, candidates: tuple[str, ...]) -> list[str]:
     """The values a query's answer is given for; candidates are required for open strings
-    and refused elsewhere."""
+    (except discovery campaigns, whose values :func:`discover` finds) and refused
+    elsewhere."""
     strings = campaign.domain.kind == "strings"
-    if strings and not candidates:
+    if strings and not candidates and campaign.mechanism.name not in DISCOVERY_MECHANISMS:
         raise Problem("candidates-required",
                       "estimates over open strings need a candidate list (candidate=... or "
                       "a JSON body with \"candidates\")")

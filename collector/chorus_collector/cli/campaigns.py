@@ -90,9 +90,13 @@ def worst_case_line(config: dict[str, Any]) -> str:
 
 @main.command()
 @click.argument("name")
-@click.option("--candidate", "candidates", multiple=True, help="A RAPPOR candidate (repeat).")
+@click.option("--candidate", "candidates", multiple=True,
+              help="A candidate string (repeat): required for campaigns over open strings "
+                   "(rappor, cms, …); for discovery campaigns (pem, treehist), optional: "
+                   "without one they list what their walk found, with them they re-estimate "
+                   "the list (the second stage).")
 @click.option("--candidates-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="RAPPOR candidates, one per line.")
+              help="Candidate strings, one per line.")
 @window_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
               help="table: full values, with the window, n, ε and variance model above; csv: "
@@ -120,7 +124,9 @@ def estimates(name: str, candidates: tuple[str, ...], candidates_file: Path | No
               postprocessing: str | None, quantiles: str | None, ranges: tuple[str, ...],
               joints: tuple[str, ...], url: str, token: str | None) -> None:
     """Print a campaign's estimates with standard errors and 95% intervals, over all data or
-    over a window (--start/--end or --last). A distribution campaign prints its quantiles,
+    over a window (--start/--end or --last). A discovery campaign (pem, treehist) prints the
+    values its walk found, each flagged detected or not, and a line on the walk; with
+    --candidate it re-estimates those strings instead. A distribution campaign prints its quantiles,
     mean, the shares in --range and a coarse histogram; a record campaign each attribute's
     marginal, then each joint (--joint) cell by cell with both conditionals and the test of
     independence."""

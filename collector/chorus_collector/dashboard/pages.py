@@ -31,10 +31,11 @@ from chorus_collector.problems import Problem
 from chorus_collector.results_distribution import quantile_label
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.domain import Record
+from chorus_shared.mechanisms import DISCOVERY_MECHANISMS
 
 __all__ = ["MAX_CHART_BARS", "RESULTS", "CampaignView", "PageParameters", "Result",
-           "campaign_view", "domain_summary", "joint_pairs", "joint_views", "parse_time",
-           "read_parameters"]
+           "campaign_view", "discovers", "domain_summary", "joint_pairs", "joint_views",
+           "needs_candidates", "parse_time", "read_parameters"]
 
 MAX_CHART_BARS = 40  # more categories: the chart shows the largest, the table all of them
 SERIES_SHOWN = 6  # lines drawn by default; the rest are in the table and the downloads
@@ -297,11 +298,21 @@ RESULTS: dict[str, Callable[[Storage, StoredCampaign, PageParameters], Result]] 
     "estimates": estimates_result, "series": series_result, "comparison": comparison_result}
 
 
+def discovers(stored: StoredCampaign) -> bool:
+    """Whether the campaign finds its frequent strings itself (``pem``, ``treehist``): its
+    page shows what was found, and a candidate list, if given, is re-estimated instead."""
+    return stored.campaign.mechanism.name in DISCOVERY_MECHANISMS
+
+
+def needs_candidates(stored: StoredCampaign) -> bool:
+    """Open strings decoded only against a list the analyst gives (RAPPOR, CMS, …)."""
+    return stored.campaign.domain.kind == "strings" and not discovers(stored)
+
+
 def campaign_view(storage: Storage, stored: StoredCampaign,
                   parameters: PageParameters) -> CampaignView:
     view = CampaignView()
-    strings = stored.campaign.domain.kind == "strings"
-    if strings and not parameters.candidates:
+    if needs_candidates(stored) and not parameters.candidates:
         message = ("paste or upload candidate strings: this campaign's estimates are of the "
                    "strings you list")
         view.estimates.error = view.series.error = view.comparison.error = message
@@ -342,6 +353,7 @@ def estimate_chart(body: Mapping[str, Any]) -> Markup:
                        "value.")
         return interval_chart(items, title=f"Marginals of {body['campaign']} with 95% "
                                             "intervals", description=description)
+    found = (body.get("extra") or {}).get("discovery")
     if body["kind"] == "mean":
         items = [Interval("mean", body["mean"], body["ci_low"], body["ci_high"])]
     elif body["kind"] == "means":
@@ -349,15 +361,22 @@ def estimate_chart(body: Mapping[str, Any]) -> Markup:
                  for r in body["rows"]]
     else:
         rows = body["rows"]
+        if found is not None and found.get("stage") == "discovery":
+            title = f"Values discovered in {body['campaign']}, with 95% intervals"
         if len(rows) > MAX_CHART_BARS:
             rows = sorted(rows, key=lambda r: -(r["frequency"] or 0.0))[:MAX_CHART_BARS]
             title += f" (the {MAX_CHART_BARS} largest of {len(body['rows'])}; the table lists all)"
+        # A discovery campaign's detected values are drawn in the accent colour.
         items = [Interval(r["value"], r["frequency"], _if_se(r, "frequency_ci_low"),
-                          _if_se(r, "frequency_ci_high")) for r in rows]
-    description = (f"{len(items)} bars, one per "
-                   f"{'category' if body['kind'] == 'frequency' else 'mean'}, from n = "
-                   f"{body['n']} reports; each whisker spans the 95% interval. The table below "
-                   "gives every value.")
+                          _if_se(r, "frequency_ci_high"),
+                          flagged=found is not None and bool(r.get("detected")))
+                 for r in rows]
+    what = {"frequency": "value" if found is not None else "category"}.get(body["kind"], "mean")
+    description = (f"{len(items)} bars, one per {what}, from n = {body['n']} reports; each "
+                   "whisker spans the 95% interval."
+                   + (" Bars in the accent colour are detected (Holm, family-wise 5%)."
+                      if found is not None else "")
+                   + " The table below gives every value.")
     return interval_chart(items, title=title, description=description)
 
 

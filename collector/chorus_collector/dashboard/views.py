@@ -31,6 +31,7 @@ from chorus_collector.dashboard.signin import (
     sign_out,
 )
 from chorus_collector.estimators import estimator_for
+from chorus_collector.formatting import shown_value
 from chorus_collector.problems import Problem
 from chorus_collector.ratelimit import RateLimiter
 from chorus_collector.storage import Storage, StoredCampaign
@@ -95,7 +96,8 @@ def _csrf_page(error: CSRFError) -> tuple[str, int]:
 
 @dashboard.context_processor
 def _globals() -> dict[str, Any]:
-    return {"role": current_role(), "iso": pages.iso, "duration": pages.duration_label}
+    return {"role": current_role(), "iso": pages.iso, "duration": pages.duration_label,
+            "shown": shown_value}
 
 
 @dashboard.route("/login", methods=["GET", "POST"])
@@ -203,7 +205,7 @@ def campaign(name: str) -> str:
     return render_template(
         "campaign.html", stored=stored, config=config, view=view,
         domain=pages.domain_summary(config), form=parameters.form_values(),
-        strings=stored.campaign.domain.kind == "strings",
+        strings=stored.campaign.domain.kind == "strings", discovery=pages.discovers(stored),
         distribution=stored.campaign.mechanism.estimate_kind == "distribution",
         record=stored.campaign.mechanism.estimate_kind == "record",
         pairs=pages.joint_pairs(stored),
@@ -219,7 +221,7 @@ def download(name: str, what: str, fmt: str) -> Response:
         raise Problem("not-found", "download estimates, series or comparison as csv or json")
     stored = _campaign(name)
     parameters = _parameters(stored)
-    if stored.campaign.domain.kind == "strings" and not parameters.candidates:
+    if pages.needs_candidates(stored) and not parameters.candidates:
         raise Problem("invalid-query", "list the candidate strings to estimate")
     result: pages.Result = _gated(lambda: pages.RESULTS[what](_storage(), stored, parameters))
     filename = f"{stored.campaign.name}-{what}.{fmt}"  # campaign names are [a-z0-9_.-]
