@@ -117,15 +117,27 @@ CMS_HASHES = 128
 #: Symbols each step adds (PEM, TreeHist), and per SFP fragment.
 FRAGMENT = {"PEM": 2, "TreeHist": 2, "SFP": 2}
 PEERS = ("PEM", "TreeHist", "SFP")
-PEER_SEEDS = 1
+#: Seeds per peer at n ≤ 10⁵ (1 above): SFP's query alone takes ~1 minute.
+PEER_SEEDS = {"PEM": 3, "TreeHist": 3, "SFP": 1}
 PEER_BUDGET_S = 300.0
 #: Where the peers run: n = 10⁵ over D = 10⁵ at every (s, ε), and the recall target's setting.
 PEER_SETTINGS = tuple([(s, 100_000, 100_000, e) for s in ZIPF for e in EPSILONS] + [TARGET])
 
-QUICK = {"zipf": (1.1, 1.5), "domains": (10_000,), "sizes": (100_000,), "epsilons": (2.0, 4.0),
-         "seeds": 2, "peer_settings": ((1.1, 10_000, 100_000, 4.0),)}
-
 Setting = tuple[float, int, int, float]  # (zipf s, D, n, ε)
+
+
+@dataclass(frozen=True)
+class Grid:
+    zipf: tuple[float, ...] = ZIPF
+    domains: tuple[int, ...] = DOMAINS
+    sizes: tuple[int, ...] = SIZES
+    epsilons: tuple[float, ...] = EPSILONS
+    seeds: int = SEEDS
+    peer_settings: tuple[Setting, ...] = PEER_SETTINGS
+
+
+QUICK = Grid(domains=(10_000,), sizes=(100_000,), epsilons=(2.0, 4.0), seeds=2,
+             peer_settings=((1.1, 10_000, 100_000, 4.0),))
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -357,9 +369,9 @@ def peer_candidates(peer: str, keep: int) -> int:
     """The frequency estimates one ``find_heavy_hitters(k=keep)`` makes."""
     step = FRAGMENT[peer]
     steps = -(-MAX_BYTES // step)
-    continuations = len(ALPHABET) ** step
+    continuations = int(len(ALPHABET) ** step)
     if peer == "SFP":  # every (8-bit hash, fragment) at every offset, its padding included
-        return steps * 256 * (len(ALPHABET) + 1) ** step
+        return steps * 256 * int((len(ALPHABET) + 1) ** step)
     return continuations + (steps - 1) * keep * continuations + keep
 
 
@@ -449,20 +461,49 @@ def _cost(task: Task) -> float:
     return setting[2] / 1e5 * 5 + (100 if peer == "SFP" else 30)
 
 
-def run_all(tasks: list[Task], workers: int) -> list[dict[str, Any]]:
-    with progress_bar(len(tasks), "run", "heavy hitters") as bar:
-        if workers <= 1:
-            results = []
-            for task in tasks:
-                results.append(_call(task))
-                bar.update()
-            return results
-        with ProcessPoolExecutor(workers) as pool:
-            results = []
-            for result in pool.map(_call, tasks):
-                results.append(result)
-                bar.update()
-            return results
+def _key(task: Task) -> str:
+    return json.dumps(task)
+
+
+def _paired(task: Task) -> tuple[Task, dict[str, Any]]:
+    return task, _call(task)
+
+
+def run_all(tasks: list[Task], workers: int, checkpoint: Path | None
+            ) -> dict[str, dict[str, Any]]:
+    """Every task's result by its key. With a checkpoint (JSON lines), the tasks it holds are
+    not run again and each finished task is appended to it as it arrives, so a long grid can
+    be stopped, resumed, or summarized part-way (``--no-run``)."""
+    done: dict[str, dict[str, Any]] = {}
+    if checkpoint is not None and checkpoint.exists():
+        for line in checkpoint.read_text().splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                done[entry["task"]] = entry["result"]
+    todo = [t for t in tasks if _key(t) not in done]
+    sink = checkpoint.open("a") if checkpoint is not None else None
+
+    def keep(task: Task, result: dict[str, Any]) -> None:
+        done[_key(task)] = result
+        if sink is not None:
+            sink.write(json.dumps({"task": _key(task), "result": result}) + "\n")
+            sink.flush()
+
+    try:
+        with progress_bar(len(todo), "run", "heavy hitters") as bar:
+            if workers <= 1:
+                for task in todo:
+                    keep(task, _call(task))
+                    bar.update()
+            else:
+                with ProcessPoolExecutor(workers) as pool:
+                    for task, result in pool.map(_paired, todo):
+                        keep(task, result)
+                        bar.update()
+    finally:
+        if sink is not None:
+            sink.close()
+    return done
 
 
 METRICS = ("precision", "recall", "ncr", "relative_error", "client_s", "server_s")
@@ -611,23 +652,25 @@ def print_tables(settings: list[dict[str, Any]], summary: dict[str, Any]) -> Non
 
 
 def plan(args: argparse.Namespace) -> tuple[list[Setting], list[Task]]:
-    quick = QUICK if args.quick else {}
-    zipfs = args.zipf or quick.get("zipf", ZIPF)
-    domains = args.domains or quick.get("domains", DOMAINS)
-    sizes = args.sizes or quick.get("sizes", SIZES)
-    epsilons = args.epsilons or quick.get("epsilons", EPSILONS)
-    seeds = args.seeds or quick.get("seeds", SEEDS)
-    settings: list[Setting] = [(s, d, n, e) for s in zipfs for d in domains for n in sizes
-                               for e in epsilons]
-    wanted = args.peer_settings or quick.get("peer_settings", PEER_SETTINGS)
+    grid = QUICK if args.quick else Grid()
+    seeds = args.seeds or grid.seeds
+    settings: list[Setting] = [(s, d, n, e) for s in args.zipf or grid.zipf
+                               for d in args.domains or grid.domains
+                               for n in args.sizes or grid.sizes
+                               for e in args.epsilons or grid.epsilons]
+    wanted = args.peer_settings or grid.peer_settings
     peer_settings = [x for x in settings if x in wanted or args.peers_everywhere]
     tasks: list[Task] = [("chorus", x, seed, "", 0.0, 0) for x in settings
                          for seed in range(seeds)]
     if PURE_LDP and not args.no_peers:
         tasks += [("peer", x, seed, peer, args.peer_budget, args.cms_hashes)
-                  for x in peer_settings for seed in range(min(args.peer_seeds, seeds))
-                  for peer in args.peers]
-    return settings, sorted(tasks, key=lambda t: -_cost(t))
+                  for x in peer_settings for peer in args.peers
+                  for seed in range(min(seeds, args.peer_seeds or (
+                      PEER_SEEDS[peer] if x[2] <= 100_000 else 1)))]
+    # The settings the peers share first (a checkpoint read part-way then holds comparisons),
+    # the longest runs first within each part so that the workers finish together.
+    shared = set(peer_settings) if PURE_LDP and not args.no_peers else set()
+    return settings, sorted(tasks, key=lambda t: (t[1] not in shared, -_cost(t)))
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -661,6 +704,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path,
                         default=ROOT / "bench-results" / "heavy_hitters.json")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--checkpoint", type=Path,
+                        help="JSON lines of finished runs: resumed from, appended to")
+    parser.add_argument("--no-run", action="store_true",
+                        help="summarize what --checkpoint holds, run nothing")
     parser.add_argument("--zipf", type=_floats, help="Zipf exponents, e.g. 1.1,1.5")
     parser.add_argument("--domains", type=_ints, help="distinct values, e.g. 1e4,1e5")
     parser.add_argument("--sizes", type=_ints, help="users n, e.g. 1e5,1e6")
@@ -676,17 +723,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              "every s and ε, and the recall target's setting)")
     parser.add_argument("--peers-everywhere", action="store_true",
                         help="the peers at every setting of the grid (budget permitting)")
-    parser.add_argument("--peer-seeds", type=int, default=PEER_SEEDS)
+    parser.add_argument("--peer-seeds", type=int,
+                        help="seeds per peer (default: PEM and TreeHist 3, SFP 1; 1 at n > "
+                             "10⁵)")
     parser.add_argument("--peer-budget", type=float, default=PEER_BUDGET_S,
                         help="seconds a peer run may be projected to take, or it is skipped")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     settings, tasks = plan(args)
-    results = run_all(tasks, args.workers)
+    if args.no_run:
+        tasks_run: list[Task] = []
+        results = run_all([], 1, args.checkpoint)
+    else:
+        tasks_run = tasks
+        results = run_all(tasks, args.workers, args.checkpoint)
     grouped: dict[Setting, list[tuple[Task, dict[str, Any]]]] = {x: [] for x in settings}
-    for task, result in zip(tasks, results, strict=True):
-        grouped[task[1]].append((task, result))
-    rows = [summarize(x, grouped[x]) for x in settings]
+    for task in tasks:
+        if _key(task) in results:
+            grouped[task[1]].append((task, results[_key(task)]))
+    # A setting without Chorus's runs (a checkpoint read part-way) is left out.
+    rows = [summarize(x, grouped[x]) for x in settings
+            if any(t[0] == "chorus" for t, _ in grouped[x])]
+    missing = sum(_key(t) not in results for t in tasks)
     summary = targets(rows)
     output = {
         "quick": args.quick, "max_bytes": MAX_BYTES, "ks": list(KS), "target": list(TARGET),
@@ -695,12 +753,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   "alphabet": "".join(ALPHABET), "fragment": FRAGMENT,
                   "estimate_us": estimate_us(args.cms_hashes) if PURE_LDP
                   and not args.no_peers else None},
-        "settings": rows, "summary": summary, "wall_s": time.perf_counter() - started}
+        "settings": rows, "summary": summary, "tasks": len(tasks), "tasks_missing": missing,
+        "tasks_run_now": len(tasks_run), "wall_s": time.perf_counter() - started}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(output, indent=1))
     print_tables(rows, summary)
     if not PURE_LDP:
         print(f"\npeers: {MISSING}")
+    if missing:
+        print(f"\n{missing} of {len(tasks)} runs missing (a checkpoint read part-way)")
     print(f"\n{output['wall_s']:.0f} s; written to {args.out}")
     return output
 
