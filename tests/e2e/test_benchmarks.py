@@ -3,11 +3,14 @@ except the record benchmark's MSE/exact-variance ratios, a statistical check of 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from helpers.support import z_threshold
@@ -162,3 +165,81 @@ def test_record_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
         assert abs(pooled["mse_over_theory"] - 1) <= z * pooled["se"], (name, pooled)
     assert "Summary:" in run.stdout
     assert results["summary"]["verdict_answer"] == "norm-mul"
+
+
+def _heavy_hitters_module() -> Any:
+    spec = importlib.util.spec_from_file_location("heavy_hitters_bench",
+                                                  ROOT / "benchmarks" / "heavy_hitters.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_heavy_hitter_scores_follow_their_definitions() -> None:
+    """precision@k, recall@k, NCR (MECHANISMS-2.md §8.8) and the relative error, by hand."""
+    bench = _heavy_hitters_module()
+    truth = bench.Truth(words=np.array(["a", "b", "c", "d"]), counts=np.array([40, 30, 20, 10]),
+                        n=100)
+    # Top 2 = {a, b}. The answer's first two are b (true rank 2, weight 1) and an unknown.
+    score = truth.score(["b", "zz", "a"], [0.36, 0.2, 0.4], 2)
+    assert (score["precision"], score["recall"]) == (0.5, 0.5)
+    assert score["ncr"] == pytest.approx(1 / 3)
+    assert score["relative_error"] == pytest.approx(0.2)  # |0.36 − 0.3| / 0.3
+    assert score["returned"] == 3
+    # a then b: everything, in order; a shorter answer is judged on what it returned.
+    assert truth.score(["a", "b"], [0.4, 0.3], 2)["ncr"] == 1.0
+    short = truth.score(["c"], [0.2], 2)
+    assert (short["precision"], short["recall"], short["relative_error"]) == (0.0, 0.0, None)
+    assert truth.score([], [], 2)["precision"] == 0.0
+    # A value tied with the k-th counts as a true top-k value (the k-th's weight).
+    tied = bench.Truth(words=np.array(["a", "b", "c", "d"]), counts=np.array([40, 30, 30, 10]),
+                       n=110)
+    score = tied.score(["c", "a"], [30 / 110, 40 / 110], 2)
+    assert (score["precision"], score["recall"], score["ncr"]) == (1.0, 1.0, 1.0)
+    assert score["relative_error"] == pytest.approx(0.0)
+
+
+def test_heavy_hitter_population_encodes_as_the_mechanism_does() -> None:
+    """The benchmark's vectorized encoding is PEM's ``encode``, and its words are distinct
+    lowercase words of 3–8 letters."""
+    bench = _heavy_hitters_module()
+    words, codes = bench.population(2_000, 0)
+    mechanism = bench.campaign("pem", 2.0, 10).mechanism
+    assert len(set(words.tolist())) == 2_000
+    assert all(3 <= len(w) <= 8 and w.isascii() and w.isalpha() and w.islower()
+               for w in words.tolist())
+    assert [mechanism.encode(w) for w in words.tolist()] == [int(c) for c in codes]
+
+
+@pytest.mark.slow
+def test_heavy_hitter_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/heavy_hitters.py at one tiny setting: Chorus's three methods and, where
+    pure-LDP is installed, its three (with a cheap count-mean sketch)."""
+    out = tmp_path / "heavy_hitters.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "heavy_hitters.py"),
+                          "--zipf", "1.5", "--domains", "1000", "--sizes", "5000", "--epsilons",
+                          "8", "--seeds", "1", "--peer-settings", "1.5:1000:5000:8",
+                          "--cms-hashes", "4", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    results = json.loads(out.read_text())
+    (setting,) = results["settings"]
+    assert (setting["zipf"], setting["domain"], setting["n"], setting["epsilon"]) == \
+        (1.5, 1000, 5000, 8.0)
+    methods = setting["methods"]
+    peers = ("PEM", "TreeHist", "SFP") if results["peers"]["installed"] else ()
+    for k in (10, 50):
+        assert methods[f"auto/{k}"]["chosen"] in ("pem", "treehist")
+        for name in ("pem", "treehist", "auto", *peers):
+            row = methods[f"{name}/{k}"]
+            assert row["runs"] == 1
+            assert 0 <= row["precision"] <= 1 and 0 <= row["recall"] <= 1
+            assert 0 <= row["ncr"] <= 1
+            assert row["client_s"] > 0 and row["server_s"] > 0
+        assert methods[f"pem/{k}"]["client_us_pure_python"] > 0
+        if peers:
+            comparison = setting["comparison"][str(k)]
+            assert comparison["best_peer"] in peers and comparison["speedup"] > 0
+    assert "Top 10: recall" in run.stdout and "Time end to end" in run.stdout
