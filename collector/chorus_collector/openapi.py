@@ -242,14 +242,15 @@ _SCHEMAS: dict[str, Any] = {
                        "down the prefixes found, each re-fit jointly in the final table (PEM's "
                        "estimation group, TreeHist's whole-string reports); with candidates "
                        "(stage 're-estimate', the second stage) the rows are the candidates, "
-                       "estimated from the final table without a walk.",
+                       "estimated from the final table beside what the walk found (fit, not "
+                       "reported: also_fit), so a frequent value left off the list biases none.",
         "required": ["stage", "algorithm", "steps", "final_reports", "values_tested",
                      "detection"],
         "properties": {
             "stage": {"enum": ["discovery", "re-estimate"]},
             "algorithm": {"enum": ["pem", "treehist"]},
-            "steps": {"type": "array", "description": "the walk's steps (none when "
-                                                      "re-estimating)", "items": {
+            "steps": {"type": "array", "description": "the walk's steps (it also runs "
+                                                      "when re-estimating)", "items": {
                 "type": "object",
                 "required": ["prefix_bits", "reports", "candidates", "kept"],
                 "properties": {
@@ -268,6 +269,9 @@ _SCHEMAS: dict[str, Any] = {
                                              "detected flags: every survivor of the walk that "
                                              "is a string (at least the rows), or the "
                                              "candidates"},
+            "also_fit": {"type": "integer", "minimum": 0,
+                         "description": "values the walk found that were fit beside the "
+                                        "candidates and not reported (0 in discovery)"},
             "detection": {"type": "object", "required": ["method", "alpha", "family_wise"],
                           "properties": {"method": {"const": "holm"},
                                          "alpha": {"type": "number"},
