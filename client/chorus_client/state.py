@@ -93,6 +93,7 @@ class ClientState:
             (path / FILE_NAME).chmod(0o600)
         self.persistent = directory is not None
         self.closed = False
+        self._assignment_key: bytes | None = None
         self._conn = sqlite3.connect(target, isolation_level=None, check_same_thread=False,
                                      timeout=30.0)
         self._lock = threading.RLock()
@@ -235,14 +236,17 @@ class ClientState:
             self._wal_listed = True
 
     def assignment_key(self) -> bytes:
-        """This install's key for public assignments: drawn from the OS CSPRNG once, kept."""
+        """This install's key for public assignments: drawn from the OS CSPRNG once, kept
+        (and held in memory after the first read: every discovery report needs it)."""
+        if self._assignment_key is not None:
+            return self._assignment_key
         with self._transaction() as conn:
             row = conn.execute("SELECT key FROM assignment_key WHERE id = 1").fetchone()
-            if row is not None:
-                return bytes(row[0])
-            key = secrets.token_bytes(32)
-            conn.execute("INSERT INTO assignment_key (id, key) VALUES (1, ?)", (key,))
-            return key
+            key = bytes(row[0]) if row is not None else secrets.token_bytes(32)
+            if row is None:
+                conn.execute("INSERT INTO assignment_key (id, key) VALUES (1, ?)", (key,))
+        self._assignment_key = key
+        return key
 
     def spent(self, campaign: str | None = None, period: str | None = None) -> float:
         """ε spent, in total or for one campaign (and period)."""

@@ -27,6 +27,7 @@ missing from the list does not bias the candidates its hash collides with.
 from __future__ import annotations
 
 import codecs
+import functools
 import math
 from abc import abstractmethod
 from collections.abc import Sequence
@@ -249,6 +250,13 @@ def could_be_text(prefix: int, s: int) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=8)
+def first_candidates(s: int) -> tuple[int, ...]:
+    """Every s-bit prefix that could start a value: the first step's candidates, the same for
+    every query (65,536 checked once, not per query)."""
+    return tuple(c for c in range(1 << s) if could_be_text(c, s))
+
+
 @dataclass
 class _Step:
     prefix_bits: int
@@ -360,11 +368,11 @@ class DiscoveryEstimator(Estimator[PrefixDiscovery]):
         steps: list[_Step] = []
         for group, s in enumerate(lengths):
             if group == 0:
-                candidates = list(range(1 << s))
+                candidates = list(first_candidates(s))
             else:
                 extra = s - lengths[group - 1]
-                candidates = [(p << extra) | e for p in survivors for e in range(1 << extra)]
-            candidates = [c for c in candidates if could_be_text(c, s)]
+                candidates = [c for c in ((p << extra) | e for p in survivors
+                                          for e in range(1 << extra)) if could_be_text(c, s)]
             table = tables[group]
             if not candidates or table.sum() == 0:
                 steps.append(_Step(s, int(table.sum()), len(candidates), 0))
