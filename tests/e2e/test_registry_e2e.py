@@ -63,10 +63,16 @@ def test_mechanism_works_end_to_end(mechanism: str, make_app: Any, clock: FakeCl
 
     # One client stands for many users: every report, cohort and hash seed is drawn afresh,
     # and the caps are lifted for the test.
-    one = Client(BASE, ephemeral=True, transport=transport, campaigns={spec["name"]: config},
-                 rng=noise, allow_insecure_rng=True, lifetime_budget=math.inf,
-                 max_epsilon=math.inf, batch_size=200, clock=clock, send_delay=0.0)
-    clients = [one] * USERS
+    def new_client() -> Client:
+        return Client(BASE, ephemeral=True, transport=transport,
+                      campaigns={spec["name"]: config}, rng=noise, allow_insecure_rng=True,
+                      lifetime_budget=math.inf, max_epsilon=math.inf, batch_size=200,
+                      clock=clock, send_delay=0.0)
+
+    # A discovery campaign's group is the install's for the whole period (keyed on its
+    # state), so there every user is an install of their own.
+    keyed = getattr(REGISTRY[mechanism], "keyed_assignment", False)
+    clients = [new_client() for _ in range(USERS)] if keyed else [new_client()] * USERS
     assert {c.report(spec["name"], v) for c, v in zip(clients, values, strict=True)} \
         == {"queued"}
     for client in set(clients):
