@@ -102,10 +102,14 @@ DOMAINS = (10_000, 100_000, 1_000_000)
 SIZES = (100_000, 1_000_000)
 EPSILONS = (1.0, 2.0, 4.0, 8.0)
 KS = (10, 50)
-SEEDS = 3
+SEEDS = 5
 MAX_BYTES = 8
 SHORTEST = 3
-CHORUS = ("pem", "treehist")
+#: Chorus's campaigns declare the words' alphabet, as the peers are told it (below); ``bytes``
+#: is ``auto`` without it (any UTF-8 string), for reference: what a campaign that does not
+#: know its alphabet gets.
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+CHORUS = ("pem", "treehist", "bytes")
 #: (zipf, D, n, ε) of the recall target.
 TARGET = (1.1, 100_000, 1_000_000, 2.0)
 TARGET_RECALL = 0.9
@@ -121,7 +125,7 @@ CMS_HASHES = 128
 FRAGMENT = {"PEM": 2, "TreeHist": 2, "SFP": 2}
 PEERS = ("PEM", "TreeHist", "SFP")
 #: Seeds per peer at n ≤ 10⁵ (1 above): SFP's query alone takes ~1 minute.
-PEER_SEEDS = {"PEM": 3, "TreeHist": 3, "SFP": 1}
+PEER_SEEDS = {"PEM": 5, "TreeHist": 3, "SFP": 1}
 PEER_BUDGET_S = 300.0
 #: Where the peers run: n = 10⁵ over D = 10⁵ at every (s, ε), and the recall target's setting.
 PEER_SETTINGS = tuple([(s, 100_000, 100_000, e) for s in ZIPF for e in EPSILONS] + [TARGET])
@@ -164,6 +168,20 @@ def population(domain: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng.shuffle(raw)
     codes = np.frombuffer(raw.tobytes(), dtype=">u8").astype(np.uint64)
     return raw.astype(f"U{MAX_BYTES}"), codes
+
+
+@functools.lru_cache(maxsize=2)
+def letter_codes(domain: int, seed: int) -> np.ndarray:
+    """The population's encodings over the declared alphabet: each letter's place in it plus
+    one (0 pads) in 5 bits, 8 letters to 40 bits (the discovery mechanisms' ``encode``)."""
+    raw, _ = population(domain, seed)
+    data = np.frombuffer(raw.astype(f"S{MAX_BYTES}").tobytes(), dtype=np.uint8).reshape(
+        -1, MAX_BYTES).astype(np.uint64)
+    codes = np.where(data > 0, data - np.uint64(ord("a") - 1), np.uint64(0))
+    out = np.zeros(len(raw), dtype=np.uint64)
+    for column in range(MAX_BYTES):
+        out = (out << np.uint64(5)) | codes[:, column]
+    return out
 
 
 def zipf(domain: int, s: float) -> np.ndarray:
@@ -227,9 +245,14 @@ def truth_of(setting: Setting, seed: int) -> tuple[Truth, np.ndarray, np.ndarray
 # -- Chorus -----------------------------------------------------------------------------------
 
 def campaign(name: str, epsilon: float, k: int) -> Campaign:
-    return campaign_from_spec({"name": f"hh-{name}", "mechanism": name, "epsilon": epsilon,
-                               "domain": {"kind": "strings", "max_bytes": MAX_BYTES},
-                               "params": {"top": k}}, warn=False)
+    """The campaign an analyst would create: ``bytes`` is ``auto`` without the alphabet."""
+    domain: dict[str, Any] = {"kind": "strings", "max_bytes": MAX_BYTES}
+    if name != "bytes":
+        domain["alphabet"] = LETTERS
+    return campaign_from_spec({"name": f"hh-{name}",
+                               "mechanism": "auto" if name == "bytes" else name,
+                               "epsilon": epsilon, "domain": domain, "params": {"top": k}},
+                              warn=False)
 
 
 def _rng(setting: Setting, seed: int, *parts: int) -> np.random.Generator:
@@ -241,19 +264,21 @@ def _rng(setting: Setting, seed: int, *parts: int) -> np.random.Generator:
 def chorus_task(setting: Setting, seed: int) -> dict[str, Any]:
     """Every Chorus method and k on one sample: scores and times; on seed 0 also the real
     client's µs per report."""
-    truth, idx, codes = truth_of(setting, seed)
-    values = codes[idx].tolist()
+    truth, idx, byte_codes = truth_of(setting, seed)
+    letters = letter_codes(setting[1], seed)
     epsilon = setting[3]
     out: dict[str, Any] = {}
     for k in KS:
         for index, name in enumerate(CHORUS):
+            codes = byte_codes if name == "bytes" else letters
+            values = codes[idx].tolist()
             chosen = campaign(name, epsilon, k)
             mechanism = chosen.mechanism
             assert isinstance(mechanism, PrefixDiscovery)
             # The fast encoding above is the mechanism's own (checked on a few values).
             for j in idx[:20].tolist():
                 assert mechanism.encode(str(truth.words[j])) == int(codes[j])
-            estimator = estimator_for(name)
+            estimator = estimator_for(mechanism.name)
             started = time.perf_counter()
             payloads = simulate(mechanism, values, _rng(setting, seed, k, index, 18))
             simulated = time.perf_counter()
@@ -271,6 +296,8 @@ def chorus_task(setting: Setting, seed: int) -> dict[str, Any]:
                     "groups": mechanism.groups, "keep": mechanism.keep}
             if seed == 0:
                 row["client_us"] = client_us(mechanism, values[:CLIENT_SAMPLE])
+            if name == "bytes":
+                row["chosen"] = mechanism.name
             out[f"{name}/{k}"] = row
         auto = campaign("auto", epsilon, k)
         picked = auto.mechanism.name

@@ -200,12 +200,18 @@ def hashing_vectors() -> dict[str, Any]:
                        "2^64), chain_hex = mix64 of (chain xor word) over the words starting "
                        "from the seed, bucket = ((mix64(chain xor ((cohort+1)*"
                        "0xD1B54A32D192ED03 mod 2^64)) >> 32) * bins) >> 32; mix64 is "
-                       "SplitMix64's finaliser.",
+                       "SplitMix64's finaliser. alphabet_encoding: over a declared alphabet a "
+                       "discovery value is instead its characters' codes (place in the "
+                       "alphabet plus one; 0 pads) in symbol_bits = bit_length(len(alphabet)) "
+                       "bits each, padded with zero codes to max_bytes // (the alphabet's "
+                       "shortest UTF-8 character) characters (m bits); the prefix hash then "
+                       "runs on that m-bit string as above.",
         "murmur3_x86_32": murmur,
         "bloom_bits": bloom,
         "google_bloom_bits": google,
         "local_hash": olh,
         "prefix_hash": prefix,
+        "alphabet_encoding": alphabet_vectors(),
         "hadamard_sign": hadamard,
         "hr_in_block": blocks,
     }
@@ -243,6 +249,34 @@ def prefix_hash_vectors() -> list[dict[str, Any]]:
                             "chain_hex": format(chained, "016x"), "cohort": cohort,
                             "bins": bins,
                             "bucket": prefix_hash.bucket(chained, cohort, bins)})
+    return out
+
+
+ALPHABET_CASES = [("abcdefghijklmnopqrstuvwxyz", 8, ["", "a", "z", "hello", "zzzzzzzz"]),
+                  ("0123456789", 12, ["0", "42", "000000000000", "31415926"]),
+                  ("ACGT", 20, ["ACGT", "TTTTTTTTTTTTTTTTTTTT"]),
+                  ("é日a", 7, ["a", "日é", "日日a"])]
+
+
+def alphabet_vectors() -> list[dict[str, Any]]:
+    """Values over declared alphabets: their m-bit encodings and one prefix hash each."""
+    from chorus_shared.domain import OpenStrings
+    from chorus_shared.mechanisms import PEM
+
+    rng = random.Random(SEED + 3)
+    out = []
+    for alphabet, max_bytes, values in ALPHABET_CASES:
+        mechanism = PEM.resolve(epsilon=2.0, domain=OpenStrings(max_bytes, alphabet),
+                                params={"cohorts": 16})
+        for value in values:
+            bits = mechanism.encode(value)
+            s = rng.choice(mechanism.lengths)
+            group, cohort, bins = rng.randrange(8), rng.randrange(16), rng.choice([2, 8, 55])
+            out.append({"value": value, "alphabet": alphabet, "max_bytes": max_bytes,
+                        "symbol_bits": mechanism.symbol_bits, "m": mechanism.m,
+                        "value_bits_hex": format(bits, "x"), "salt": 0, "group": group,
+                        "s": s, "cohort": cohort, "bins": bins,
+                        "bucket": mechanism.oracle_bucket(group, s, cohort, bins, bits)})
     return out
 
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from chorus_shared.errors import CampaignError, ValueDomainError
 from chorus_shared.rng import RandomSource
 
-__all__ = ["MAX_ATTRIBUTES", "MAX_CATEGORIES", "MAX_RECORD_ATTRIBUTES",
+__all__ = ["MAX_ALPHABET", "MAX_ATTRIBUTES", "MAX_CATEGORIES", "MAX_RECORD_ATTRIBUTES",
            "MAX_RECORD_CATEGORIES", "MAX_STRING_BYTES", "Categories", "Domain", "NumericRange",
            "NumericVector", "OpenStrings", "Record", "domain_from_json", "finite_float"]
 
@@ -223,19 +223,29 @@ class NumericVector:
 
 @dataclass(frozen=True)
 class OpenStrings:
-    """Any string up to a byte limit; decoded later against candidates the analyst supplies."""
+    """Any string up to a byte limit; decoded later against candidates the analyst supplies.
+
+    An optional ``alphabet`` (the characters a value may use, in the order that numbers them)
+    narrows the domain: a value with any other character is outside it, like one that is too
+    long. Discovery campaigns use it to walk whole characters rather than bytes, so each step
+    tests far fewer candidates (27 extensions of ``[a-z]`` words against 256 bytes).
+    """
 
     kind: ClassVar[str] = "strings"
     max_bytes: int = MAX_STRING_BYTES
+    alphabet: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int):
             raise CampaignError("domain.max_bytes must be an integer")
         if not 1 <= self.max_bytes <= 65_536:
             raise CampaignError("domain.max_bytes must be between 1 and 65536")
+        if self.alphabet is not None:
+            _check_alphabet(self.alphabet)
 
     def encode(self, value: object) -> str:
-        """The value itself, once checked to be a string within the byte limit."""
+        """The value itself, once checked to be a string within the byte limit (and over the
+        alphabet, if the domain has one)."""
         if not isinstance(value, str):
             raise ValueDomainError("a strings campaign takes a str")
         try:
@@ -244,14 +254,39 @@ class OpenStrings:
             raise ValueDomainError("the value is not valid Unicode text") from None
         if size > self.max_bytes:
             raise ValueDomainError(f"value is longer than {self.max_bytes} UTF-8 bytes")
+        if self.alphabet is not None and not set(value) <= set(self.alphabet):
+            raise ValueDomainError("the value has characters outside the domain's alphabet")
         return value
 
     def random_value(self, rng: RandomSource) -> str:
         """A random string nobody holds: it lands on random Bloom bits or hash bins."""
-        return format(rng.getrandbits(64), "016x")[:self.max_bytes]
+        if self.alphabet is None:
+            return format(rng.getrandbits(64), "016x")[:self.max_bytes]
+        widest = max(len(c.encode("utf-8")) for c in self.alphabet)
+        length = max(1, min(16, self.max_bytes // widest))
+        return "".join(self.alphabet[rng.randrange(len(self.alphabet))] for _ in range(length))
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "max_bytes": self.max_bytes}
+        # Without an alphabet the form (and so every existing config digest) is unchanged.
+        extra = {} if self.alphabet is None else {"alphabet": self.alphabet}
+        return {"kind": self.kind, "max_bytes": self.max_bytes, **extra}
+
+
+MAX_ALPHABET = 255
+
+
+def _check_alphabet(alphabet: object) -> None:
+    if not isinstance(alphabet, str) or not 1 <= len(alphabet) <= MAX_ALPHABET:
+        raise CampaignError(f"domain.alphabet must be a string of 1 to {MAX_ALPHABET} "
+                            "characters")
+    if len(set(alphabet)) != len(alphabet):
+        raise CampaignError("domain.alphabet must not repeat a character")
+    if "\0" in alphabet:
+        raise CampaignError("domain.alphabet cannot hold NUL")
+    try:
+        alphabet.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CampaignError("domain.alphabet must be valid Unicode text") from None
 
 
 @dataclass(frozen=True)
@@ -338,7 +373,7 @@ def domain_from_json(obj: object) -> Domain:
     allowed: dict[str, set[str]] = {
         "categories": {"kind", "values", "other"},
         "numeric": {"kind", "lo", "hi"},
-        "strings": {"kind", "max_bytes"},
+        "strings": {"kind", "max_bytes", "alphabet"},
         "vector": {"kind", "attributes"},
         "record": {"kind", "attributes"},
     }
@@ -363,7 +398,7 @@ def domain_from_json(obj: object) -> Domain:
         return _vector_from_json(obj.get("attributes"))
     if kind == "record":
         return _record_from_json(obj.get("attributes"))
-    return OpenStrings(obj.get("max_bytes", MAX_STRING_BYTES))
+    return OpenStrings(obj.get("max_bytes", MAX_STRING_BYTES), obj.get("alphabet"))
 
 
 def _vector_from_json(attributes: object) -> NumericVector:

@@ -10,6 +10,9 @@ arithmetic only: SplitMix64's finaliser (Steele, Lea, Flood 2014) chained over t
 * A value is its UTF-8 bytes padded with zero bytes to the campaign's ``max_bytes``: a bit
   string of m = 8·max_bytes bits. Its s-bit prefix keeps the first s bits and zeroes the rest,
   and is read as big-endian 64-bit words (the last one zero-filled).
+* Over a declared alphabet of |A| characters, a value is instead its characters' codes (the
+  place in the alphabet plus one; 0 pads) in w = ⌈log₂(|A| + 1)⌉ bits each, padded with zero
+  codes to max_bytes ÷ (the alphabet's shortest UTF-8 character) characters.
 * ``seed(salt, group, s)`` starts the chain, so each group and prefix length has its own family.
 * ``bucket = ((mix(chain ⊕ φ(cohort)) >> 32) · bins) >> 32``.
 
@@ -19,7 +22,7 @@ nothing in privacy: a report's ε comes from k-RR over the buckets, whatever the
 
 from __future__ import annotations
 
-__all__ = ["MASK", "bucket", "mix64", "prefix_words", "seed", "value_bits"]
+__all__ = ["MASK", "bucket", "mix64", "prefix_words", "seed", "symbols_value", "value_bits"]
 
 MASK = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -37,6 +40,15 @@ def mix64(z: int) -> int:
 def value_bits(data: bytes, max_bytes: int) -> int:
     """The value's bit string as an integer of 8·max_bytes bits (zero-padded bytes)."""
     return int.from_bytes(data.ljust(max_bytes, b"\0"), "big")
+
+
+def symbols_value(codes: list[int], width: int, count: int) -> int:
+    """A value over an alphabet as an integer of width·count bits: each character's code
+    (1…|A|, its place in the alphabet plus one) in ``width`` bits, then zero codes."""
+    bits = 0
+    for code in [*codes, *[0] * (count - len(codes))]:
+        bits = (bits << width) | code
+    return bits
 
 
 def prefix_words(bits: int, s: int, m: int) -> tuple[int, ...]:

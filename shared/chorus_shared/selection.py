@@ -95,7 +95,10 @@ def choose_discovery(epsilon: float, domain: OpenStrings,
     ratio = treehist["final_std_error_at_1e6"] / pem["final_std_error_at_1e6"]
     chosen = "treehist" if ratio <= 0.5 else "pem"
     reason = (f"TreeHist's final standard error is {ratio:.2f}× PEM's at ε = {epsilon:g} over "
-              f"strings of up to {domain.max_bytes} bytes ({pem['groups']} PEM groups); "
+              f"strings of up to {domain.max_bytes} bytes"
+              + ("" if domain.alphabet is None else
+                 f" over a {len(domain.alphabet)}-character alphabet")
+              + f" ({pem['groups']} PEM groups); "
               + ("at most half, so its more precise frequencies win"
                  if chosen == "treehist" else
                  "above half, so PEM's finer walk (it finds rarer values) wins"))

@@ -200,3 +200,24 @@ def test_payloads_of_two_days_are_not_linkable_beyond_chance() -> None:
     # g, c and y all equal: about 1000 · 1/8 · 1/64 · P(same bucket) ≈ 0.3 by chance
     # (P(more than 5) < 1e-5); a fixed group and memoized answers would make it 1000.
     assert whole <= 5
+
+
+def test_a_value_outside_the_declared_alphabet_is_sent_as_a_substitute(
+        tmp_path: Path) -> None:
+    """Over [a-z] the client reports "Hello" (a capital), "naïve" and "a b" as substitutes
+    drawn from the alphabet: a report like any other, charged like any other, never a
+    refusal that would tell the collector the value fell outside."""
+    lettered = {**spec(DAILY), "domain": {"kind": "strings", "max_bytes": 8,
+                                          "alphabet": "abcdefghijklmnopqrstuvwxyz"}}
+    config = campaign_from_spec(lettered).public_config()
+    collector, clock = Collector(), FakeClock()
+    app = client(collector, config, clock, tmp_path)
+    outcomes = [app.report("words", v) for v in ("hello", "Hello", "naïve", "a b")]
+    app.flush()
+    assert outcomes == ["queued", "substituted", "substituted", "substituted"]
+    payloads = collector.payloads()
+    assert len(payloads) == 4 and len({p["g"] for p in payloads}) == 1
+    mechanism = campaign_from_spec(lettered).mechanism
+    for payload in payloads:
+        assert mechanism.check_payload(payload) == payload
+    assert app.spent("words") == pytest.approx(4 * EPSILON)

@@ -299,6 +299,10 @@ def test_auto_over_strings_picks_a_discovery_mechanism_and_says_why(
 @pytest.mark.parametrize(("domain", "params", "why"), [
     ({"kind": "strings", "max_bytes": 65}, {}, "at most 64 bytes"),
     ({"kind": "strings", "max_bytes": 8}, {"bins": 4}, "takes only"),
+    ({"kind": "strings", "max_bytes": 8, "alphabet": "abca"}, {}, "must not repeat"),
+    ({"kind": "strings", "max_bytes": 8, "alphabet": ""}, {}, "1 to 255 characters"),
+    ({"kind": "strings", "max_bytes": 8, "alphabet": "abc"}, {"first_bits": 3},
+     "multiples of 2"),
 ])
 def test_auto_over_strings_refuses_what_it_cannot_do(http: FlaskClient, domain: dict[str, Any],
                                                      params: dict[str, Any], why: str) -> None:
@@ -306,3 +310,29 @@ def test_auto_over_strings_refuses_what_it_cannot_do(http: FlaskClient, domain: 
                                              "epsilon": 2.0, "domain": domain,
                                              "params": params}, headers=ADMIN_HEADERS)
     assert why in _problem(reply, 400, "invalid-campaign")["detail"]
+
+
+#: Every character of ``WORDS`` (a tab and a 2-byte "é" among them): 10 characters, 4 bits
+#: each, so a value of up to 3 characters is 12 bits.
+ALPHABET = "catdogé\tbz"
+
+
+def test_a_walk_over_a_declared_alphabet_over_http(
+        http: FlaskClient, seeded: Callable[..., StoredCampaign]) -> None:
+    """The campaign declares its alphabet: the config carries it, the walk's prefixes are
+    whole 4-bit characters, every true value is found and flagged, every row is a word over
+    the alphabet, and a candidate with another character is a problem document."""
+    stored = seeded(domain={"kind": "strings", "max_bytes": 3, "alphabet": ALPHABET})
+    config = http.get(URL).get_json()
+    assert config["domain"] == {"kind": "strings", "max_bytes": 3, "alphabet": ALPHABET}
+    assert config["digest"] == stored.campaign.digest
+    body = _estimates(http)
+    walk = body["extra"]["discovery"]
+    assert [step["prefix_bits"] for step in walk["steps"]] == [8, 12]
+    # Two characters or padding (none after padding), but not "éé", 4 bytes: 10·11 + 1 − 1.
+    assert walk["steps"][0]["candidates"] == 110
+    assert {row["value"] for row in body["rows"] if row["detected"]} == set(WORDS)
+    assert all(set(row["value"]) <= set(ALPHABET) for row in body["rows"])
+    reply = http.post(f"{URL}/estimates", json={"candidates": ["cat", "cow"]},
+                      headers=ANALYST_HEADERS)
+    assert "alphabet" in _problem(reply, 422, "invalid-candidate")["detail"]

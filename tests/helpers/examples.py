@@ -183,6 +183,10 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"epsilon": 2.0, "domain": {"kind": "strings", "max_bytes": 1},
          "params": {"top": 2, "keep": 2, "first_bits": 2, "step_bits": 3, "cohorts": 3,
                     "bins": 4}},
+        # Over a declared alphabet: 2-bit characters, three of them (6 bits, every one).
+        {"epsilon": 1.5, "domain": {"kind": "strings", "max_bytes": 3, "alphabet": "ab"},
+         "params": {"top": 1, "keep": 2, "first_bits": 2, "step_bits": 2, "cohorts": 3,
+                    "bins": 3}},
     ],
     "treehist": [
         {"epsilon": 1.0, "domain": {"kind": "strings", "max_bytes": 1},
@@ -191,6 +195,9 @@ EXAMPLES: dict[str, list[dict[str, Any]]] = {
         {"epsilon": 3.0, "domain": {"kind": "strings", "max_bytes": 1},
          "params": {"top": 1, "keep": 2, "first_bits": 4, "step_bits": 4, "cohorts": 2,
                     "bins": 2, "word_bins": 3, "prefix_share": 30}},
+        {"epsilon": 2.0, "domain": {"kind": "strings", "max_bytes": 2, "alphabet": "xyz"},
+         "params": {"top": 1, "keep": 2, "first_bits": 2, "step_bits": 2, "cohorts": 2,
+                    "bins": 2, "word_bins": 2}},
     ],
     "marginals": [
         {"epsilon": 1.0, "domain": _record(2, 3, 2)},

@@ -219,7 +219,9 @@ def domain_summary(config: Mapping[str, Any]) -> str:
     if kind == "record":
         return f"a record of {len(domain['attributes'])} attributes: " + ", ".join(
             f"{a['name']} ({len(a['values'])})" for a in domain["attributes"])
-    return f"strings of up to {domain['max_bytes']} bytes"
+    alphabet = domain.get("alphabet")
+    return f"strings of up to {domain['max_bytes']} bytes" + (
+        "" if alphabet is None else f" over the {len(alphabet)} characters {alphabet!r}")
 
 
 @dataclass

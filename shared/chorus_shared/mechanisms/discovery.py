@@ -30,6 +30,7 @@ period lands in the same group, as PEM's analysis assumes, and a restart does no
 
 from __future__ import annotations
 
+import codecs
 import math
 from abc import abstractmethod
 from collections.abc import Iterable, Mapping
@@ -45,7 +46,7 @@ from chorus_shared.mechanisms.base import EMPTY, IntParam, Mechanism
 from chorus_shared.rng import RandomSource, bernoulli
 
 __all__ = ["DETECTION_ALPHA", "MAX_DISCOVERY_BYTES", "PEM", "PrefixDiscovery", "TreeHist",
-           "olh_variance"]
+           "could_start", "olh_variance", "symbol_bits"]
 
 MAX_DISCOVERY_BYTES = 64
 MAX_STEP_CANDIDATES = 16_384  # keep × 2^η: what one step of the walk evaluates
@@ -72,10 +73,44 @@ def _best_bins(epsilon: float) -> int:
     return min(options, key=lambda g: olh_variance(epsilon, g))
 
 
+def symbol_bits(domain: Domain) -> int:
+    """Bits per symbol of a value's encoding: a byte, or a character of the domain's alphabet
+    numbered 1…|A| (0 is the padding), in ⌈log₂(|A| + 1)⌉ bits."""
+    alphabet = getattr(domain, "alphabet", None)
+    return 8 if alphabet is None else len(alphabet).bit_length()
+
+
+def _symbol_count(domain: Domain) -> int:
+    """Each symbol's code count, padding included: 2⁸ bytes, or |A| + 1."""
+    alphabet = getattr(domain, "alphabet", None)
+    return 256 if alphabet is None else len(alphabet) + 1
+
+
+def _default_first_bits(eps: float, domain: Domain, earlier: Mapping[str, int]) -> int:
+    """16 bits (two bytes) over bytes; over an alphabet, the most whole characters whose
+    prefixes number at most 16,384 (two of [a-z]: 729 candidates)."""
+    if getattr(domain, "alphabet", None) is None:
+        return 16
+    width, codes = symbol_bits(domain), _symbol_count(domain)
+    count = 1
+    while (count + 1) * width <= 16 and codes ** (count + 1) <= MAX_STEP_CANDIDATES:
+        count += 1
+    return count * width
+
+
 def _default_step_bits(eps: float, domain: Domain, earlier: Mapping[str, int]) -> int:
     """The largest η in 8, 4, 2, 1 with keep·2^η ≤ 16,384 candidates per step: fewer, larger
-    steps split the installs into fewer groups (MECHANISMS-2.md §8.7)."""
-    return next(eta for eta in (8, 4, 2, 1) if earlier["keep"] << eta <= MAX_STEP_CANDIDATES)
+    steps split the installs into fewer groups (MECHANISMS-2.md §8.7). Over an alphabet, the
+    most whole characters t with keep·(|A| + 1)^t ≤ 16,384 (at least one)."""
+    if getattr(domain, "alphabet", None) is None:
+        return next(eta for eta in (8, 4, 2, 1)
+                    if earlier["keep"] << eta <= MAX_STEP_CANDIDATES)
+    width, codes = symbol_bits(domain), _symbol_count(domain)
+    count = 1
+    while (count + 1) * width <= 16 \
+            and earlier["keep"] * codes ** (count + 1) <= MAX_STEP_CANDIDATES:
+        count += 1
+    return count * width
 
 
 def _default_cohorts(eps: float, domain: Domain, earlier: Mapping[str, int]) -> int:
@@ -88,28 +123,79 @@ TOP = IntParam(name="top", help="how many of the most frequent values to discove
 KEEP = IntParam(name="keep", help="candidates kept at each step (at least top)", lo=1,
                 hi=1024, default=lambda eps, domain, earlier: max(2 * earlier["top"], 32))
 STEP_BITS = IntParam(name="step_bits", help="bits added to the prefixes at each step", lo=1,
-                     hi=8, default=_default_step_bits)
+                     hi=16, default=_default_step_bits)
 BINS = IntParam(name="bins", help="OLH hash buckets", lo=2, hi=MAX_BINS,
                 default=lambda eps, domain, earlier: _best_bins(eps))
 COHORTS = IntParam(name="cohorts", help="public hash functions per group", lo=1, hi=4096,
                    default=_default_cohorts)
 FIRST_BITS = IntParam(name="first_bits", help="prefix bits of the first step, enumerated in full",
-                      lo=1, hi=16, default=16)
+                      lo=1, hi=16, default=_default_first_bits)
 SALT = IntParam(name="salt", help="selects the public hash functions", lo=0, hi=SALT_MAX,
                 default=0)
 
 
-def prefix_lengths(m: int, keep: int, step_bits: int, first_bits: int) -> tuple[int, ...]:
+def prefix_lengths(m: int, keep: int, step_bits: int, first_bits: int,
+                   width: int = 1) -> tuple[int, ...]:
     """The prefix lengths of the walk, in bits. The first step enumerates every prefix, so it
     can be long: ``first_bits`` (16 by default: 65,536 candidates, evaluated once), and at
     least ⌊log₂ keep⌋ + 1 (MECHANISMS-2.md §3.1); each later step adds η bits (the last one
     fewer if it must); the last is m. Fewer steps mean fewer groups, so each holds more
     installs: starting at 16 bits rather than 6 raised top-10 recall from 0.8 to 1.0 at
-    ε = 2, n = 10⁶ (Zipf 1.1 over 10⁵ strings of up to 8 bytes)."""
-    lengths = [min(m, max(first_bits, math.floor(math.log2(keep)) + 1))]
+    ε = 2, n = 10⁶ (Zipf 1.1 over 10⁵ strings of up to 8 bytes). Over an alphabet every
+    length is a whole number of ``width``-bit characters."""
+    least = math.floor(math.log2(keep)) + 1
+    lengths = [min(m, max(first_bits, -(-least // width) * width))]
     while lengths[-1] < m:
         lengths.append(min(m, lengths[-1] + step_bits))
     return tuple(lengths)
+
+
+def _symbols(domain: Domain) -> int:
+    alphabet = getattr(domain, "alphabet", None)
+    max_bytes: int = getattr(domain, "max_bytes", 0)
+    if alphabet is None:
+        return max_bytes
+    return max_bytes // min(len(c.encode("utf-8")) for c in alphabet)
+
+
+def _codes(prefix: int, s: int, width: int) -> list[int]:
+    """The whole ``width``-bit symbols of an s-bit prefix, first first."""
+    whole = s // width
+    mask = (1 << width) - 1
+    head = prefix >> (s - whole * width)
+    return [(head >> (width * (whole - 1 - i))) & mask for i in range(whole)]
+
+
+def could_start(domain: OpenStrings, prefix: int, s: int) -> bool:
+    """Whether an s-bit prefix can start some value's encoding: its whole symbols are valid
+    (UTF-8 bytes, or characters of the alphabet within the byte limit) and only padding
+    follows padding. The walk prunes the rest before estimating them."""
+    codes = _codes(prefix, s, symbol_bits(domain))
+    if not _padded(codes):
+        return False
+    alphabet = domain.alphabet
+    if alphabet is not None:
+        return all(c <= len(alphabet) for c in codes) and len("".join(
+            alphabet[c - 1] for c in codes if c).encode("utf-8")) <= domain.max_bytes
+    text = bytes(codes).rstrip(b"\0")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        decoder.decode(text, final=len(text) < len(codes))
+    except UnicodeDecodeError:
+        return False
+    pending = decoder.getstate()[0]  # a character begun: it must end within max_bytes
+    if pending:
+        lead = pending[0]
+        width = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+        return len(text) + width - len(pending) <= domain.max_bytes
+    return True
+
+
+def _padded(codes: list[int]) -> bool:
+    """No symbol but padding (0) after the first padding symbol."""
+    if 0 not in codes:
+        return True
+    return not any(codes[codes.index(0):])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,9 +219,17 @@ class PrefixDiscovery(Mechanism):
     def __post_init__(self) -> None:
         if self.keep < self.top:
             raise CampaignError(f"keep ({self.keep}) must be at least top ({self.top})")
-        if self.keep << self.step_bits > MAX_STEP_CANDIDATES:
-            raise CampaignError(f"keep × 2^step_bits = {self.keep << self.step_bits} exceeds "
-                                f"{MAX_STEP_CANDIDATES} candidates per step")
+        width = self.symbol_bits
+        if self.domain.alphabet is not None and (self.first_bits % width
+                                                 or self.step_bits % width):
+            raise CampaignError(
+                f"over an alphabet of {len(self.domain.alphabet)} characters ({width} bits "
+                f"each) first_bits and step_bits must be whole characters: multiples of "
+                f"{width}")
+        if self.step_candidates > MAX_STEP_CANDIDATES:
+            raise CampaignError(f"keep × the extensions of a step = {self.step_candidates} "
+                                f"exceeds {MAX_STEP_CANDIDATES} candidates per step; lower "
+                                "keep or step_bits")
         if self.cells > MAX_CELLS:
             raise CampaignError(f"groups × cohorts × bins = {self.cells} exceeds {MAX_CELLS}; "
                                 "use fewer cohorts or a shorter max_bytes")
@@ -149,13 +243,38 @@ class PrefixDiscovery(Mechanism):
                                 "and each step costs accuracy; set domain.max_bytes")
 
     @property
+    def symbol_bits(self) -> int:
+        """Bits per byte or per character of the alphabet."""
+        return symbol_bits(self.domain)
+
+    @property
+    def symbols(self) -> int:
+        """How many bytes (or characters of the alphabet) the encoding holds."""
+        return _symbols(self.domain)
+
+    @property
     def m(self) -> int:
-        return 8 * self.domain.max_bytes
+        return self.symbols * self.symbol_bits
+
+    @property
+    def step_candidates(self) -> int:
+        """What one later step of the walk evaluates at most: keep × each survivor's
+        extensions (every η-bit continuation, or every character of the alphabet)."""
+        if self.domain.alphabet is None:
+            return self.keep << self.step_bits
+        extensions: int = _symbol_count(self.domain) ** (self.step_bits // self.symbol_bits)
+        return self.keep * extensions
 
     @property
     def lengths(self) -> tuple[int, ...]:
         """The prefix length (bits) that each level of the walk reports."""
-        return prefix_lengths(self.m, self.keep, self.step_bits, self.first_bits)
+        return prefix_lengths(self.m, self.keep, self.step_bits, self.first_bits,
+                              self._length_unit)
+
+    @property
+    def _length_unit(self) -> int:
+        """Prefix lengths are whole characters over an alphabet, any bits over bytes."""
+        return 1 if self.domain.alphabet is None else self.symbol_bits
 
     @property
     def groups(self) -> int:
@@ -173,6 +292,10 @@ class PrefixDiscovery(Mechanism):
 
     def encode(self, value: object) -> int:
         text = self.domain.encode(value)
+        alphabet = self.domain.alphabet
+        if alphabet is not None:
+            return prefix_hash.symbols_value([alphabet.index(c) + 1 for c in text],
+                                             self.symbol_bits, self.symbols)
         data = text.encode("utf-8")
         if b"\0" in data:  # the padding: a value with NUL could not be told from a shorter one
             raise ValueDomainError("a discovery campaign's values cannot contain NUL")
@@ -180,11 +303,18 @@ class PrefixDiscovery(Mechanism):
 
     def inputs(self) -> Iterable[int]:
         if self.m > 16:
-            raise TypeError("enumerating discovery inputs needs max_bytes <= 2")
+            raise TypeError("enumerating discovery inputs needs an encoding of at most 16 bits")
         return range(1 << self.m)
 
     def decode(self, bits: int) -> str | None:
         """The string an m-bit value stands for, or None if no value encodes to it."""
+        alphabet = self.domain.alphabet
+        if alphabet is not None:
+            codes = _codes(bits, self.m, self.symbol_bits)
+            if not _padded(codes) or any(c > len(alphabet) for c in codes):
+                return None
+            text = "".join(alphabet[c - 1] for c in codes if c)
+            return text if len(text.encode("utf-8")) <= self.domain.max_bytes else None
         data = bits.to_bytes(self.domain.max_bytes, "big").rstrip(b"\0")
         if b"\0" in data:
             return None
@@ -192,6 +322,10 @@ class PrefixDiscovery(Mechanism):
             return data.decode("utf-8")
         except UnicodeDecodeError:
             return None
+
+    def could_start(self, prefix: int, s: int) -> bool:
+        """Whether an s-bit prefix can start some value's encoding (:func:`could_start`)."""
+        return could_start(self.domain, prefix, s)
 
     # -- the oracle ------------------------------------------------------------------------
 
@@ -246,7 +380,7 @@ class PrefixDiscovery(Mechanism):
         return {
             **super().describe(), "estimates": "discovered strings",
             "prefix_bits": list(self.lengths), "groups": self.groups,
-            "candidates_per_step": self.keep << self.step_bits,
+            "candidates_per_step": self.step_candidates,
             "detection": (f"a found value is flagged detected when its final estimate passes "
                           f"Holm's one-sided z-tests at family-wise error {DETECTION_ALPHA} "
                           f"over the values tested (z ≥ {z:.3g} at worst)"),
@@ -266,7 +400,8 @@ class PEM(PrefixDiscovery):
 
     @property
     def lengths(self) -> tuple[int, ...]:
-        walk = prefix_lengths(self.m, self.keep, self.step_bits, self.first_bits)
+        walk = prefix_lengths(self.m, self.keep, self.step_bits, self.first_bits,
+                              self._length_unit)
         return (*walk, self.m)
 
     @property
