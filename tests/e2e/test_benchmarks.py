@@ -202,20 +202,25 @@ def test_heavy_hitter_scores_follow_their_definitions() -> None:
 
 
 def test_heavy_hitter_population_encodes_as_the_mechanism_does() -> None:
-    """The benchmark's vectorized encoding is PEM's ``encode``, and its words are distinct
-    lowercase words of 3–8 letters."""
+    """The benchmark's vectorized encodings are PEM's ``encode`` over bytes and over the
+    declared [a-z], and its words are distinct lowercase words of 3–8 letters."""
     bench = _heavy_hitters_module()
     words, codes = bench.population(2_000, 0)
-    mechanism = bench.campaign("pem", 2.0, 10).mechanism
     assert len(set(words.tolist())) == 2_000
     assert all(3 <= len(w) <= 8 and w.isascii() and w.isalpha() and w.islower()
                for w in words.tolist())
-    assert [mechanism.encode(w) for w in words.tolist()] == [int(c) for c in codes]
+    over_bytes = bench.campaign("bytes", 2.0, 10).mechanism
+    assert over_bytes.domain.alphabet is None
+    assert [over_bytes.encode(w) for w in words.tolist()] == [int(c) for c in codes]
+    letters = bench.campaign("pem", 2.0, 10).mechanism
+    assert letters.domain.alphabet == "abcdefghijklmnopqrstuvwxyz"
+    assert [letters.encode(w) for w in words.tolist()] == \
+        [int(c) for c in bench.letter_codes(2_000, 0)]
 
 
 @pytest.mark.slow
 def test_heavy_hitter_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
-    """benchmarks/heavy_hitters.py at one tiny setting: Chorus's three methods and, where
+    """benchmarks/heavy_hitters.py at one tiny setting: Chorus's four methods and, where
     pure-LDP is installed, its three (with a cheap count-mean sketch)."""
     out = tmp_path / "heavy_hitters.json"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "heavy_hitters.py"),
@@ -232,7 +237,8 @@ def test_heavy_hitter_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
     peers = ("PEM", "TreeHist", "SFP") if results["peers"]["installed"] else ()
     for k in (10, 50):
         assert methods[f"auto/{k}"]["chosen"] in ("pem", "treehist")
-        for name in ("pem", "treehist", "auto", *peers):
+        assert methods[f"bytes/{k}"]["chosen"] in ("pem", "treehist")
+        for name in ("pem", "treehist", "bytes", "auto", *peers):
             row = methods[f"{name}/{k}"]
             assert row["runs"] == 1
             assert 0 <= row["precision"] <= 1 and 0 <= row["recall"] <= 1
