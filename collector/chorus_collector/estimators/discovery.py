@@ -210,7 +210,7 @@ def joint_fit(table: np.ndarray, buckets: np.ndarray, epsilon: float) -> JointFi
     cell_sizes = np.repeat(sizes, bins)
     agree = _gram(onehot, cell_sizes)
     design = agree - n / bins
-    inverse = np.linalg.pinv(design)
+    inverse = np.linalg.pinv(design, hermitian=True)  # symmetric: eigh, not an SVD
     frequency = inverse @ b
     # Each bucket's fitted share of its cohort's reports, then each value's: π_j[h_j(v)].
     load = np.zeros((cohorts, bins))

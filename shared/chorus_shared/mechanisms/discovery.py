@@ -31,6 +31,7 @@ period lands in the same group, as PEM's analysis assumes, and a restart does no
 from __future__ import annotations
 
 import codecs
+import functools
 import math
 from abc import abstractmethod
 from collections.abc import Iterable, Mapping
@@ -247,12 +248,12 @@ class PrefixDiscovery(Mechanism):
         """Bits per byte or per character of the alphabet."""
         return symbol_bits(self.domain)
 
-    @property
+    @functools.cached_property
     def symbols(self) -> int:
         """How many bytes (or characters of the alphabet) the encoding holds."""
         return _symbols(self.domain)
 
-    @property
+    @functools.cached_property
     def m(self) -> int:
         return self.symbols * self.symbol_bits
 
