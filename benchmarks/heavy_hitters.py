@@ -12,7 +12,8 @@ heavy-hitter implementations (PEM, TreeHist, Apple's SFP) on the same data.
 * Grid: s ∈ {1.1, 1.5} × D ∈ {10⁴, 10⁵, 10⁶} × n ∈ {10⁵, 10⁶} × ε ∈ {1, 2, 4, 8}; ``SEEDS``
   seeds per setting (a fresh population and sample each), k ∈ {10, 50}.
 * Chorus: the campaign an analyst would create, ``{"top": k}`` and every other parameter at its
-  default (``keep`` = max(2k, 32) candidates per step). Reports are drawn in bulk by
+  default (``keep`` = max(2k, 32) candidates per step), over ``max_bytes`` 8 with the words'
+  alphabet declared ([a-z], as the peers are told it); ``bytes`` is ``auto`` without it. Reports are drawn in bulk by
   ``chorus_collector.simulate`` (the real client's distribution, vectorized), folded by the
   estimator's ``map`` and answered by ``finalize``. ``auto`` resolves to PEM or TreeHist
   (``chorus_shared.selection.choose_discovery``); where its campaign equals that mechanism's,
@@ -66,7 +67,8 @@ heavy-hitter implementations (PEM, TreeHist, Apple's SFP) on the same data.
 
 Writes ``bench-results/heavy_hitters.json``. Runs go to ``--workers`` processes (default 2);
 ``--checkpoint`` keeps every finished run, so a grid can be resumed or summarized part-way.
-The full grid took 31 minutes on two cores shared with other work (203 runs), ``--quick`` two.
+The full grid took 49 minutes on two cores shared with a test run (237 runs), ``--quick`` about
+three.
 """
 
 from __future__ import annotations
