@@ -13,11 +13,11 @@ heavy-hitter implementations (PEM, TreeHist, Apple's SFP) on the same data.
   seeds per setting (a fresh population and sample each), k ∈ {10, 50}.
 * Chorus: the campaign an analyst would create, ``{"top": k}`` and every other parameter at its
   default (``keep`` = max(2k, 32) candidates per step), over ``max_bytes`` 8 with the words'
-  alphabet declared ([a-z], as the peers are told it); ``bytes`` is ``auto`` without it.
-  Reports are drawn in bulk by ``chorus_collector.simulate`` (the real client's distribution,
-  vectorized), folded by the estimator's ``map`` and answered by ``finalize``. ``auto`` resolves to PEM or TreeHist
-  (``chorus_shared.selection.choose_discovery``); where its campaign equals that mechanism's,
-  its row *is* that run (same reports), labelled with the choice.
+  alphabet declared ([a-z], as the peers are told it); ``bytes`` is ``auto`` without it. Reports
+  are drawn in bulk by ``chorus_collector.simulate`` (the real client's distribution,
+  vectorized), folded by the estimator's ``map`` and answered by ``finalize``. ``auto`` resolves
+  to PEM or TreeHist (``chorus_shared.selection.choose_discovery``); where its campaign equals
+  that mechanism's, its row *is* that run (same reports), labelled with the choice.
 * Peers (the ``bench`` extra): pure-LDP's own ``PEMClient``/``Server``, ``TreeHistClient``/
   ``Server``, ``SFPClient``/``Server``, one report at a time, configured as follows (read from
   their code, not their defaults, which cannot run here):
