@@ -215,11 +215,10 @@ def joint_fit(table: np.ndarray, buckets: np.ndarray, epsilon: float) -> JointFi
     # Each bucket's fitted share of its cohort's reports, then each value's: π_j[h_j(v)].
     load = np.zeros((cohorts, bins))
     np.add.at(load, (np.broadcast_to(rows, buckets.shape), buckets), frequency[:, None])
-    fitted = np.clip(1 / bins + gap * (load[rows, buckets] - frequency.sum() / bins), 0, 1)
-    # first[v, w] = Σ_j n_j·π_j[h_j(v)]·1[h_j(v) = h_j(w)]; π_j[y] is the bucket's share, so
-    # it is one weight per cell, like n_j above.
-    cell_share = np.clip(1 / bins + gap * (load.ravel() - frequency.sum() / bins), 0, 1)
-    first = _gram(onehot, cell_sizes * cell_share)
+    share = np.clip(1 / bins + gap * (load - frequency.sum() / bins), 0, 1)  # π_j[y]
+    fitted = share[rows, buckets]
+    # first[v, w] = Σ_j n_j·π_j[h_j(v)]·1[h_j(v) = h_j(w)]: one weight per cell, like n_j above.
+    first = _gram(onehot, cell_sizes * share.ravel())
     weighted = fitted * np.sqrt(sizes)[None, :]
     cov_b = (first - weighted @ weighted.T) / gap**2
     return JointFit(frequency, inverse @ cov_b @ inverse.T, int(n))
