@@ -201,6 +201,20 @@ def test_heavy_hitter_scores_follow_their_definitions() -> None:
     assert score["relative_error"] == pytest.approx(0.0)
 
 
+def test_heavy_hitter_comparison_pairs_the_seeds_both_ran() -> None:
+    """The paired difference: over the seeds both sides ran (the same data), Chorus minus the
+    peer, with the standard error of the mean from the seeds' spread."""
+    bench = _heavy_hitters_module()
+    paired = bench.paired_difference({0: 0.4, 1: 0.4, 2: 0.5, 3: 0.3, 9: 1.0},
+                                      {0: 0.4, 1: 0.5, 2: 0.3, 3: 0.3, 4: 0.0})
+    differences = np.array([0.0, -0.1, 0.2, 0.0])  # seeds 0–3; 4 and 9 ran on one side only
+    assert paired["seeds"] == 4
+    assert paired["difference"] == pytest.approx(differences.mean())
+    assert paired["se"] == pytest.approx(differences.std(ddof=1) / 2)
+    assert (paired["chorus_ahead"], paired["peer_ahead"]) == (1, 1)
+    assert bench.paired_difference({0: 0.4}, {0: 0.2})["se"] is None
+
+
 def test_heavy_hitter_population_encodes_as_the_mechanism_does() -> None:
     """The benchmark's vectorized encodings are PEM's ``encode`` over bytes and over the
     declared [a-z], and its words are distinct lowercase words of 3–8 letters."""
@@ -245,7 +259,13 @@ def test_heavy_hitter_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
             assert 0 <= row["ncr"] <= 1
             assert row["client_s"] > 0 and row["server_s"] > 0
         assert methods[f"pem/{k}"]["client_us_pure_python"] > 0
+        for name in ("pem", "treehist", "bytes"):
+            row = methods[f"{name}/{k}"]
+            assert row["runs_checked_for_false_detection"] == 1
+            assert row["runs_with_false_detection"] in (0, 1)
+            assert 0 <= row["detected"] <= k
         if peers:
             comparison = setting["comparison"][str(k)]
             assert comparison["best_peer"] in peers and comparison["speedup"] > 0
+    assert results["summary"]["false_detection"]["runs"] == 6  # 3 methods × 2 k
     assert "Top 10: recall" in run.stdout and "Time end to end" in run.stdout
