@@ -33,6 +33,7 @@ import math
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any, ClassVar
 
 import numpy as np
@@ -50,6 +51,7 @@ from chorus_shared.mechanisms.discovery import (
     PrefixDiscovery,
     TreeHist,
     could_start,
+    olh_variance,
 )
 
 __all__ = ["PEMEstimator", "TreeHistEstimator", "buckets_of", "holm_detected", "joint_fit"]
@@ -58,6 +60,9 @@ VARIANCE_MODEL = ("multinomial cell counts of the final table, propagated throug
                   "weighted least-squares fit of the values; unbiased on average over the "
                   "public hash functions, and exactly so with respect to the other values fit")
 MAX_SECOND_STAGE = 1000
+#: How often a noise estimate may enter the heavy values whose collisions are cleared
+#: (:func:`marginal_estimates`), per step of the walk.
+HEAVY_ALPHA = 0.05
 
 _C1 = np.uint64(0xBF58476D1CE4E5B9)
 _C2 = np.uint64(0x94D049BB133111EB)
@@ -124,6 +129,12 @@ def buckets_of(mechanism: PrefixDiscovery, group: int, s: int, prefixes: Sequenc
     return result
 
 
+def heavy_z(candidates: int) -> float:
+    """The z that the largest of ``candidates`` noise estimates exceeds with probability
+    :data:`HEAVY_ALPHA` (Bonferroni): a candidate above it is frequent, not noise."""
+    return NormalDist().inv_cdf(1 - HEAVY_ALPHA / candidates)
+
+
 def _keep_probability(epsilon: float, bins: int) -> tuple[float, float]:
     e = math.exp(epsilon)
     return e / (e + bins - 1), 1 / (e + bins - 1)
@@ -134,7 +145,8 @@ def marginal_estimates(table: np.ndarray, buckets: np.ndarray, epsilon: float,
     """OLH's f̂ for each candidate from one group's (cohorts × bins) table.
 
     With ``heavy`` > 0, each estimate is then cleared of its hash collisions with the
-    ``heavy`` largest ones: E[f̂_v] = f_v + Σ_w f_w (c_vw − 1/k)/(1 − 1/k), c_vw the share of
+    ``heavy`` largest ones that no noise estimate reaches (:func:`heavy_z`):
+    E[f̂_v] = f_v + Σ_w f_w (c_vw − 1/k)/(1 − 1/k), c_vw the share of
     reports whose cohort hashes v and w alike, with the f_w of the heavy ones fit jointly
     (:func:`joint_fit`), so that the heavy ones come out exactly as that fit has them. Without
     it the collisions with a few very frequent prefixes add noise as large as OLH's own.
@@ -154,6 +166,14 @@ def marginal_estimates(table: np.ndarray, buckets: np.ndarray, epsilon: float,
     if heavy <= 0 or len(estimates) < 2:
         return estimates
     top = np.argsort(-estimates, kind="stable")[:heavy]
+    # Only those no noise estimate reaches: a noise candidate among them is one whose hash
+    # shares many buckets with a frequent one (that is what raised its estimate), and the
+    # joint fit then splits the frequent one's reports between them, biasing the frequent
+    # one down (−0.13 standard errors on the true prefixes of a walk, Zipf 1.5 at ε = 1).
+    floor = heavy_z(len(estimates)) * math.sqrt(olh_variance(epsilon, bins) / n)
+    top = top[estimates[top] > floor]
+    if len(top) == 0:
+        return estimates
     fitted = joint_fit(table, buckets[top], epsilon).frequency
     # Σ_w f_w·1[h_j(v) = h_j(w)] is a lookup in a (cohorts × bins) table of the heavy
     # values per bucket: O(candidates × cohorts), like the support itself.
