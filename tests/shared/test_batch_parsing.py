@@ -114,7 +114,7 @@ def test_a_batch_is_refused_exactly_when_a_report_is(campaign: Campaign, count: 
         report = batch[index % count]
         if isinstance(report, dict):
             # A mutation may not apply to a report mutated already: it is left as it is.
-            with contextlib.suppress(KeyError, TypeError):
+            with contextlib.suppress(AttributeError, KeyError, TypeError):
                 batch[index % count] = MUTATIONS[name](report, campaign)
     expected = _one_by_one(batch, campaign)
     columns = parse_batch(batch, campaign)
