@@ -639,6 +639,11 @@ def summarize(setting: Setting, results: list[tuple[Task, dict[str, Any]]]) -> d
                                          -(peers[p]["relative_error"] or math.inf)))
         auto = methods[f"auto/{k}"]
         paired = paired_difference(by_seed[f"auto/{k}"], by_seed[f"{best}/{k}"])
+        if paired["seeds"] >= PAIRED_MIN:
+            gap, noise = paired["difference"], 2 * paired["se"]
+        else:
+            gap = auto["recall"] - peers[best]["recall"]
+            noise = 2 * math.hypot(auto["recall_se"], peers[best]["recall_se"])
         comparison[str(k)] = {
             "best_peer": best, "peer_recall": peers[best]["recall"],
             "chorus_recall": auto["recall"],
@@ -646,12 +651,8 @@ def summarize(setting: Setting, results: list[tuple[Task, dict[str, Any]]]) -> d
             # Behind by more than twice the difference's standard error: not seed noise. The
             # seeds both ran on share their data, so the paired difference is the sharper
             # test (the binomial one, for a single shared seed, is the fallback).
-            "worse_beyond_noise": paired["difference"] + 2 * paired["se"] < 0
-            if paired["seeds"] >= PAIRED_MIN else peers[best]["recall"] - auto["recall"]
-            > 2 * math.hypot(auto["recall_se"], peers[best]["recall_se"]),
-            "ahead_beyond_noise": paired["difference"] - 2 * paired["se"] > 0
-            if paired["seeds"] >= PAIRED_MIN else auto["recall"] - peers[best]["recall"]
-            > 2 * math.hypot(auto["recall_se"], peers[best]["recall_se"]),
+            "worse_beyond_noise": gap < -noise,
+            "ahead_beyond_noise": gap > noise,
             "paired": paired,
             "peer_relative_error": peers[best]["relative_error"],
             "chorus_relative_error": auto["relative_error"],
