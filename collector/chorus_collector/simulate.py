@@ -324,7 +324,9 @@ def _discovery(mechanism: Mechanism, inputs: np.ndarray,
     assert isinstance(mechanism, PrefixDiscovery)
     values = inputs.tolist()
     n = len(values)
-    groups = rng.integers(0, mechanism.groups, size=n)
+    weights = np.array(mechanism.group_weights)
+    units = rng.integers(0, int(weights.sum()), size=n)
+    groups = np.searchsorted(np.cumsum(weights), units, side="right")
     cohorts = rng.integers(0, mechanism.cohorts, size=n)
     epsilon = mechanism.epsilon_prefix if isinstance(mechanism, TreeHist) else mechanism.epsilon
     y = _krr_buckets(report_buckets(mechanism, values, groups, cohorts), mechanism.bins,

@@ -67,17 +67,19 @@ def choose_discovery(epsilon: float, domain: OpenStrings,
                      params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """PEM or TreeHist for a discovery campaign over strings of ``domain.max_bytes`` at ε.
 
-    Both walk the same prefixes; they differ in what they spend where. PEM splits the installs
-    into G + 1 groups at the full ε, so both its walk and its final frequencies have variance
-    (G + 1)·V(ε)/n. TreeHist splits ε: the walk has G·V(ε/2)/n, the final frequencies, from
-    every install, V(ε/2)/n. The walk decides what is found, and PEM's is always the finer
-    (OLH has V(ε/2) ≥ 4·V(ε), so G·V(ε/2) > (G + 1)·V(ε)); TreeHist's final frequencies
-    are the more precise when G + 1 > V(ε/2)/V(ε), i.e. for long strings at small ε.
+    Both walk the same prefixes; they differ in how they split what an install gives. PEM
+    splits the installs: its estimation group holds ``final_share`` of them (a quarter by
+    default) at the full ε, so its final frequencies have variance V(ε)/share ≤ 4·V(ε)/n,
+    and the W walk groups split the rest, W·V(ε)/(1 − share)/n each. TreeHist splits ε: its
+    final frequencies, from every install, have V(ε/2)/n, and its walk W·V(ε/2)/n. OLH has
+    V(ε/2) ≥ 4·V(ε) at every ε, so at PEM's default share PEM is the more precise at every
+    step: this rule, the one that chose TreeHist for long strings at small ε while PEM's
+    estimation group held only 1/(W + 1) of the installs, now picks PEM everywhere.
 
     The rule: **TreeHist when its final standard error is at most half of PEM's** (its
-    frequencies are at least 4× more precise in variance, which is worth the higher
-    discovery threshold); PEM otherwise. Both figures and the thresholds go into the record.
-    Parameters other than the schedule's (top, keep, first_bits, step_bits) are refused.
+    frequencies at least 4× more precise in variance, worth its higher discovery threshold);
+    PEM otherwise. Both figures and the thresholds go into the record. Parameters other than
+    the schedule's (top, keep, first_bits, step_bits) are refused.
     """
     allowed = {"top", "keep", "first_bits", "step_bits"}
     unknown = set(params) - allowed
@@ -101,6 +103,7 @@ def choose_discovery(epsilon: float, domain: OpenStrings,
               + f" ({pem['groups']} PEM groups); "
               + ("at most half, so its more precise frequencies win"
                  if chosen == "treehist" else
-                 "above half, so PEM's finer walk (it finds rarer values) wins"))
+                 "above half, so PEM wins: its walk is the finer (it finds rarer values)"
+                 + (" and its frequencies are the more precise too" if ratio >= 1 else "")))
     return chosen, {"from": "auto", "reason": reason, "candidates": table,
                     "params": dict(params)}

@@ -166,26 +166,30 @@ def test_the_published_alphabet_encodings_hold() -> None:
 
 def test_the_schedule_takes_whole_characters_and_records_its_candidates() -> None:
     letters = mechanism_of(discovery("pem", 2.0, 8, LETTERS))
-    assert (letters.symbol_bits, letters.first_bits, letters.step_bits) == (5, 10, 5)
-    assert letters.lengths == (10, 15, 20, 25, 30, 35, 40, 40)
-    assert letters.step_candidates == letters.keep * 27 == 1080
+    # Three characters first (27³ = 19,683 prefixes), then two a step: 40 × 27² candidates.
+    assert (letters.symbol_bits, letters.first_bits, letters.step_bits) == (5, 15, 10)
+    assert letters.lengths == (15, 25, 35, 40, 40)
+    assert letters.step_candidates == letters.keep * 27**2 == 29_160
     described = letters.describe()
     assert described["prefix_bits"] == list(letters.lengths)
-    assert described["candidates_per_step"] == 1080
-    # Bytes, for comparison: the same 8 groups, 256 continuations of each survivor.
+    assert described["candidates_per_step"] == 29_160
+    # Bytes, for comparison: 8 groups, 256 continuations of each survivor.
     assert mechanism_of(discovery("pem", 2.0, 8, None)).step_candidates == 40 * 256
     digits = mechanism_of(discovery("pem", 2.0, 12, "0123456789", top=10))
-    assert (digits.first_bits, digits.step_bits) == (16, 8)  # 11⁴ and 32·11² candidates
-    assert digits.lengths == (16, 24, 32, 40, 48, 48)
+    assert (digits.first_bits, digits.step_bits) == (16, 12)  # 11⁴ and 32·11³ candidates
+    assert digits.lengths == (16, 28, 40, 48, 48)
     bases = mechanism_of(discovery("treehist", 2.0, 20, "ACGT"))
-    assert (bases.symbol_bits, bases.first_bits, bases.step_bits) == (3, 15, 9)
+    assert (bases.symbol_bits, bases.first_bits, bases.step_bits) == (3, 15, 15)  # 40·5⁵
     assert all(s % 3 == 0 for s in bases.lengths)
     with pytest.raises(CampaignError, match="multiples of 5"):
         discovery("pem", 2.0, 8, LETTERS, first_bits=8)
     with pytest.raises(CampaignError, match="multiples of 5"):
         discovery("pem", 2.0, 8, LETTERS, step_bits=4)
     with pytest.raises(CampaignError, match="lower keep or step_bits"):
-        discovery("pem", 2.0, 8, LETTERS, keep=1000)  # 1000 × 27 > 16,384
+        discovery("pem", 2.0, 8, LETTERS, keep=200, step_bits=10)  # 200 × 27² > 131,072
+    # The most a default schedule evaluates: top 89 keeps 178 × 27² = 129,762 a step.
+    assert mechanism_of(discovery("pem", 2.0, 8, LETTERS, top=89)).step_bits == 10
+    assert mechanism_of(discovery("pem", 2.0, 8, LETTERS, top=90)).step_bits == 5
     # At most 255 characters (8 bits) × 64 bytes: never longer than the byte encoding.
     widest = mechanism_of(discovery("pem", 2.0, 64, "".join(chr(0x100 + i) for i in range(254))
                                     + "a"))
@@ -244,12 +248,12 @@ def _answer(campaign: Campaign, values: list[int], n: int, rng: np.random.Genera
     return answer
 
 
-# Measured (this commit): top-10 recall 1.0 on seed 1.
+# Measured (this commit): top-10 recall 0.9 on seed 1 (three letters, then two a step).
 @pytest.mark.slow
 def test_pem_over_letters_finds_the_ten_most_frequent_words_at_the_target() -> None:
     """The issue's target (ε = 2, n = 10⁶, Zipf 1.1 over 10⁵ words of 3–8 letters) with
     [a-z] declared: the ten largest rows hold at least 9 of the true ten, every step
-    evaluated at most keep × 27 candidates, and every row is a word over the alphabet."""
+    evaluated at most keep × 27² candidates, and every row is a word over the alphabet."""
     rng = np.random.default_rng(1)
     words, drawn = _zipf_words(rng, 100_000, 1_000_000)
     campaign = discovery("pem", 2.0, 8, LETTERS)
@@ -263,8 +267,9 @@ def test_pem_over_letters_finds_the_ten_most_frequent_words_at_the_target() -> N
     print(f"top-10 recall {recall}")
     assert recall >= 0.9
     steps = answer.extra["discovery"]["steps"]
-    assert steps[0]["candidates"] == 26 * 27 + 1  # two letters, a letter, or nothing
-    assert all(s["candidates"] <= mechanism.keep * 27 for s in steps[1:])
+    # Three letters or two, one, or nothing; then two more letters (or the end) a step.
+    assert steps[0]["candidates"] == 26 * 26 * 27 + 26 + 1
+    assert all(s["candidates"] <= mechanism.keep * 27**2 for s in steps[1:])
     assert all(set(value) <= set(LETTERS) for value in rows)
     assert set(truth[:5]) <= {row.value for row in answer.rows if row.detected}
 

@@ -63,6 +63,9 @@ MAX_SECOND_STAGE = 1000
 #: How often a noise estimate may enter the heavy values whose collisions are cleared
 #: (:func:`marginal_estimates`), per step of the walk.
 HEAVY_ALPHA = 0.05
+#: Candidates hashed and summed at a time: bounds the walk's (candidates × cohorts)
+#: temporaries to ~8 MiB each, and keeps them in cache.
+BLOCK = 2048
 
 _C1 = np.uint64(0xBF58476D1CE4E5B9)
 _C2 = np.uint64(0x94D049BB133111EB)
@@ -74,6 +77,15 @@ def _mix64(z: np.ndarray) -> np.ndarray:
     z = (z ^ (z >> _S27)) * _C2
     result: np.ndarray = z ^ (z >> _S31)
     return result
+
+
+def _mix64_in_place(z: np.ndarray) -> None:
+    """:func:`_mix64` without the temporaries (the walk mixes candidates × cohorts words)."""
+    z ^= z >> _S30
+    z *= _C1
+    z ^= z >> _S27
+    z *= _C2
+    z ^= z >> _S31
 
 
 def _words(prefixes: Sequence[int], s: int, m: int) -> np.ndarray:
@@ -117,15 +129,35 @@ def report_buckets(mechanism: PrefixDiscovery, values: Sequence[int], groups: np
 
 def buckets_of(mechanism: PrefixDiscovery, group: int, s: int, prefixes: Sequence[int],
                bins: int) -> np.ndarray:
-    """``prefix_hash`` for many prefixes at once: buckets[i, cohort] (int64)."""
+    """``prefix_hash`` for many prefixes at once: buckets[i, cohort], as int16 (bins ≤
+    :data:`MAX_BINS`): a step of the walk holds up to 131,072 candidates × 512 cohorts."""
     words = _words(prefixes, s, mechanism.m)
     z = np.full(len(prefixes), prefix_hash.seed(mechanism.salt, group, s), dtype=np.uint64)
     for t in range(words.shape[1]):
         z = _mix64(z ^ words[:, t])
     steps = np.array([((j + 1) * prefix_hash.COHORT_STEP) & prefix_hash.MASK
                       for j in range(mechanism.cohorts)], dtype=np.uint64)
-    mixed = _mix64(z[:, None] ^ steps[None, :])
-    result: np.ndarray = (((mixed >> _S32) * np.uint64(bins)) >> _S32).astype(np.int64)
+    result = np.empty((len(prefixes), mechanism.cohorts), dtype=np.int16)
+    width = np.uint64(bins)
+    for start in range(0, len(prefixes), BLOCK):
+        mixed = z[start:start + BLOCK, None] ^ steps[None, :]
+        _mix64_in_place(mixed)
+        mixed >>= _S32
+        mixed *= width
+        mixed >>= _S32
+        result[start:start + BLOCK] = mixed
+    return result
+
+
+def _bucket_sums(cells: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+    """Σ_j cells[j, buckets[i, j]] for each candidate i, a block of candidates at a time so
+    that no (candidates × cohorts) array of floats is ever whole."""
+    cohorts, bins = cells.shape
+    flat = cells.ravel()
+    offsets = np.arange(cohorts, dtype=np.int64) * bins
+    result = np.empty(len(buckets), dtype=np.float64)
+    for start in range(0, len(buckets), BLOCK):
+        result[start:start + BLOCK] = flat[buckets[start:start + BLOCK] + offsets].sum(axis=1)
     return result
 
 
@@ -160,7 +192,7 @@ def marginal_estimates(table: np.ndarray, buckets: np.ndarray, epsilon: float,
     n = sizes.sum()
     if n == 0:
         return np.zeros(len(buckets))
-    support = table[np.arange(cohorts)[None, :], buckets].sum(axis=1)
+    support = _bucket_sums(table, buckets)
     p, _ = _keep_probability(epsilon, bins)
     estimates: np.ndarray = (support / n - 1 / bins) / (p - 1 / bins)
     if heavy <= 0 or len(estimates) < 2:
@@ -181,7 +213,7 @@ def marginal_estimates(table: np.ndarray, buckets: np.ndarray, epsilon: float,
     by_bucket = np.zeros((cohorts, bins))
     np.add.at(by_bucket, (np.broadcast_to(rows[None, :], (len(top), cohorts)), buckets[top]),
               np.broadcast_to(fitted[:, None], (len(top), cohorts)))
-    collided = by_bucket[rows[None, :], buckets] @ (sizes / n)
+    collided = _bucket_sums(by_bucket * (sizes / n)[:, None], buckets)
     correction = collided - fitted.sum() / bins
     # A heavy candidate's own term (c_vv = 1) is not a collision.
     correction[top] -= (1 - 1 / bins) * fitted

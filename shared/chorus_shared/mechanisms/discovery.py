@@ -50,7 +50,15 @@ __all__ = ["DETECTION_ALPHA", "MAX_DISCOVERY_BYTES", "PEM", "PrefixDiscovery", "
            "could_start", "olh_variance", "symbol_bits"]
 
 MAX_DISCOVERY_BYTES = 64
-MAX_STEP_CANDIDATES = 16_384  # keep × 2^η: what one step of the walk evaluates
+#: keep × 2^η: what one step of the walk evaluates at most. Two characters of [a-z] a step for
+#: keep ≤ 179 (top ≤ 89): PEM then has 4 walk groups where one character a step needs 7.
+MAX_STEP_CANDIDATES = 131_072
+#: What the default schedule lets a step evaluate with fewer than :data:`WIDE_COHORTS` hash
+#: functions (OLH's buckets past 64, ε above ~4.2): there the collisions among many candidates
+#: outweigh the installs that fewer groups give each step. With 16 cohorts at ε = 8 two
+#: letters a step took top-50 recall from 0.74 to 0.46 (Zipf 1.5, n = 10⁵, 5 seeds).
+NARROW_STEP_CANDIDATES = 16_384
+WIDE_COHORTS = 64
 MAX_CELLS = 1 << 20  # groups × cohorts × bins: the statistic per time bucket (8 MiB)
 MAX_BINS = 1024
 SALT_MAX = (1 << 31) - 1
@@ -87,29 +95,37 @@ def _symbol_count(domain: Domain) -> int:
     return 256 if alphabet is None else len(alphabet) + 1
 
 
+def _step_limit(earlier: Mapping[str, int]) -> int:
+    """Candidates a default step may evaluate: :data:`MAX_STEP_CANDIDATES` with at least
+    :data:`WIDE_COHORTS` hash functions, :data:`NARROW_STEP_CANDIDATES` with fewer."""
+    return MAX_STEP_CANDIDATES if earlier["cohorts"] >= WIDE_COHORTS \
+        else NARROW_STEP_CANDIDATES
+
+
 def _default_first_bits(eps: float, domain: Domain, earlier: Mapping[str, int]) -> int:
     """16 bits (two bytes) over bytes; over an alphabet, the most whole characters whose
-    prefixes number at most 16,384 (two of [a-z]: 729 candidates)."""
+    prefixes number at most the step limit in at most 16 bits (three of [a-z], 19,683
+    candidates, with 64 cohorts or more; two, 729, with fewer)."""
     if getattr(domain, "alphabet", None) is None:
         return 16
     width, codes = symbol_bits(domain), _symbol_count(domain)
     count = 1
-    while (count + 1) * width <= 16 and codes ** (count + 1) <= MAX_STEP_CANDIDATES:
+    while (count + 1) * width <= 16 and codes ** (count + 1) <= _step_limit(earlier):
         count += 1
     return count * width
 
 
 def _default_step_bits(eps: float, domain: Domain, earlier: Mapping[str, int]) -> int:
-    """The largest η in 8, 4, 2, 1 with keep·2^η ≤ 16,384 candidates per step: fewer, larger
-    steps split the installs into fewer groups (MECHANISMS-2.md §8.7). Over an alphabet, the
-    most whole characters t with keep·(|A| + 1)^t ≤ 16,384 (at least one)."""
+    """The largest η in 8, 4, 2, 1 with keep·2^η within the step limit (131,072 candidates
+    with 64 cohorts or more, 16,384 with fewer): fewer, larger steps split the installs into
+    fewer groups (MECHANISMS-2.md §8.7). Over an alphabet, the most whole characters t with
+    keep·(|A| + 1)^t within it in at most 16 bits (at least one)."""
+    limit = _step_limit(earlier)
     if getattr(domain, "alphabet", None) is None:
-        return next(eta for eta in (8, 4, 2, 1)
-                    if earlier["keep"] << eta <= MAX_STEP_CANDIDATES)
+        return next((eta for eta in (8, 4, 2, 1) if earlier["keep"] << eta <= limit), 1)
     width, codes = symbol_bits(domain), _symbol_count(domain)
     count = 1
-    while (count + 1) * width <= 16 \
-            and earlier["keep"] * codes ** (count + 1) <= MAX_STEP_CANDIDATES:
+    while (count + 1) * width <= 16 and earlier["keep"] * codes ** (count + 1) <= limit:
         count += 1
     return count * width
 
@@ -133,6 +149,20 @@ FIRST_BITS = IntParam(name="first_bits", help="prefix bits of the first step, en
                       lo=1, hi=16, default=_default_first_bits)
 SALT = IntParam(name="salt", help="selects the public hash functions", lo=0, hi=SALT_MAX,
                 default=0)
+
+
+def _default_final_share(eps: float, domain: Domain, earlier: Mapping[str, int]) -> int:
+    """A quarter of the installs, or an equal share where the walk has fewer than three
+    groups (MECHANISMS-2.md §3.1: the final estimates' standard error against the walk's)."""
+    walk = len(prefix_lengths(_symbols(domain) * symbol_bits(domain), earlier["keep"],
+                              earlier["step_bits"], earlier["first_bits"],
+                              1 if getattr(domain, "alphabet", None) is None
+                              else symbol_bits(domain)))
+    return max(25, 100 // (walk + 1))
+
+
+FINAL_SHARE = IntParam(name="final_share", help="percent of installs in PEM's estimation group",
+                       lo=5, hi=50, default=_default_final_share)
 
 
 def prefix_lengths(m: int, keep: int, step_bits: int, first_bits: int,
@@ -348,12 +378,29 @@ class PrefixDiscovery(Mechanism):
         e = math.exp(epsilon)
         return (e if y == bucket else 1.0) / (e + bins - 1)
 
+    @property
+    def group_weights(self) -> tuple[int, ...]:
+        """Each group's share of the installs, in whole units (equal by default)."""
+        return (1,) * self.groups
+
+    def group_probability(self, group: int) -> float:
+        weights = self.group_weights
+        return weights[group] / sum(weights)
+
+    def group_of(self, unit: int) -> int:
+        """The group that a unit drawn uniformly from ``range(sum(group_weights))`` falls in."""
+        for group, weight in enumerate(self.group_weights):
+            if unit < weight:
+                return group
+            unit -= weight
+        raise ValueError("unit out of range")
+
     def assign(self, rng: RandomSource) -> dict[str, int]:
-        return {"group": rng.randrange(self.groups)}
+        return {"group": self.group_of(rng.randrange(sum(self.group_weights)))}
 
     def _group(self, assignment: Mapping[str, int], rng: RandomSource) -> int:
         group = assignment.get("group")
-        return rng.randrange(self.groups) if group is None else group
+        return self.assign(rng)["group"] if group is None else group
 
     def _check_ints(self, payload: object, fields: tuple[str, ...]) -> dict[str, int]:
         if not isinstance(payload, dict) or set(payload) != set(fields) or not all(
@@ -396,8 +443,18 @@ class PEM(PrefixDiscovery):
     estimation group, which reports the whole string."""
 
     name: ClassVar[str] = "pem"
-    parameters: ClassVar[tuple[IntParam, ...]] = (TOP, KEEP, FIRST_BITS, STEP_BITS, BINS,
-                                                  COHORTS, SALT)
+    # The schedule's defaults depend on the hash family's size, so bins and cohorts come first.
+    parameters: ClassVar[tuple[IntParam, ...]] = (TOP, KEEP, BINS, COHORTS, FIRST_BITS,
+                                                  STEP_BITS, FINAL_SHARE, SALT)
+
+    final_share: int
+
+    @property
+    def group_weights(self) -> tuple[int, ...]:
+        """In units of 1/(100·W), W the walk's groups: the estimation group holds
+        ``final_share`` percent, and the walk's groups split the rest equally."""
+        walk = self.walk_groups
+        return (100 - self.final_share,) * walk + (self.final_share * walk,)
 
     @property
     def lengths(self) -> tuple[int, ...]:
@@ -431,7 +488,7 @@ class PEM(PrefixDiscovery):
     def output_probability(self, payload: dict[str, int], x: int) -> float:
         group, cohort = payload["g"], payload["c"]
         bucket = self.oracle_bucket(group, self.lengths[group], cohort, self.bins, x)
-        return (1 / self.groups) * (1 / self.cohorts) * self._krr_probability(
+        return self.group_probability(group) * (1 / self.cohorts) * self._krr_probability(
             payload["y"], bucket, self.bins, self.epsilon)
 
     def outputs(self) -> Iterable[dict[str, int]]:
@@ -441,10 +498,10 @@ class PEM(PrefixDiscovery):
                 product(range(self.groups), range(self.cohorts), range(self.bins)))
 
     def final_variance(self) -> float:
-        return self.groups * olh_variance(self.epsilon, self.bins)
+        return olh_variance(self.epsilon, self.bins) / self.group_probability(self.groups - 1)
 
     def walk_variance(self) -> float:
-        return self.groups * olh_variance(self.epsilon, self.bins)
+        return olh_variance(self.epsilon, self.bins) / self.group_probability(0)
 
 
 SHARE = IntParam(name="prefix_share", help="percent of ε spent on the prefix report", lo=1,
@@ -471,12 +528,12 @@ class TreeHist(PrefixDiscovery):
     word_bins: int
 
     parameters: ClassVar[tuple[IntParam, ...]] = (
-        TOP, KEEP, FIRST_BITS, STEP_BITS, SHARE,
+        TOP, KEEP, SHARE,
         IntParam(name="bins", help="OLH hash buckets of the prefix report", lo=2, hi=MAX_BINS,
                  default=_prefix_bins),
         IntParam(name="word_bins", help="OLH hash buckets of the whole-string report", lo=2,
                  hi=MAX_BINS, default=_word_bins),
-        COHORTS, SALT)
+        COHORTS, FIRST_BITS, STEP_BITS, SALT)
 
     @property
     def epsilon_prefix(self) -> float:
