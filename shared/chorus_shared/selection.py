@@ -69,8 +69,8 @@ def choose_discovery(epsilon: float, domain: OpenStrings,
 
     Both walk the same prefixes; they differ in how they split what an install gives. PEM
     splits the installs: its estimation group holds ``final_share`` of them (a quarter by
-    default) at the full ε, so its final frequencies have variance V(ε)/share ≤ 4·V(ε)/n,
-    and the W walk groups split the rest, W·V(ε)/(1 − share)/n each. TreeHist splits ε: its
+    default) at the full ε, so its final frequencies have variance V(ε)/(share·n) ≤ 4·V(ε)/n,
+    and the W walk groups split the rest, W·V(ε)/((1 − share)·n) each. TreeHist splits ε: its
     final frequencies, from every install, have V(ε/2)/n, and its walk W·V(ε/2)/n. OLH has
     V(ε/2) ≥ 4·V(ε) at every ε, so at PEM's default share PEM is the more precise at every
     step: this rule, the one that chose TreeHist for long strings at small ε while PEM's

@@ -153,12 +153,10 @@ SALT = IntParam(name="salt", help="selects the public hash functions", lo=0, hi=
 
 def _default_final_share(eps: float, domain: Domain, earlier: Mapping[str, int]) -> int:
     """A quarter of the installs, or an equal share where the walk has fewer than three
-    groups (MECHANISMS-2.md §3.1: the final estimates' standard error against the walk's)."""
-    walk = len(prefix_lengths(_symbols(domain) * symbol_bits(domain), earlier["keep"],
-                              earlier["step_bits"], earlier["first_bits"],
-                              1 if getattr(domain, "alphabet", None) is None
-                              else symbol_bits(domain)))
-    return max(25, 100 // (walk + 1))
+    groups: the walk decides what is found, the estimation group how precisely it is measured
+    (docs/mechanisms/discovery.md, "The walk's schedule")."""
+    walk = walk_lengths(domain, earlier["keep"], earlier["step_bits"], earlier["first_bits"])
+    return max(25, 100 // (len(walk) + 1))
 
 
 FINAL_SHARE = IntParam(name="final_share", help="percent of installs in PEM's estimation group",
@@ -179,6 +177,13 @@ def prefix_lengths(m: int, keep: int, step_bits: int, first_bits: int,
     while lengths[-1] < m:
         lengths.append(min(m, lengths[-1] + step_bits))
     return tuple(lengths)
+
+
+def walk_lengths(domain: Domain, keep: int, step_bits: int, first_bits: int) -> tuple[int, ...]:
+    """:func:`prefix_lengths` for a domain's encoding: whole characters over an alphabet."""
+    width = symbol_bits(domain)
+    unit = 1 if getattr(domain, "alphabet", None) is None else width
+    return prefix_lengths(_symbols(domain) * width, keep, step_bits, first_bits, unit)
 
 
 def _symbols(domain: Domain) -> int:
@@ -299,13 +304,7 @@ class PrefixDiscovery(Mechanism):
     @property
     def lengths(self) -> tuple[int, ...]:
         """The prefix length (bits) that each level of the walk reports."""
-        return prefix_lengths(self.m, self.keep, self.step_bits, self.first_bits,
-                              self._length_unit)
-
-    @property
-    def _length_unit(self) -> int:
-        """Prefix lengths are whole characters over an alphabet, any bits over bytes."""
-        return 1 if self.domain.alphabet is None else self.symbol_bits
+        return walk_lengths(self.domain, self.keep, self.step_bits, self.first_bits)
 
     @property
     def groups(self) -> int:
@@ -458,9 +457,7 @@ class PEM(PrefixDiscovery):
 
     @property
     def lengths(self) -> tuple[int, ...]:
-        walk = prefix_lengths(self.m, self.keep, self.step_bits, self.first_bits,
-                              self._length_unit)
-        return (*walk, self.m)
+        return (*walk_lengths(self.domain, self.keep, self.step_bits, self.first_bits), self.m)
 
     @property
     def walk_groups(self) -> int:
