@@ -72,20 +72,20 @@ _C2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S32 = (np.uint64(s) for s in (30, 27, 31, 32))
 
 
-def _mix64(z: np.ndarray) -> np.ndarray:
-    z = (z ^ (z >> _S30)) * _C1
-    z = (z ^ (z >> _S27)) * _C2
-    result: np.ndarray = z ^ (z >> _S31)
-    return result
-
-
 def _mix64_in_place(z: np.ndarray) -> None:
-    """:func:`_mix64` without the temporaries (the walk mixes candidates × cohorts words)."""
+    """SplitMix64's finalizer (``prefix_hash.mix64``) on every element, in place: the walk mixes
+    candidates × cohorts words, and fresh temporaries for each operation cost as much."""
     z ^= z >> _S30
     z *= _C1
     z ^= z >> _S27
     z *= _C2
     z ^= z >> _S31
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    result = z.copy()
+    _mix64_in_place(result)
+    return result
 
 
 def _words(prefixes: Sequence[int], s: int, m: int) -> np.ndarray:
