@@ -48,17 +48,26 @@ from chorus_client.errors import (
     TransportError,
 )
 from chorus_client.retry import RetryPolicy, retry_after, send_with_retries
+from chorus_client.spend import SpendCounter
 from chorus_client.state import ClientState, Limits
 from chorus_client.transport import RequestsTransport, Response, Transport
-from chorus_shared.campaign import Campaign, campaign_from_config
+from chorus_shared.campaign import Campaign, campaign_from_config, canonical_json
 from chorus_shared.errors import CampaignError, ValueDomainError
 from chorus_shared.mechanisms import Mechanism
 from chorus_shared.mechanisms.base import EMPTY
-from chorus_shared.rng import RandomSource, is_secure, keyed_source, resolve_rng
+from chorus_shared.mechanisms.discovery import PrefixDiscovery
+from chorus_shared.privacy import fits
+from chorus_shared.rng import (
+    RandomSource,
+    assignment_label,
+    is_secure,
+    keyed_source,
+    resolve_rng,
+)
 from chorus_shared.wire import PROBLEM_BASE, REFUSED_REPORT_KINDS, new_report
 
-__all__ = ["DEFAULT_LIFETIME_BUDGET", "DEFAULT_MAX_EPSILON", "Client", "FlushResult", "Outcome",
-           "Pin", "PrivacyBound"]
+__all__ = ["DEFAULT_LIFETIME_BUDGET", "DEFAULT_MAX_EPSILON", "DEFAULT_MAX_GROUPS", "Client",
+           "FlushResult", "Outcome", "Pin", "PrivacyBound"]
 
 log = logging.getLogger("chorus.client")
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -70,6 +79,10 @@ _ONE_ATTEMPT = RetryPolicy(max_attempts=1)
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 # A campaign whose config could not be had is not asked for again before this many seconds.
 UNAVAILABLE_HOLD_OFF = 60.0
+#: An unpinned campaign's config kept on the device is fetched again this long after it was
+#: fetched (plus a random delay, on the sender's schedule); a pinned digest fixes the content,
+#: so a pinned config, once held, is never fetched again.
+CONFIG_REFRESH = 86400.0
 
 # Which setting ran out, in words an app developer can act on.
 _EXHAUSTED = {
@@ -77,6 +90,7 @@ _EXHAUSTED = {
     "budget": "the campaign's privacy.budget for this period is spent",
     "campaign-budget": "this client's campaign_budget= for the campaign is spent",
     "lifetime-budget": "this install's lifetime_budget= (all campaigns) is spent",
+    "spend-counter": "the app's spend_counter= could not be read or charged",
 }
 
 #: Per-report ε ceiling: ε ≈ 1 is strong protection, 2 keeps the truth in binary randomized
@@ -89,6 +103,12 @@ DEFAULT_MAX_EPSILON = 2.0
 DEFAULT_LIFETIME_BUDGET = 8.0
 #: The finest report-time precision accepted (seconds): finer buckets time-stamp a person.
 DEFAULT_MIN_TIME_PRECISION = 3600
+#: Most public groups a discovery campaign may split installs into (PEM, TreeHist). Every
+#: report of one install, campaign, config version and period carries the same group, so
+#: the group is a partial pseudonym: with at most G groups, none holding less than 1/(2G) of
+#: the installs, it narrows an install down by at most log2(2G) = 7 bits. 64 covers the
+#: defaults for strings of up to 64 bytes (PEM: 64 groups); a config with more is refused.
+DEFAULT_MAX_GROUPS = 64
 
 
 @dataclass
@@ -129,6 +149,12 @@ def _refuses_the_reports(response: Response) -> bool:
     problem = _json_object(response) if media_type == "application/problem+json" else None
     kind = str((problem or {}).get("type", ""))
     return kind.startswith(PROBLEM_BASE) and kind[len(PROBLEM_BASE):] in REFUSED_REPORT_KINDS
+
+
+def _not_pinned(name: str) -> CampaignUnavailable:
+    return CampaignUnavailable(0, {"type": "not-pinned", "detail": (
+        f"campaign {name!r} is not pinned by this app (Client(campaigns=...)); unpinned "
+        "campaigns need allow_unpinned=True")})
 
 
 def _json_object(response: Response) -> dict[str, Any] | None:
@@ -179,6 +205,20 @@ class Client:
         ``ValueDomainError`` (after queuing the substitute) from :meth:`report` instead of
         logging and counting them.
     :param ingest_key: sent as a bearer token with reports, for collectors that require one.
+    :param max_groups: refuse discovery campaigns that split installs into more public groups
+        than this, or give any group less than 1/(2·max_groups) of them (see
+        :data:`DEFAULT_MAX_GROUPS`).
+    :param spend_counter: a second lifetime counter kept by the app where device backups do
+        not restore it (:class:`chorus_client.spend.SpendCounter`): every report is charged
+        there too before it is queued, so restoring an old state file cannot renew the
+        lifetime budget.
+
+    Configs that are not shipped with the app are fetched on the sender's schedule, never
+    inside :meth:`report`: a request naming the campaign at the moment of a report would
+    time-stamp it. A report made before its campaign's config is on the device is
+    ``"unavailable"``; :meth:`prepare` fetches the pinned ones at once (call it at start-up).
+    Fetched configs are kept in the state file. With ``send_delay=0``, which gives report
+    times away anyway, a missing config is fetched inside :meth:`report`.
     """
 
     def __init__(self, url: str, *, state_dir: str | Path | None = None,
@@ -195,11 +235,16 @@ class Client:
                  retry: RetryPolicy | None = None,
                  clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
-                 ingest_key: str | None = None) -> None:
+                 ingest_key: str | None = None, max_groups: int = DEFAULT_MAX_GROUPS,
+                 spend_counter: SpendCounter | None = None) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        if max_groups < 1:
+            raise ValueError("max_groups must be at least 1")
+        if spend_counter is not None and not isinstance(spend_counter, SpendCounter):
+            raise ValueError("spend_counter needs spent() and charge(epsilon) methods")
         if send_delay is not None and not send_delay >= 0:
             raise ValueError("send_delay must be None or a number of seconds >= 0")
         for name, budget in (("lifetime_budget", lifetime_budget),
@@ -228,6 +273,8 @@ class Client:
         self.campaign_budget = campaign_budget
         self.min_time_precision = min_time_precision
         self.send_delay = send_delay
+        self.max_groups = max_groups
+        self.spend_counter = spend_counter
         self.retry = retry or RetryPolicy()
         self._clock = clock
         self._sleep = sleep
@@ -257,6 +304,18 @@ class Client:
         self._failures = 0
         self._closed = False
         self._unavailable: dict[str, float] = {}  # campaign → clock time to retry its config
+        # Config fetches due on the sender's schedule (campaign → clock time), and when each
+        # held unpinned config is to be fetched again.
+        self._fetch_due: dict[str, float] = {}
+        self._refresh_due: dict[str, float] = {}
+        now = self._clock()
+        for name in self._pinned_digests:
+            if self._held(name) is None:
+                self._fetch_due[name] = self._fetch_time(now)
+        if allow_unpinned:
+            self._refresh_due.update((name, refresh) for name, refresh
+                                     in self._state.config_refreshes().items()
+                                     if name not in self._pinned)
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._sender: threading.Thread | None = None
@@ -268,16 +327,96 @@ class Client:
     # -- campaigns --------------------------------------------------------------------------
 
     def campaign(self, name: str, *, retry: RetryPolicy | None = None) -> Campaign:
-        """The verified config of a campaign: pinned, or fetched and checked against its pin."""
+        """The verified config of a campaign: shipped, held from an earlier fetch, or fetched
+        now and checked against its pin. (An app's call: :meth:`report` never fetches.)"""
         with self._lock:
             cached = self._campaigns.get(name)
         if cached is not None:
             return cached
+        held = self._held(name)
+        return held if held is not None else self._fetch(name, retry)
+
+    def prepare(self, timeout: float | None = 10.0) -> dict[str, bool]:
+        """Fetch now every campaign pinned by digest whose config is not on the device yet,
+        so that reports can be made at once; returns which are ready. Call it at start-up
+        (a moment that says nothing about any report), not just before reporting."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ready = {}
+        for name in sorted(self._pinned):
+            if deadline is not None and time.monotonic() >= deadline:
+                ready[name] = self._campaigns.get(name) is not None
+                continue
+            try:
+                self.campaign(name, retry=_ONE_ATTEMPT)
+                ready[name] = True
+                self._fetch_due.pop(name, None)
+            except (CampaignUnavailable, TransportError) as error:
+                log.warning("chorus: campaign %r not ready: %s", name, error)
+                ready[name] = False
+        return ready
+
+    def _held(self, name: str) -> Campaign | None:
+        """The config kept from an earlier fetch, verified again (the app's caps may have
+        changed since), or None."""
+        if self._state.closed:
+            return None
+        row = self._state.held_config(name)
+        if row is None:
+            return None
+        body, refresh = row
+        try:
+            campaign = self._adopt(name, json.loads(body), self._pinned_digests.get(name),
+                                   hold=False)
+        except (CampaignUnavailable, ValueError):
+            return None
+        if name not in self._pinned:
+            self._refresh_due.setdefault(name, refresh)
+        return campaign
+
+    def _fetch_time(self, now: float) -> float:
+        """When a config fetch asked for now is made: at a uniformly random moment of the next
+        time window, like a report made now (``send_delay``), so that the request says no
+        more about the moment of the report that needed it than the report itself does."""
+        window = float(self.min_time_precision)
+        spread = window if self.send_delay is None else self.send_delay
+        with self._lock:
+            jitter = self._rng.random()
+        return (math.floor(now / window) + 1) * window + jitter * spread
+
+    def _fetch_due_configs(self) -> None:
+        """The sender's round: fetch the configs whose time has come, and refresh held
+        unpinned ones that are due (report() keeps using the held version meanwhile)."""
+        now = self._clock()
+        for name, due in sorted(self._fetch_due.items()):
+            if due > now or self._state.closed:
+                continue
+            try:
+                self._fetch(name, _ONE_ATTEMPT)
+                self._fetch_due.pop(name, None)
+            except (CampaignUnavailable, TransportError) as error:
+                log.warning("chorus: campaign %r config not fetched: %s", name, error)
+                self._fetch_due[name] = self._fetch_time(now)
+        for name, due in sorted(self._refresh_due.items()):
+            if due > now or self._state.closed:
+                continue
+            try:
+                fresh = self._fetch(name, _ONE_ATTEMPT, replace=True)
+            except (CampaignUnavailable, TransportError) as error:
+                log.warning("chorus: campaign %r config not refreshed: %s", name, error)
+                self._refresh_due[name] = self._fetch_time(now)
+                continue
+            log.debug("chorus: campaign %r config refreshed (%s)", name, fresh.digest)
+
+    def next_fetch(self) -> float | None:
+        """When the sender next fetches a config (clock time), or None."""
+        times = [*self._fetch_due.values(), *self._refresh_due.values()]
+        return min(times) if times else None
+
+    def _fetch(self, name: str, retry: RetryPolicy | None, *,
+               replace: bool = False) -> Campaign:
         digest = self._pinned_digests.get(name)
         if digest is None and not self.allow_unpinned:
-            raise CampaignUnavailable(0, {"detail": f"campaign {name!r} is not pinned by "
-                                          "this app (Client(campaigns=...)); unpinned "
-                                          "campaigns need allow_unpinned=True"})
+            raise _not_pinned(name)
         response = send_with_retries(
             self.transport, "GET", f"{self.url}/v1/campaigns/{quote(name, safe='')}", None,
             {"Accept": "application/json"}, timeout=self.timeout, policy=retry or self.retry,
@@ -290,10 +429,12 @@ class Client:
             config = json.loads(response.body, parse_constant=_no_constants)
         except (ValueError, RecursionError):
             raise CampaignUnavailable(200, {"detail": "campaign config is not JSON"}) from None
-        return self._adopt(name, config, digest)
+        return self._adopt(name, config, digest, replace=replace)
 
-    def _adopt(self, name: str, config: object, digest: str | None = None) -> Campaign:
-        """Verify a config (against its pinned digest, if any) and the app's caps; cache it."""
+    def _adopt(self, name: str, config: object, digest: str | None = None, *,
+               hold: bool = True, replace: bool = False) -> Campaign:
+        """Verify a config (against its pinned digest, if any) and the app's caps; cache it,
+        and keep a fetched one in the state file (``hold``)."""
         try:
             if isinstance(config, Campaign):
                 campaign = config  # only ever built through validation
@@ -312,7 +453,17 @@ class Client:
         refusal = self._refusal(name, campaign, digest)
         if refusal:
             raise CampaignUnavailable(200, {"detail": refusal})
+        if hold and (digest is not None or name not in self._pinned):
+            refresh = self._fetch_time(self._clock() + CONFIG_REFRESH)
+            if not self._state.closed:
+                self._state.hold_config(name, canonical_json(campaign.public_config()).decode(),
+                                        refresh)
+            if name not in self._pinned:
+                self._refresh_due[name] = refresh
         with self._lock:
+            if replace:
+                self._campaigns[name] = campaign
+                return campaign
             return self._campaigns.setdefault(name, campaign)
 
     def _refusal(self, name: str, campaign: Campaign, digest: str | None) -> str | None:
@@ -328,6 +479,20 @@ class Client:
             return (f"campaign {name!r} time-stamps reports to {campaign.time_precision} s, "
                     f"finer than this client's limit of {self.min_time_precision} s "
                     "(Client(min_time_precision=...))")
+        return self._group_refusal(name, campaign.mechanism)
+
+    def _group_refusal(self, name: str, mechanism: Mechanism) -> str | None:
+        """A discovery campaign's groups are a partial pseudonym (see DEFAULT_MAX_GROUPS):
+        refuse more of them, or a smaller one, than the app allows."""
+        if not isinstance(mechanism, PrefixDiscovery):
+            return None
+        groups = mechanism.groups
+        smallest = min(mechanism.group_probability(g) for g in range(groups))
+        if groups > self.max_groups or smallest < 1 / (2 * self.max_groups):
+            return (f"campaign {name!r} splits installs into {groups} public groups, the "
+                    f"smallest holding {smallest:.2%} of them; this client allows at most "
+                    f"{self.max_groups} groups of at least {1 / (2 * self.max_groups):.2%} "
+                    "(Client(max_groups=...))")
         return None
 
     def worst_case(self, campaign_name: str) -> PrivacyBound:
@@ -374,7 +539,8 @@ class Client:
         try:
             decision = self._state.charge_and_queue(
                 campaign=campaign_name, period=policy.period(now), cost=epsilon,
-                limits=limits, report=report, now=now, due=due)
+                limits=limits, report=report, bucket=campaign.time_bucket(now), due=due,
+                guard=None if self.spend_counter is None else self._charge_counter)
         except ClientError:  # closed by another thread meanwhile: nothing was charged
             if self.strict:
                 raise
@@ -395,9 +561,19 @@ class Client:
                 raise ClientError("the client is closed")
             return None
         try:
+            with self._lock:
+                cached = self._campaigns.get(campaign_name)
+            if cached is not None:
+                return cached
+            held = self._held(campaign_name)
+            if held is not None:
+                return held
             if self._clock() < self._unavailable.get(campaign_name, -math.inf):
-                raise CampaignUnavailable(0, {"detail": "config fetch failed recently"})
-            return self.campaign(campaign_name, retry=_ONE_ATTEMPT)
+                raise CampaignUnavailable(0, {"type": "held-off",
+                                              "detail": "config fetch failed recently"})
+            if self.send_delay != 0:
+                self._config_pending(campaign_name)
+            return self._fetch(campaign_name, _ONE_ATTEMPT)
         except (CampaignUnavailable, TransportError) as error:
             if not isinstance(error, CampaignUnavailable) or error.status != 0:
                 self._unavailable[campaign_name] = self._clock() + UNAVAILABLE_HOLD_OFF
@@ -409,6 +585,20 @@ class Client:
                             f"chorus: campaign {campaign_name!r} unavailable, no report made: "
                             f"{error}")
             return None
+
+    def _config_pending(self, campaign_name: str) -> None:
+        """No config on the device: schedule its fetch (never now, see :meth:`_fetch_time`)
+        and make no report."""
+        if campaign_name not in self._pinned_digests and not self.allow_unpinned:
+            raise _not_pinned(campaign_name)
+        due = self._fetch_due.setdefault(campaign_name, self._fetch_time(self._clock()))
+        if self._sender is not None:
+            self._wake.set()
+        when = time.strftime("%H:%M UTC", time.gmtime(due))
+        raise CampaignUnavailable(0, {"type": "config-pending", "detail": (
+            f"its config is not on this device yet; it is fetched at a random moment (at "
+            f"{when}), not now, so that the request does not time-stamp this report. Ship the "
+            "config with the app, or call Client.prepare() at start-up")})
 
     def _perturb(self, campaign: Campaign, value: object,
                  now: float) -> tuple[str, float, ValueDomainError | None]:
@@ -428,14 +618,29 @@ class Client:
 
     def _assignment(self, campaign: Campaign, now: float) -> Mapping[str, int]:
         """A discovery campaign's group for this privacy period (PEM's user split): derived
-        from the install's key, the campaign's name and the period, so a restart keeps it and
-        no value moves it. Every other mechanism draws its public choices per report."""
+        from the install's key, the campaign's name, its config version and the period, so a
+        restart keeps it, no value moves it, and each version the collector serves gets an
+        independent draw. Every other mechanism draws its public choices per report."""
         mechanism = campaign.mechanism
         if not getattr(mechanism, "keyed_assignment", False):
             return EMPTY
         key = self._open_state().assignment_key()
-        label = f"{campaign.name}\0{campaign.policy.period(now)}"
+        label = assignment_label(campaign.name, campaign.digest, campaign.policy.period(now))
         return mechanism.assign(keyed_source(key, label))
+
+    def _charge_counter(self, cost: float) -> str | None:
+        """The app's own lifetime counter: checked, then charged, before the report is
+        written (so a crash in between over-counts, never under-counts)."""
+        assert self.spend_counter is not None
+        try:
+            if not fits(self.spend_counter.spent(), cost, self.lifetime_budget):
+                return "lifetime-budget"
+            self.spend_counter.charge(cost)
+        except Exception as error:  # the app's code: refuse the report, never raise
+            log.warning("chorus: spend_counter failed (%s); no report made",
+                        type(error).__name__)
+            return "spend-counter"
+        return None
 
     def _refused(self, campaign_name: str, reason: str) -> Outcome:
         with self._lock:
@@ -485,12 +690,19 @@ class Client:
         log.log(logging.WARNING if first else logging.DEBUG, message)
 
     def spent(self, campaign_name: str | None = None) -> float:
-        """ε this install has spent, on one campaign (all periods and versions) or in total."""
-        return self._open_state().spent(campaign_name)
+        """ε this install has spent, on one campaign (all periods and versions) or in total
+        (the larger of the ledger and the app's ``spend_counter``)."""
+        ledger = self._open_state().spent(campaign_name)
+        if campaign_name is None and self.spend_counter is not None:
+            try:
+                return max(ledger, self.spend_counter.spent())
+            except Exception:
+                return math.inf  # as report() does: an unreadable counter spends nothing more
+        return ledger
 
     def remaining(self) -> float:
         """ε left of the lifetime budget."""
-        return max(0.0, self.lifetime_budget - self._open_state().spent())
+        return max(0.0, self.lifetime_budget - self.spent())
 
     def _open_state(self) -> ClientState:
         self._state.check_open()
@@ -521,6 +733,8 @@ class Client:
             result.pending = self.pending()
             return result
         try:
+            if not self._state.closed:
+                self._fetch_due_configs()
             size = self.batch_size
             while self._clock() >= self._hold_until and not self._state.closed:
                 if deadline is not None and time.monotonic() >= deadline:
@@ -614,6 +828,9 @@ class Client:
 
     def _background_round(self) -> None:
         due = self._state.next_due()
+        fetch = self.next_fetch()
+        if fetch is not None:
+            due = fetch if due is None else min(due, fetch)
         now = self._clock()
         wait = 3600.0 if due is None else due - now
         wait = max(wait, self._hold_until - now, 0.0)
@@ -622,6 +839,9 @@ class Client:
         if self._stopping.is_set() or self._clock() < self._hold_until:
             return
         due = self._state.next_due()
+        fetch = self.next_fetch()
+        if fetch is not None:
+            due = fetch if due is None else min(due, fetch)
         if due is not None and self._clock() >= due:
             # Interruptible: close() stops a retry wait at once.
             deadline = time.monotonic() + self.timeout * self.retry.max_attempts

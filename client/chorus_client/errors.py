@@ -44,7 +44,9 @@ class APIError(ClientError):
         kind = str(self.problem.get("type", "")).rsplit("/", 1)[-1]
         self.kind = kind or f"http-{status}"
         detail = self.problem.get("detail") or self.problem.get("title") or text[:200]
-        super().__init__(f"{status} {self.kind}: {detail}")
+        # Status 0: the client's own refusal, no request made (see Client).
+        super().__init__(f"{status} {self.kind}: {detail}" if status else
+                         f"{self.kind}: {detail}")
 
 
 class CampaignUnavailable(APIError):

@@ -9,10 +9,17 @@
 
 What the file reveals: no true value and no key from which one could be tested. It holds the
 ε spent per campaign and day, the randomized reports not yet sent, which are exactly what
-the collector will receive, and one random ``assignment_key`` (schema 3). That key only
-derives which public group a discovery campaign's reports go to in each privacy period
-(``chorus_shared.rng.keyed_source``); the group is in every such report anyway, and the key
-is independent of every value. The file is still created readable by its owner only.
+the collector will receive, the public configs of the campaigns (schema 4), and one random
+``assignment_key`` (schema 3). That key only derives which public group a discovery
+campaign's reports go to in each privacy period and config version
+(``chorus_shared.rng.keyed_source``); the group is in every such report anyway, and the key is
+independent of every value. Of each queued report it keeps no time finer than its time bucket
+(which the report carries anyway) and the random moment it becomes due: never the second at
+which the app called ``report()``. The file is created readable by its owner only.
+
+A copy of the file restored later (a device backup) brings back the ledger as it was then:
+what was spent since is forgotten. An app that must hold the lifetime budget across such
+rollbacks keeps a second counter where backups do not restore it (``Client(spend_counter=)``).
 
 Charging the ledger and writing the outbox happen in one transaction, so a crash can neither
 lose a report whose budget was spent nor send one that was never charged. Commits are not
@@ -34,7 +41,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +51,7 @@ from chorus_shared.privacy import fits
 
 __all__ = ["ClientState", "Decision", "Limits"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS assignment_key (
     id INTEGER PRIMARY KEY CHECK (id = 1), key BLOB NOT NULL);
@@ -55,7 +62,12 @@ CREATE TABLE IF NOT EXISTS ledger (
 CREATE TABLE IF NOT EXISTS outbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, report TEXT NOT NULL, created REAL NOT NULL,
     campaign TEXT NOT NULL DEFAULT '', due REAL NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS config (
+    campaign TEXT PRIMARY KEY, body TEXT NOT NULL, refresh REAL NOT NULL);
 """
+#: ``outbox.created`` holds the report's time bucket rounded down to this many seconds at most
+#: (schema 4): the client's finest accepted precision, so never more than the report carries.
+CREATED_PRECISION = 3600
 FILE_NAME = "chorus-client.sqlite3"
 _RANDOM = secrets.SystemRandom()
 
@@ -133,8 +145,13 @@ class ClientState:
                                  "DEFAULT ''")
                     conn.execute("ALTER TABLE outbox ADD COLUMN due REAL NOT NULL DEFAULT 0")
                     self._spread_legacy_outbox(conn)
+                if version < 4 and "outbox" in tables:
+                    # Schemas 0-3 kept the second of every report() call: keep the hour.
+                    conn.execute("UPDATE outbox SET created = created - created % ?",
+                                 (CREATED_PRECISION,))
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                upgraded = "memo" in tables or "install" in tables
+                upgraded = "memo" in tables or "install" in tables or (
+                    version < 4 and "outbox" in tables)
         if upgraded and self.persistent:
             with self._lock:
                 # Rewrite the file so that no deleted secret or fingerprint lingers in a free
@@ -175,8 +192,16 @@ class ClientState:
     # -- ledger and outbox ----------------------------------------------------------------
 
     def charge_and_queue(self, *, campaign: str, period: str, cost: float, limits: Limits,
-                         report: str, now: float, due: float) -> Decision:
-        """Charge one report and queue it, atomically; or refuse it and change nothing."""
+                         report: str, bucket: float, due: float,
+                         guard: Callable[[float], str | None] | None = None) -> Decision:
+        """Charge one report and queue it, atomically; or refuse it and change nothing.
+
+        ``bucket`` is the report's time bucket (kept coarse: see ``CREATED_PRECISION``).
+        ``guard``, if given, is called with the cost once every limit here allows the report
+        and before anything is written: it may refuse (returning the reason) or charge a
+        counter of the app's own, which then holds the charge even if this file is later
+        rolled back; it runs inside the transaction, so a refusal writes nothing.
+        """
         with self._transaction() as conn:
             row = conn.execute("SELECT epsilon, reports FROM ledger WHERE campaign = ? AND "
                                "period = ?", (campaign, period)).fetchone()
@@ -195,12 +220,16 @@ class ClientState:
                 return Decision(False, "campaign-budget")
             if not fits(total, cost, limits.lifetime_budget):
                 return Decision(False, "lifetime-budget")
+            refusal = guard(cost) if guard is not None else None
+            if refusal:
+                return Decision(False, refusal)
             conn.execute(
                 "INSERT INTO ledger (campaign, period, epsilon, reports) VALUES (?, ?, ?, 1) "
                 "ON CONFLICT (campaign, period) DO UPDATE SET epsilon = epsilon + excluded."
                 "epsilon, reports = reports + 1", (campaign, period, cost))
             conn.execute("INSERT INTO outbox (report, created, campaign, due) "
-                         "VALUES (?, ?, ?, ?)", (report, now, campaign, due))
+                         "VALUES (?, ?, ?, ?)",
+                         (report, bucket - bucket % CREATED_PRECISION, campaign, due))
             return Decision(True)
 
     def make_durable(self) -> None:
@@ -247,6 +276,28 @@ class ClientState:
                 conn.execute("INSERT INTO assignment_key (id, key) VALUES (1, ?)", (key,))
         self._assignment_key = key
         return key
+
+    def held_config(self, campaign: str) -> tuple[str, float] | None:
+        """A campaign's config kept from an earlier fetch, and when to fetch it again."""
+        with self._lock:
+            self.check_open()
+            row = self._conn.execute("SELECT body, refresh FROM config WHERE campaign = ?",
+                                     (campaign,)).fetchone()
+        return None if row is None else (str(row[0]), float(row[1]))
+
+    def config_refreshes(self) -> dict[str, float]:
+        """When each held config is to be fetched again."""
+        with self._lock:
+            self.check_open()
+            rows = self._conn.execute("SELECT campaign, refresh FROM config").fetchall()
+        return {str(name): float(refresh) for name, refresh in rows}
+
+    def hold_config(self, campaign: str, body: str, refresh: float) -> None:
+        """Keep a verified config (public: what the collector serves to every install)."""
+        with self._transaction() as conn:
+            conn.execute("INSERT INTO config (campaign, body, refresh) VALUES (?, ?, ?) "
+                         "ON CONFLICT (campaign) DO UPDATE SET body = excluded.body, "
+                         "refresh = excluded.refresh", (campaign, body, refresh))
 
     def spent(self, campaign: str | None = None, period: str | None = None) -> float:
         """ε spent, in total or for one campaign (and period)."""

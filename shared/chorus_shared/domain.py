@@ -168,10 +168,12 @@ def _by_attribute(value: object, names: tuple[str, ...], kind: str, what: str) -
     of its items in attribute order; :class:`ValueDomainError` says what is missing."""
     if isinstance(value, dict):
         if set(value) != set(names):
+            # The campaign's own names are public; the value's other keys are part of the
+            # value (an attribute named after a person, say): counted, never quoted.
             missing = sorted(set(names) - set(value))
-            extra = sorted(str(k) for k in set(value) - set(names))
+            extra = len(set(value) - set(names))
             raise ValueDomainError(f"a {kind} value needs exactly the attributes {list(names)}; "
-                                   f"missing {missing}, unknown {extra}")
+                                   f"missing {missing}, and {extra} other keys")
         return [value[name] for name in names]
     if isinstance(value, list | tuple):
         if len(value) != len(names):

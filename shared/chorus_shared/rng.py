@@ -15,8 +15,8 @@ import secrets
 from collections.abc import Sequence
 from typing import Protocol
 
-__all__ = ["RandomSource", "bernoulli", "bernoulli_bits", "is_secure", "keyed_source",
-           "resolve_rng", "uniforms"]
+__all__ = ["RandomSource", "assignment_label", "bernoulli", "bernoulli_bits", "is_secure",
+           "keyed_source", "resolve_rng", "uniforms"]
 
 
 class RandomSource(Protocol):
@@ -105,3 +105,12 @@ def keyed_source(key: bytes, label: str) -> random.Random:
     digest = hmac.new(key, b"chorus-assignment-v1\0" + label.encode("utf-8"),
                       hashlib.sha256).digest()
     return random.Random(int.from_bytes(digest, "big"))
+
+
+def assignment_label(campaign: str, digest: str, period: str) -> str:
+    """The label of a campaign's keyed assignment: its name, its config version (digest) and
+    the privacy period. The version is in it so that every config a collector serves gets a
+    draw of its own: were the draw shared, a collector serving another split of the groups
+    (PEM's ``final_share``) at every start would intersect the groups one install fell in
+    and single it out (docs/threat-model.md, rule 4)."""
+    return f"{campaign}\0{digest}\0{period}"

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import random
+import shutil
 import sqlite3
 import threading
 import time
@@ -24,6 +26,7 @@ from typing import Any, ClassVar
 import pytest
 
 from chorus_client import CampaignUnavailable, Client, Response, ValueDomainError
+from chorus_client.spend import FileSpendCounter
 from chorus_client.state import FILE_NAME
 from chorus_shared import campaign_from_spec
 from chorus_shared.campaign import Campaign
@@ -267,19 +270,23 @@ def test_arrival_times_do_not_reveal_when_in_its_bucket_a_report_was_made(
     clock = FakeClock()  # NOW is the start of an hour
     client = evil_client(evil, tmp_path, allow_unpinned=True, clock=clock, send_delay=None,
                          lifetime_budget=1e4, rng=random.Random(4), allow_insecure_rng=True)
+    client.campaign("x")  # the app fetches the config at start-up
+    made = []
     for i in range(2000):
         clock.now = NOW + (i % 20) * 180  # 20 moments spread over the bucket
-        client.report("x", "dark")
+        made.append(clock.now)
+        assert client.report("x", "dark") == "queued"
         client.flush()
     assert evil.posts == []  # nothing leaves before the bucket ends
     with sqlite3.connect(tmp_path / FILE_NAME) as db:
-        rows = db.execute("SELECT created, due FROM outbox").fetchall()
+        rows = db.execute("SELECT created, due FROM outbox ORDER BY seq").fetchall()
+    assert {c for c, _ in rows} == {NOW}  # the file keeps the hour, not the moment
     late = [due - (NOW + 3600) for _, due in rows]
     assert all(0 <= d <= 3600 for d in late)
     counts = Counter(min(int(d / 360), 9) for d in late)
     chi2 = sum((counts[b] - 200) ** 2 / 200 for b in range(10))
     assert chi2 < 33.7  # χ²(9) quantile at 1 − 10⁻⁴: uniform over the next hour
-    created = [c for c, _ in rows]
+    created = made
     mean_c, mean_d = sum(created) / len(rows), sum(late) / len(rows)
     cov = sum((c - mean_c) * (d - mean_d) for c, d in zip(created, late, strict=True))
     corr = cov / math.sqrt(sum((c - mean_c) ** 2 for c in created)
@@ -504,9 +511,12 @@ def test_the_state_file_holds_no_key_to_the_values(tmp_path: Path) -> None:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE "
                                                "type = 'table' AND name NOT LIKE 'sqlite_%'")}
         keys = db.execute("SELECT count(*) FROM assignment_key").fetchone()[0]
-    assert tables == {"ledger", "outbox", "assignment_key"}
+        configs = db.execute("SELECT campaign, body FROM config").fetchall()
+    assert tables == {"ledger", "outbox", "assignment_key", "config"}
     # The assignment key is drawn only for a discovery campaign's groups: none here.
     assert keys == 0
+    # The config kept is the public one, as every install is served it.
+    assert [(name, json.loads(body)) for name, body in configs] == [("x", evil.config("x"))]
 
 
 def test_an_old_state_file_loses_its_fingerprints_and_keeps_what_was_spent(
@@ -543,7 +553,7 @@ def test_an_old_state_file_loses_its_fingerprints_and_keeps_what_was_spent(
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE "
                                                "type = 'table' AND name NOT LIKE 'sqlite_%'")}
         keys = db.execute("SELECT count(*) FROM assignment_key").fetchone()[0]
-    assert tables == {"ledger", "outbox", "assignment_key"}
+    assert tables == {"ledger", "outbox", "assignment_key", "config"}
     # The assignment key is drawn only for a discovery campaign's groups: none here.
     assert keys == 0
 
@@ -614,13 +624,17 @@ def test_an_unpinned_campaign_is_bounded_only_by_the_clients_caps(tmp_path: Path
     """The collector may serve a bigger budget on the next start: the ledger is keyed by name,
     so the caps hold, and worst_case() says what they are, not what today's config says."""
     evil = EvilCollector({"x": spec("x")})
-    client = evil_client(evil, tmp_path, allow_unpinned=True)
+    clock = FakeClock()
+    client = evil_client(evil, tmp_path, allow_unpinned=True, clock=clock)
     bound = client.worst_case("x")
     assert (bound.per_report, bound.per_year, bound.lifetime) == (2.0, 8.0, 8.0)
     spent_over_restarts = 0.0
     for budget in (1.0, 2.0, 8.0, 100.0):
         evil.specs["x"] = spec("x", privacy={"budget": budget, "max_reports": 100})
-        restarted = evil_client(evil, tmp_path, allow_unpinned=True)
+        clock.now += 2 * DAY  # the held config is fetched again after a day, by the sender
+        restarted = evil_client(evil, tmp_path, allow_unpinned=True, clock=clock)
+        restarted.flush()
+        assert restarted.campaign("x").policy.budget == budget
         for _ in range(20):
             restarted.report("x", "dark")
         spent_over_restarts = restarted.spent()
@@ -646,3 +660,177 @@ def test_the_client_makes_exactly_the_published_number_of_reports(unit: str) -> 
                              lifetime_budget=math.inf)
         made = [client.report("x", "dark") for _ in range(15)].count("queued")
         assert made == campaign.worst_case.reports_per_period >= 1, (epsilon, budget)
+
+
+# -- a discovery group per config version, few groups ---------------------------------------
+
+def _pem(name: str, final_share: int, **params: int) -> dict[str, Any]:
+    """A PEM campaign of one-byte strings: two groups (the walk's and the estimation
+    group), with ``final_share`` percent of the installs in the second."""
+    defaults = {"top": 2, "keep": 2, "first_bits": 4, "step_bits": 4, "cohorts": 8, "bins": 3,
+                "final_share": final_share}
+    return spec(name, "pem", epsilon=0.5, domain={"kind": "strings", "max_bytes": 1},
+                params={**defaults, **params},
+                privacy={"budget": 8.0, "max_reports": 16})
+
+
+def test_each_served_config_version_draws_the_discovery_group_afresh(tmp_path: Path) -> None:
+    """A collector that serves another ``final_share`` on every start would intersect the
+    groups of one install, were the draw shared by the versions (the same hidden u, cut at
+    other places). Each version's group must be independent of the other's: χ² on the
+    table of (group under version A, group under version B) over 1,200 installs, each
+    restarted on its state file after the held config was refreshed to the new version."""
+    evil = EvilCollector({"x": _pem("x", 30)})
+    pairs: Counter[tuple[int, int]] = Counter()
+    installs = 1200
+    for install in range(installs):
+        clock = FakeClock()
+        groups = []
+        for share in (30, 50):
+            evil.specs["x"] = _pem("x", share)
+            client = evil_client(evil, tmp_path / str(install), allow_unpinned=True,
+                                 clock=clock)
+            client.flush()  # the sender refreshes a held config that is due
+            assert client.report("x", "a") == "queued"
+            client.flush()
+            client.close()
+            groups.append(evil.reports()[-1]["payload"]["g"])
+            clock.now += 2 * DAY
+        pairs[groups[0], groups[1]] += 1
+    share = {s: [campaign_from_spec(_pem("x", s), warn=False).mechanism
+                 .group_probability(g) for g in range(3)]  # type: ignore[attr-defined]
+             for s in (30, 50)}
+    chi2 = sum((pairs[a, b] - installs * share[30][a] * share[50][b]) ** 2
+               / (installs * share[30][a] * share[50][b]) for a in range(3) for b in range(3))
+    assert chi2 < 23.5, pairs  # χ²(4) at 1 − 10⁻⁴; a shared draw gives ~900 here
+
+
+def test_a_config_with_too_many_or_too_small_groups_is_refused() -> None:
+    """Within one version and period the group is a partial pseudonym: the client caps it at
+    DEFAULT_MAX_GROUPS = 64 groups of at least 1/128 of the installs (7 bits), which the
+    defaults for 64-byte strings (64 groups for PEM) meet, and refuses one of 506."""
+    from chorus_client.client import DEFAULT_MAX_GROUPS
+    assert DEFAULT_MAX_GROUPS == 64
+    wide = spec("wide", "pem", epsilon=1.0, domain={"kind": "strings", "max_bytes": 64},
+                params={"first_bits": 8, "step_bits": 1, "top": 2, "keep": 4, "cohorts": 2,
+                        "bins": 4})
+    default = spec("default", "pem", epsilon=1.0, domain={"kind": "strings", "max_bytes": 64})
+    evil = EvilCollector({"wide": wide, "default": default})
+    assert campaign_from_spec(wide, warn=False).mechanism.groups == 506  # type: ignore[attr-defined]
+    assert campaign_from_spec(default, warn=False).mechanism.groups == 64  # type: ignore[attr-defined]
+    client = evil_client(evil, None, allow_unpinned=True)
+    with pytest.raises(CampaignUnavailable, match="506 public groups"):
+        client.campaign("wide")
+    assert client.report("wide", "alice") == "unavailable"
+    assert client.report("default", "alice") == "queued"
+    # Two groups, the estimation group holding 5%: few enough, but one is too small.
+    skewed = EvilCollector({"x": _pem("x", 5, first_bits=8), "y": _pem("y", 50, first_bits=8)})
+    narrow = evil_client(skewed, None, allow_unpinned=True, max_groups=2)
+    with pytest.raises(CampaignUnavailable, match=r"2 public groups, the smallest holding 5\.00%"):
+        narrow.campaign("x")
+    assert narrow.report("y", "a") == "queued"
+
+
+# -- config fetches do not time-stamp reports -----------------------------------------------
+
+def test_config_fetches_do_not_follow_report(tmp_path: Path) -> None:
+    """A campaign pinned by digest whose config is not on the device: report() makes no
+    request (it used to fetch at the exact second of the report); the sender fetches the
+    config at a uniformly random moment of the next hour, uncorrelated with the moment of
+    report(), and keeps it, so that later starts never fetch it again."""
+    evil = EvilCollector({"x": spec("x", privacy={"budget": 8.0, "max_reports": 8})})
+    digest = campaign_from_spec(evil.specs["x"], warn=False).digest
+    made, fetched = [], []
+    rng = random.Random(5)
+    for install in range(120):
+        clock = FakeClock()
+        client = evil_client(evil, tmp_path / str(install), campaigns={"x": digest},
+                             clock=clock, send_delay=None)
+        clock.now = NOW + rng.random() * 3600
+        before = len(evil.gets)
+        assert client.report("x", "dark") == "unavailable"
+        assert len(evil.gets) == before  # no request from report()
+        made.append(clock.now)
+        while len(evil.gets) == before:  # a sender waking every minute
+            clock.now += 60
+            client.flush()
+            assert clock.now < NOW + 3 * 3600
+        fetched.append(clock.now)
+        assert client.report("x", "dark") == "queued"
+        client.close()
+        restarted = evil_client(evil, tmp_path / str(install), campaigns={"x": digest},
+                                clock=clock, send_delay=None)
+        assert restarted.report("x", "dark") == "queued"  # held: no second fetch
+        assert len(evil.gets) == before + 1
+        restarted.close()
+    assert all(NOW + 3600 <= f <= NOW + 7200 + 60 for f in fetched)
+    n = len(made)
+    mean_m, mean_f = sum(made) / n, sum(fetched) / n
+    cov = sum((m - mean_m) * (f - mean_f) for m, f in zip(made, fetched, strict=True))
+    corr = cov / math.sqrt(sum((m - mean_m) ** 2 for m in made)
+                           * sum((f - mean_f) ** 2 for f in fetched))
+    assert abs(corr) < 4 / math.sqrt(n)
+
+
+def test_prepare_fetches_the_pinned_configs_at_start_up() -> None:
+    evil = EvilCollector({"x": spec("x")})
+    digest = campaign_from_spec(evil.specs["x"], warn=False).digest
+    client = evil_client(evil, None, campaigns={"x": digest}, send_delay=None)
+    assert client.prepare() == {"x": True}
+    assert evil.gets == ["x"]
+    assert client.report("x", "dark") == "queued"
+    assert evil.gets == ["x"]
+
+
+# -- smaller leaks: record keys, report times, rollbacks --------------------------------------
+
+def test_a_records_unknown_keys_are_never_quoted(caplog: pytest.LogCaptureFixture) -> None:
+    """An extra attribute named after a person is part of the value: neither the strict
+    error nor the logged warning may name it."""
+    domain = {"kind": "record", "attributes": [{"name": "os", "values": ["linux", "mac"]},
+                                               {"name": "plan", "values": ["free", "pro"]}]}
+    evil = EvilCollector({"r": spec("r", "rsfd", domain=domain)})
+    value = {"os": "linux", "plan": "pro", "alice.smith@example.com": "yes"}
+    strict = evil_client(evil, None, allow_unpinned=True, strict=True)
+    with pytest.raises(ValueDomainError) as error:
+        strict.report("r", value)
+    lenient = evil_client(evil, None, allow_unpinned=True)
+    with caplog.at_level(logging.DEBUG, logger="chorus"):
+        assert lenient.report("r", value) == "substituted"
+    assert "alice" not in str(error.value) and "1 other keys" in str(error.value)
+    assert "alice" not in caplog.text and "1 other keys" in caplog.text
+
+
+def test_a_restored_state_file_renews_the_budget_unless_the_app_keeps_a_counter(
+        tmp_path: Path) -> None:
+    """Restoring an old copy of the state file (a backup) brings the ledger back: five
+    rollbacks give 48 ε where the lifetime budget is 8 (the threat model says so). A
+    ``spend_counter`` kept where backups do not reach holds the budget across them."""
+    evil = EvilCollector({"x": spec("x", privacy={"budget": 100.0, "max_reports": 100})})
+    state, backup = tmp_path / "state", tmp_path / "backup"
+
+    def spend_with_rollbacks(**kwargs: Any) -> float:
+        for folder in (state, backup):
+            shutil.rmtree(folder, ignore_errors=True)
+        evil_client(evil, state, allow_unpinned=True, **kwargs).close()
+        shutil.copytree(state, backup)
+        total = 0.0
+        for _ in range(6):
+            client = evil_client(evil, state, allow_unpinned=True, **kwargs)
+            before = client.spent()
+            while client.report("x", "dark") == "queued":
+                pass
+            total += client.spent() - before
+            client.close()
+            shutil.rmtree(state)
+            shutil.copytree(backup, state)  # the device restores its backup
+        return total
+
+    assert spend_with_rollbacks() == pytest.approx(48.0)
+    counter = FileSpendCounter(tmp_path / "no-backup" / "spent")
+    assert spend_with_rollbacks(spend_counter=counter) == pytest.approx(8.0)
+    assert counter.spent() == pytest.approx(8.0)
+    failing = evil_client(evil, None, allow_unpinned=True,
+                          spend_counter=FileSpendCounter(tmp_path))  # a directory: unreadable
+    assert failing.report("x", "dark") == "suppressed"
+    assert failing.pending() == 0

@@ -46,7 +46,7 @@ from chorus_collector.simulate import simulate
 from chorus_shared import Campaign, CampaignError, campaign_from_spec, prefix_hash
 from chorus_shared.mechanisms import PEM, PrefixDiscovery, TreeHist
 from chorus_shared.mechanisms.discovery import DETECTION_ALPHA, SALT_MAX, olh_variance
-from chorus_shared.rng import keyed_source
+from chorus_shared.rng import assignment_label, keyed_source
 from helpers.statcheck import assert_goodness_of_fit, payload_key
 from helpers.support import chi2_band, z_threshold
 
@@ -741,7 +741,8 @@ def test_the_keyed_group_follows_the_declared_shares_and_is_fixed_within_a_perio
     keys = [seeded.randbytes(32) for _ in range(installs)]
 
     def group(key: bytes, period: str) -> int:
-        return mechanism.assign(keyed_source(key, f"{campaign.name}\0{period}"))["group"]
+        label = assignment_label(campaign.name, campaign.digest, period)
+        return mechanism.assign(keyed_source(key, label))["group"]
 
     day1 = [group(k, "day-20454") for k in keys]
     assert day1 == [group(k, "day-20454") for k in keys]  # fixed, and no value enters it
