@@ -91,6 +91,7 @@ PRIVACY_CASES: list[tuple[str, tuple[int, ...], float, dict[str, Any]]] = [
     ("smp", (3, 4, 2), 1.0, {}), ("smp", (7, 2), 0.5, {}),
     ("spl", (2, 3), 1.0, {}), ("spl", (6, 2), 0.5, {}),
     ("rsfd", (3, 3), 1.0, {}), ("rsfd", (2, 2, 2), 1.0, {}), ("rsfd", (4, 4, 4), 0.5, {}),
+    ("rsfd", (3, 4, 2), 1.0, {}),
     ("marginals", (2, 3, 2), 1.0, {}), ("marginals", (3, 3), 0.25, {}),
     ("marginals", (2, 2, 2), 2.0, {"order": 3}),
 ]
@@ -98,10 +99,11 @@ PRIVACY_CASES: list[tuple[str, tuple[int, ...], float, dict[str, Any]]] = [
 
 def _attribute_level_expected(mechanism: RecordMechanism) -> float:
     """smp and marginals report an attribute (or a set holding it) at the full ε, spl at
-    ε/d; rsfd's one-attribute guarantee is ln(1 + (e^ε − 1)/d)."""
+    ε/d; rsfd's one-attribute guarantee is ln(1 + (e^ε − 1)·w_max/Σ w_i), w_i = k_i/(e^ε +
+    k_i − 1): ln(1 + (e^ε − 1)/d) when the attributes have one size."""
     eps = mechanism.epsilon
     return {"smp": eps, "marginals": eps, "spl": eps / mechanism.d,
-            "rsfd": one_attribute_epsilon(eps, mechanism.d)}[mechanism.name]
+            "rsfd": one_attribute_epsilon(eps, mechanism.domain.sizes)}[mechanism.name]
 
 
 def _case_id(case: tuple[str, tuple[int, ...], float, dict[str, Any]]) -> str:
@@ -121,8 +123,9 @@ def test_whole_record_and_attribute_level_ratios_are_exact(
     assert _attribute_epsilon(records, table) == pytest.approx(
         _attribute_level_expected(mechanism), rel=1e-9)
     if isinstance(mechanism, RandomSamplingFakeData):
+        # The published figure is the enumerated one, whatever the attributes' sizes.
         assert mechanism.describe()["epsilon_one_attribute"] == pytest.approx(
-            _attribute_epsilon(records, table), rel=1e-12)
+            _attribute_epsilon(records, table), rel=1e-12, abs=1e-12)
 
 
 def test_privacy_cases_cover_both_oracles() -> None:
@@ -151,7 +154,38 @@ def test_rsfd_at_its_papers_amplified_epsilon_is_only_attribute_level_epsilon(
     records, _, table = _likelihoods(chorus)
     assert _whole_record_epsilon(table) == pytest.approx(epsilon, rel=1e-9)
     assert _attribute_epsilon(records, table) == pytest.approx(
-        one_attribute_epsilon(epsilon, d), rel=1e-9)
+        one_attribute_epsilon(epsilon, [k] * d), rel=1e-9)
+
+
+@pytest.mark.parametrize(("sizes", "epsilon", "audited"), [
+    ((2, 2, 2, 8), 2.0, 1.334), ((2, 9), 2.0, 1.712), ((2, 3, 7), 1.5, None),
+    ((5, 2), 0.3, None), ((2, 2, 4), 0.5, None)])
+def test_rsfd_publishes_the_exact_one_attribute_epsilon_for_unequal_sizes(
+        sizes: tuple[int, ...], epsilon: float, audited: float | None) -> None:
+    """derived.epsilon_one_attribute is the worst ln P(y|x)/P(y|x') over every output and
+    every pair of records that differ in exactly one attribute, enumerated from the
+    mechanism's own output_probability. The paper's ln(1 + (e^ε − 1)/d) holds only for
+    attributes of one size: it understates sizes (2, 2, 2, 8) at ε = 2 (0.954 against the
+    exact 1.334) and (2, 9) (1.434 against 1.712)."""
+    mechanism = _mechanism("rsfd", sizes, epsilon)
+    records, _, table = _likelihoods(mechanism)
+    enumerated = _attribute_epsilon(records, table)
+    published = mechanism.describe()["epsilon_one_attribute"]
+    assert published == pytest.approx(enumerated, rel=0, abs=1e-9)
+    assert _whole_record_epsilon(table) == pytest.approx(epsilon, rel=1e-9)  # unchanged
+    equal_sizes = math.log1p(math.expm1(epsilon) / len(sizes))
+    assert enumerated > equal_sizes + 1e-3  # the old, equal-size figure would fail here
+    if audited is not None:
+        assert round(published, 3) == audited
+
+
+@pytest.mark.parametrize(("d", "k", "epsilon"), [(2, 3, 1.0), (3, 2, 1.0), (3, 4, 0.5),
+                                                 (4, 8, 2.0), (2, 255, 0.1)])
+def test_rsfd_one_attribute_epsilon_for_one_size_is_the_papers_to_the_bit(
+        d: int, k: int, epsilon: float) -> None:
+    """With every attribute of size k the exact figure is ln(1 + (e^ε − 1)/d), bit for bit,
+    so the configs of such campaigns state the same number as before."""
+    assert one_attribute_epsilon(epsilon, [k] * d) == math.log1p(math.expm1(epsilon) / d)
 
 
 SAMPLED_INDEX_CASES = [c for c in PRIVACY_CASES if c[0] in ("smp", "marginals")]

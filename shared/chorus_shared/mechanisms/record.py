@@ -13,7 +13,9 @@ check exactly that.
   records differing in one attribute, and two records differing in all of them are told apart
   at exactly ε' (MECHANISMS-2.md §2.1, §6.1). Chorus runs k-RR at the campaign's ε, which is
   therefore the true whole-record ε (the one the ledger charges), and states the weaker,
-  one-attribute guarantee ln(1 + (e^ε − 1)/d) beside it. Payload ``{"y": [indices]}``.
+  one-attribute guarantee beside it: exact, ln(1 + (e^ε − 1)·w_max/Σ_i w_i) with
+  w_i = k_i/(e^ε + k_i − 1), which is ln(1 + (e^ε − 1)/d) only when every attribute has the
+  same number of categories (``one_attribute_epsilon``). Payload ``{"y": [indices]}``.
 * ``marginals``: CALM's collection step (Zhang et al., CCS 2018): the sets of ``order``
   attributes (all C(d, order) of them) are the collected marginals; each report draws one set
   uniformly and reports the record's cell in that set's joint domain by an oracle at the full
@@ -73,9 +75,19 @@ def least_variance_oracle(epsilon: float, categories: Categories) -> PureOracle:
     return krr if krr.approximate_variance() <= oue.approximate_variance() else oue
 
 
-def one_attribute_epsilon(epsilon: float, d: int) -> float:
-    """RS+FD's guarantee between records that differ in one attribute only (its paper's ε)."""
-    return math.log1p(math.expm1(epsilon) / d)
+def one_attribute_epsilon(epsilon: float, sizes: Sequence[int]) -> float:
+    """RS+FD[GRR]'s exact ε between records that differ in one attribute only, its k-RR at ε.
+
+    P(y | x) ∝ Σ_i w_i·(e^ε if y_i = x_i else 1) with w_i = k_i/(e^ε + k_i − 1) (k-RR's
+    probability times k_i; the common factor is the fakes' Π 1/k_l over d). Records differing
+    in attribute j alone are told apart most by a y with y_j = x_j ≠ x'_j and y_i ≠ x_i elsewhere
+    (every k_i ≥ 2): the ratio is 1 + (e^ε − 1)·w_j/Σ_i w_i, largest for the largest w_j, that
+    is the attribute with the most categories. With d attributes of one size it is the
+    paper's ln(1 + (e^ε − 1)/d), to the bit: each w_i/w_max below is then exactly 1.
+    """
+    em1 = math.expm1(epsilon)
+    widest = 1.0 + em1 / max(sizes)  # 1/w_max, as 1/w_i = 1 + (e^ε − 1)/k_i
+    return math.log1p(em1 / math.fsum(widest / (1.0 + em1 / k) for k in sizes))
 
 
 def _cells(size: int) -> Categories:
@@ -274,11 +286,15 @@ class RandomSamplingFakeData(PerAttributeOracles):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "estimates": "record", "oracles": self._oracle_names(),
-                "epsilon_one_attribute": one_attribute_epsilon(self.epsilon, self.d),
+                "epsilon_one_attribute": one_attribute_epsilon(self.epsilon,
+                                                               self.domain.sizes),
                 "privacy_note": (
                     "epsilon is the true guarantee between any two records (and what the "
-                    "ledger charges); epsilon_one_attribute holds only between records that "
-                    "differ in one attribute. RS+FD's paper reports the latter as its ε"),
+                    "ledger charges); epsilon_one_attribute is the exact guarantee between "
+                    "records that differ in one attribute only, ln(1 + (e^ε − 1)·w_max/Σ w_i) "
+                    "with w_i = k_i/(e^ε + k_i − 1). RS+FD's paper reports a guarantee of "
+                    "this kind as its ε, as ln(1 + (e^ε − 1)/d), which is exact only when "
+                    "every attribute has the same number of categories"),
                 "answers": "each attribute's marginal"}
 
 
