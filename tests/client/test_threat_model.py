@@ -834,3 +834,22 @@ def test_a_restored_state_file_renews_the_budget_unless_the_app_keeps_a_counter(
                           spend_counter=FileSpendCounter(tmp_path))  # a directory: unreadable
     assert failing.report("x", "dark") == "suppressed"
     assert failing.pending() == 0
+
+
+def test_a_record_config_stating_the_old_one_attribute_epsilon_is_refused() -> None:
+    """rsfd's ``epsilon_one_attribute`` was ln(1 + (e^ε − 1)/d), true only for attributes of
+    equal sizes: for sizes [2, 2, 2, 8] at ε = 2 it is 1.334, not 0.954. The client re-derives
+    the figure, so a collector that serves the understated one is refused."""
+    domain = {"kind": "record", "attributes": [
+        {"name": f"a{i}", "values": [f"v{j}" for j in range(size)]}
+        for i, size in enumerate((2, 2, 2, 8))]}
+    campaign = campaign_from_spec(spec("r", "rsfd", epsilon=2.0, domain=domain), warn=False)
+    stated = campaign.public_config()["derived"]["epsilon_one_attribute"]
+    assert round(stated, 3) == 1.334
+    understated = json.loads(json.dumps(campaign.public_config()))
+    understated["derived"]["epsilon_one_attribute"] = math.log1p(math.expm1(2.0) / 4)
+    answers = ScriptedTransport([Response(200, json.dumps(understated).encode())])
+    client = Client(BASE, ephemeral=True, allow_unpinned=True, transport=answers,
+                    send_delay=0.0)
+    assert client.report("r", {"a0": "v0", "a1": "v1", "a2": "v0", "a3": "v7"}) == \
+        "unavailable"
