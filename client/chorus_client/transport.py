@@ -7,6 +7,7 @@ to the collector's WSGI app; both only need to implement :class:`Transport`.
 from __future__ import annotations
 
 import io
+import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,14 @@ class Response:
             if key.lower() == lowered:
                 return value
         return None
+
+    def json_object(self) -> dict[str, Any] | None:
+        """The body as a JSON object, or None if it is not one."""
+        try:
+            body = json.loads(self.body)
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
 
 
 class Transport(Protocol):

@@ -240,8 +240,8 @@ def test_background_sender_survives_an_unexpected_error() -> None:
     sdk.report("c", "a")
     assert _wait_until(lambda: transport.calls >= 1)
     clock.now += 120  # past the hold-off after the error
-    sdk._wake.set()
+    sdk.sender.wake.set()
     assert _wait_until(lambda: sdk.pending() == 0)
-    assert sdk._sender is not None
-    assert sdk._sender.is_alive()
+    assert sdk.sender.thread is not None
+    assert sdk.sender.thread.is_alive()
     sdk.close()
