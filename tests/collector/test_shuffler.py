@@ -28,6 +28,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from chorus_collector import create_app
+from chorus_collector.formatting import format_estimates
 from chorus_collector.process import CollectorProcess, free_port
 from chorus_collector.settings import SettingsError, resolve_settings
 from chorus_collector.shuffled_batches import NO_INJECTION
@@ -687,6 +688,9 @@ def test_distinct_credentials_forward_and_the_collector_states_the_vouched_count
     assert NO_INJECTION not in shuffling["central"]["assumptions"]
     assert not any("assumes no injected" in note for note in shuffling["notes"])
     assert "20 distinct admitted senders" in shuffling["notes"][0]
+    table = format_estimates(estimate(collector))
+    assert "at n = 20 distinct senders vouched for by the shuffler's admission control" in table
+    assert "injected" not in table
     with sqlite3.connect(collector.extensions["chorus.storage"].path) as conn:
         assert conn.execute("SELECT batches, reports, smallest, vouched_batches, "
                             "smallest_senders FROM shuffled_batches").fetchall() == [
@@ -731,10 +735,16 @@ def test_the_collector_fills_an_open_shuffler_and_the_figure_says_what_it_assume
     assert flush(http)["batches"] == 1
     (sent,) = [s for s in upstream.sent if s.method == "POST"]
     assert SHUFFLED_SENDERS_HEADER not in sent.headers  # nobody vouches for a count
-    shuffling = estimate(collector)["shuffling"]
+    body = estimate(collector)
+    shuffling = body["shuffling"]
     assert shuffling["n_basis"] == "reports-assuming-no-injection"
     assert shuffling["central"]["assumptions"][0] == NO_INJECTION
     assert shuffling["notes"][0].startswith(NO_INJECTION)
+    # The CLI's table (chorus estimates) says it too, under the figure.
+    table = format_estimates(body).splitlines()
+    assert table[1].startswith("  shuffled: 20 reports in 1 batches; central ε = ")
+    assert table[1].endswith("at n = 20 reports")
+    assert table[2].startswith("  warning: this central (ε, δ) assumes no injected reports")
 
 
 def test_no_sender_id_or_credential_reaches_the_collector_or_the_pool(
