@@ -1351,3 +1351,23 @@ def test_real_clients_through_the_shuffler(collector: Flask, make_shuffler: Call
     assert shuffling["central"]["epsilon"] == \
         central_privacy(1.5, shuffling["smallest_batch"])["epsilon"]
     assert shuffling["central"]["assumptions"][0] == NO_INJECTION  # nobody vouched for n
+
+
+@pytest.mark.slow
+def test_over_real_http_admission_comes_from_the_environment(tmp_path: Path) -> None:
+    shuffler = ShufflerProcess({"DATABASE": str(tmp_path / "admit-pool.db"),
+                                "COLLECTOR_URL": f"http://127.0.0.1:{free_port()}",
+                                "SHUFFLER_KEY": KEY, "ADMISSION_SECRETS": ADMISSION,
+                                "FORWARD_INTERVAL": "0", "WORKERS": "1", "THREADS": "2"})
+    try:
+        shuffler.wait_healthy()
+        refused = requests.post(f"{shuffler.url}/v1/reports", json={"reports": [envelope()]},
+                                timeout=10)
+        assert refused.status_code == 401
+        assert refused.headers["Content-Type"] == PROBLEM
+        assert refused.headers["WWW-Authenticate"] == 'Bearer realm="chorus-shuffler"'
+        admitted = requests.post(f"{shuffler.url}/v1/reports", json={"reports": [envelope()]},
+                                 headers=credential(), timeout=10)
+        assert admitted.status_code == 200 and admitted.json()["accepted"] == 1
+    finally:
+        assert shuffler.stop() == 0, shuffler.log.read_text()
