@@ -40,7 +40,11 @@ from chorus_collector.openapi import openapi_document
 from chorus_collector.problems import Problem
 from chorus_collector.query_args import compare_query, estimate_query, series_query
 from chorus_collector.ratelimit import RateLimiter
-from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER, shuffling_summary
+from chorus_collector.shuffled_batches import (
+    SHUFFLED_BATCH_HEADER,
+    SHUFFLED_SENDERS_HEADER,
+    shuffling_summary,
+)
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_collector.version import VERSION
 from chorus_shared.campaign import campaign_from_spec
@@ -207,6 +211,18 @@ def _check_batch_size(declared: str | None, count: int) -> None:
                       f"({count}), got {declared!r}")
 
 
+def _vouched_senders(declared: str | None, count: int) -> int | None:
+    """The distinct admitted senders the shuffler vouches for (None: it sent no count, and
+    the central bound will say that it assumes no injected reports)."""
+    if declared is None:
+        return None
+    if not _DIGITS.fullmatch(declared.strip()) or not 1 <= int(declared) <= count:
+        raise Problem("invalid-shuffled-batch",
+                      f"{SHUFFLED_SENDERS_HEADER} must be the number of distinct senders, from "
+                      f"1 to the {count} reports of the batch, got {declared!r}")
+    return int(declared)
+
+
 @api.post("/v1/campaigns/<name>/reports")
 def submit_reports(name: str) -> tuple[Response, int]:
     _admit_reporter()  # the key and the rate limit before any lookup
@@ -231,12 +247,15 @@ def _submit(stored: StoredCampaign | None, admitted: bool = False,
     if not admitted:
         _admit_reporter()
     single, raw_reports = report_body(current_app.config["CHORUS"]["MAX_REPORTS_PER_REQUEST"])
+    senders = None
     if shuffled:
         _check_batch_size(request.headers.get(SHUFFLED_BATCH_HEADER), len(raw_reports))
+        senders = _vouched_senders(request.headers.get(SHUFFLED_SENDERS_HEADER),
+                                   len(raw_reports))
     now = current_app.extensions["chorus.clock"]()
     statuses = ingest_reports(_storage(), raw_reports, now, campaign=stored,
                               max_payload_bytes=current_app.config["CHORUS"]
-                              ["MAX_PAYLOAD_BYTES"], shuffled=shuffled)
+                              ["MAX_PAYLOAD_BYTES"], shuffled=shuffled, senders=senders)
     _count_outcomes(statuses)
     if single:
         status = statuses[0]
@@ -247,6 +266,8 @@ def _submit(stored: StoredCampaign | None, admitted: bool = False,
     response = Response(batch_answer(statuses), mimetype="application/json")
     if shuffled:  # tells the shuffler its key was recognised and the batch recorded
         response.headers[SHUFFLED_BATCH_HEADER] = str(len(raw_reports))
+        if senders is not None:  # and that its sender count was recorded with it
+            response.headers[SHUFFLED_SENDERS_HEADER] = str(senders)
     return response, 200
 
 

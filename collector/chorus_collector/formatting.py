@@ -20,7 +20,7 @@ from typing import Any
 from chorus_collector.results_distribution import quantile_label
 
 __all__ = ["MAX_VALUE_WIDTH", "describe_window", "discovery_lines", "format_estimates",
-           "format_instant", "shown_value"]
+           "format_instant", "shown_value", "shuffling_lines"]
 
 #: Past this many terminal columns a value continues on the next lines (a long URL would
 #: otherwise push the numbers off an 80- or 120-column terminal).
@@ -48,7 +48,7 @@ def describe_window(window: Mapping[str, int | None] | None) -> str:
 
 def format_estimates(result: dict[str, Any], truth: dict[str, float] | None = None) -> str:
     """A human-readable table of an estimate result, optionally beside the true values."""
-    lines = [_header(result)]
+    lines = [_header(result), *shuffling_lines(result.get("shuffling"))]
     if result["kind"] == "mean":
         line = (f"  mean {result['mean']:.4f} ± {result['std_error']:.4f} "
                 f"(95% CI {result['ci_low']:.4f} … {result['ci_high']:.4f})")
@@ -80,6 +80,23 @@ def format_estimates(result: dict[str, Any], truth: dict[str, float] | None = No
                      f"{extra['detection_threshold']}")
     lines.extend(f"  warning: {warning}" for warning in result.get("warnings", []))
     return "\n".join(lines)
+
+
+def shuffling_lines(shuffling: Mapping[str, Any] | None) -> list[str]:
+    """The central (ε, δ) of shuffled batches, with what its n rests on: a table must not
+    show the amplified figure without the caveat the JSON answer carries."""
+    if not shuffling:
+        return []
+    central = shuffling["central"]
+    line = (f"  shuffled: {shuffling['reports_shuffled']} reports in {shuffling['batches']} "
+            f"batches; central ε = {central['epsilon']:.4g}, δ = {central['delta']:.0e} at "
+            f"n = {central['n']}")
+    if shuffling.get("n_basis") == "vouched-senders":
+        return [line + " distinct senders vouched for by the shuffler's admission control"]
+    return [line + " reports", "  warning: this central (ε, δ) assumes no injected reports: "
+            "the shuffler counted reports, not admitted senders (no admission control), so "
+            "whoever could post to it, the collector included, could have isolated a report, "
+            "which then has only the local ε"]
 
 
 def _header(result: Mapping[str, Any]) -> str:

@@ -18,11 +18,12 @@ import re
 import sqlite3
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple, TypeVar
 
+from chorus_collector.shuffled_batches import vouched_senders
 from chorus_collector.storage import Storage, StoredCampaign, StoredReport
 from chorus_shared.campaign import Campaign, canonical_json
 from chorus_shared.errors import DigestMismatch, WireError
@@ -139,17 +140,20 @@ def _payload_too_large(raw: object, limit: int) -> tuple[str | None, str | None]
 def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, *,
                    campaign: StoredCampaign | None = None,
                    max_payload_bytes: int = 8192,
-                   shuffled: bool = False) -> list[ReportStatus]:
+                   shuffled: bool = False, senders: int | None = None) -> list[ReportStatus]:
     """Ingest reports; one status per report, in request order.
 
     With ``campaign`` every report must be for that campaign; without it each report's digest
     selects its campaign (a digest names exactly one campaign configuration). ``shuffled``:
     the request is one batch from the shuffler, recorded per campaign and time bucket with
-    the number of reports it newly added (duplicates hide nobody).
+    the number of reports it newly added (duplicates hide nobody) and, from ``senders`` (the
+    distinct admitted senders the shuffler vouches for; None: no count), a lower bound on the
+    senders among them.
     """
+    batch = _BatchRecord(len(raw_reports), senders) if shuffled else None
     if len(raw_reports) > 1:
         uniform = _ingest_uniform(storage, raw_reports, now, campaign, max_payload_bytes,
-                                  shuffled)
+                                  batch)
         if uniform is not None:
             return uniform
     statuses: list[ReportStatus | None] = [None] * len(raw_reports)
@@ -176,9 +180,21 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
             continue
         fresh[key] = Fresh(index, report.report_id, report.time, payload_json)
     if fresh:
-        _store(storage, fresh, statuses, shuffled)
+        _store(storage, fresh, statuses, batch)
     _settle_repeats(statuses, repeats)
     return _labelled(statuses, resolved)
+
+
+class _BatchRecord(NamedTuple):
+    """A shuffled batch: its size and the sender count the shuffler vouched for."""
+
+    size: int
+    senders: int | None
+
+    def record(self, storage: Storage, conn: sqlite3.Connection, campaign_id: int,
+               new_by_time: Mapping[int, int]) -> None:
+        storage.record_shuffled_batch(conn, campaign_id, new_by_time,
+                                      vouched_senders(new_by_time, self.senders, self.size))
 
 
 class Fresh(NamedTuple):
@@ -192,7 +208,7 @@ class Fresh(NamedTuple):
 
 def _ingest_uniform(storage: Storage, raw_reports: Sequence[object], now: float,
                     campaign: StoredCampaign | None, max_payload_bytes: int,
-                    shuffled: bool) -> list[ReportStatus] | None:
+                    batch: _BatchRecord | None) -> list[ReportStatus] | None:
     """The usual batch, checked a column at a time (``parse_batch``) and appended in one
     statement: every report well formed, for one live campaign, in its time window, under an
     ID new to the batch and to the collector.
@@ -217,8 +233,8 @@ def _ingest_uniform(storage: Storage, raw_reports: Sequence[object], now: float,
     def work(conn: sqlite3.Connection) -> bool:
         if not storage.insert_new_reports(conn, stored.id, rows):
             return False
-        if shuffled:
-            storage.record_shuffled_batch(conn, stored.id, Counter(columns.times))
+        if batch is not None:
+            batch.record(storage, conn, stored.id, Counter(columns.times))
         return True
 
     if not _write(storage, work):
@@ -300,14 +316,14 @@ def _repeat_status(index: int, report_id: str, same: bool) -> ReportStatus:
 
 
 def _store(storage: Storage, fresh: dict[tuple[int, bytes], Fresh],
-           statuses: list[ReportStatus | None], shuffled: bool = False) -> None:
+           statuses: list[ReportStatus | None], batch: _BatchRecord | None = None) -> None:
     by_campaign: dict[int, list[tuple[bytes, Fresh]]] = defaultdict(list)
     for (campaign_id, key), item in fresh.items():
         by_campaign[campaign_id].append((key, item))
 
     def work(conn: sqlite3.Connection) -> None:
         for campaign_id, items in by_campaign.items():
-            if _append_all_new(storage, conn, campaign_id, items, statuses, shuffled):
+            if _append_all_new(storage, conn, campaign_id, items, statuses, batch):
                 continue
             existing = storage.existing_reports(conn, campaign_id, [i[0] for i in items])
             new: list[StoredReport] = []
@@ -323,8 +339,8 @@ def _store(storage: Storage, fresh: dict[tuple[int, bytes], Fresh],
             if not new:
                 continue
             storage.insert_reports(conn, campaign_id, new)
-            if shuffled:
-                storage.record_shuffled_batch(conn, campaign_id, by_time)
+            if batch is not None:
+                batch.record(storage, conn, campaign_id, by_time)
 
     _write(storage, work)
 
@@ -354,7 +370,7 @@ def _write(storage: Storage, work: Callable[[sqlite3.Connection], T]) -> T:
 
 def _append_all_new(storage: Storage, conn: sqlite3.Connection, campaign_id: int,
                     items: list[tuple[bytes, Fresh]],
-                    statuses: list[ReportStatus | None], shuffled: bool) -> bool:
+                    statuses: list[ReportStatus | None], batch: _BatchRecord | None) -> bool:
     """The usual case, in one statement: every report is new. Returns False, having changed
     nothing, if any report ID was stored before (a retry): then each is looked up."""
     if not storage.insert_new_reports(conn, campaign_id,
@@ -365,8 +381,8 @@ def _append_all_new(storage: Storage, conn: sqlite3.Connection, campaign_id: int
     for _, item in items:
         statuses[item.position] = ReportStatus(item.position, item.report_id, "accepted")
         by_time[item.time] += 1
-    if shuffled:
-        storage.record_shuffled_batch(conn, campaign_id, by_time)
+    if batch is not None:
+        batch.record(storage, conn, campaign_id, by_time)
     return True
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from chorus_collector.problems import KINDS, MEDIA_TYPE, PROBLEM_BASE
-from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER
+from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER, SHUFFLED_SENDERS_HEADER
 from chorus_collector.version import VERSION
 
 __all__ = ["openapi_document"]
@@ -319,7 +319,13 @@ _SCHEMAS: dict[str, Any] = {
             "extra": {"type": "object"},
             "warnings": {"type": "array", "items": {"type": "string"}},
             "freshness": {"type": "object"},
-            "shuffling": {"type": "object"},
+            "shuffling": {
+                "type": "object",
+                "description": "with shuffled reports in the window: the central (ε, δ) of "
+                               "shuffling. n_basis 'vouched-senders': n is the fewest "
+                               "distinct senders the shuffler's admission control vouched for; "
+                               "'reports-assuming-no-injection': n counts reports and the "
+                               "figure assumes no injected reports (see its notes)"},
         },
     },
     "RecordMarginal": {
@@ -618,7 +624,11 @@ def openapi_document() -> dict[str, Any]:
                 "submit reports for any campaigns (each report's digest selects it)",
                 [{"name": SHUFFLED_BATCH_HEADER, "in": "header", "required": False,
                   "schema": {"type": "string"},
-                  "description": "with the shuffler key: one shuffled batch of this size"}])},
+                  "description": "with the shuffler key: one shuffled batch of this size"},
+                 {"name": SHUFFLED_SENDERS_HEADER, "in": "header", "required": False,
+                  "schema": {"type": "string"},
+                  "description": "with the shuffler key and the batch header: the distinct "
+                                 "admitted senders the shuffler vouches for in the batch"}])},
             "/v1/campaigns/{name}/estimates": {
                 "get": _operation("estimates of a time window", estimate_answers,
                                   security=[{"bearer": []}],

@@ -73,8 +73,11 @@ KINDS: Mapping[str, Kind] = MappingProxyType({
     "report-too-large": Kind(413, _REJECTED, "the payload exceeds CHORUS_MAX_PAYLOAD_BYTES"),
     "report-expired": Kind(400, _REJECTED, "the report is older than the campaign's expiry"),
     "report-too-early": Kind(400, _REJECTED, "the report's time is more than a bucket ahead"),
+    "sender-limit": Kind(409, _REJECTED, "the shuffler already holds "
+                                         "CHORUS_SHUFFLER_MAX_REPORTS_PER_SENDER reports of this "
+                                         "admitted sender, campaign and time bucket"),
     "invalid-shuffled-batch": Kind(400, "Invalid shuffled batch",
-                                   "the batch header does not match the batch"),
+                                   "a batch header does not match the batch"),
     # Queries.
     "invalid-query": Kind(400, "Invalid query", "a query parameter is missing or malformed"),
     "window-misaligned": Kind(400, "Misaligned window",

@@ -7,7 +7,9 @@ addresses, headers or arrival times. The collector then sees batches, not people
 
 =================================  =========  =============================================
 ``GET  /healthz``                    none       liveness and pool check
-``POST /v1/reports``                 none       reports, the collector's wire format
+``POST /v1/reports``                 admission  reports, the collector's wire format; with
+                                                ``ADMISSION_SECRETS`` a credential minted by
+                                                the app's backend, else none
 ``GET  /v1/campaigns/<name>``        none       a campaign's config, from the collector
 ``POST /v1/flush``                   admin      one forwarding pass now
 =================================  =========  =============================================
@@ -18,6 +20,7 @@ arrival record this service exists to drop.
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import sqlite3
@@ -44,12 +47,14 @@ from chorus_collector.shuffler_forward import (
 )
 from chorus_collector.shuffler_pool import Outcome, PooledReport, ShufflerPool
 from chorus_collector.shuffler_settings import resolve_shuffler_settings
+from chorus_shared.admission import AdmissionError, verify_admission_credential
 from chorus_shared.campaign import canonical_json
 from chorus_shared.wire import MAX_TIME, REPORT_FIELDS
 
 __all__ = ["create_shuffler_app"]
 
 shuffler_api = Blueprint("chorus_shuffler", __name__)
+log = logging.getLogger("chorus.shuffler")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 # Headers of the collector's campaign answer that the client may see; nothing else passes.
@@ -59,19 +64,30 @@ _PASSED_HEADERS = ("Content-Type", "ETag", "Cache-Control")
 def create_shuffler_app(config: Mapping[str, Any] | None = None, *,
                         upstream: Upstream | None = None,
                         rng: random.Random | None = None,
-                        clock: Callable[[], float] = time.monotonic) -> Flask:
+                        clock: Callable[[], float] = time.monotonic,
+                        wall_clock: Callable[[], float] = time.time) -> Flask:
     """The shuffler's WSGI app. Settings: defaults, ``CHORUS_SHUFFLER_*``, then ``config``.
 
     ``upstream`` (how to reach the collector) and ``rng`` (the shuffle; the OS CSPRNG by
-    default) are for tests. No thread is started here: the server starts the background
-    forwarder in each worker (:func:`start_background_forwarder`).
+    default) are for tests; ``wall_clock`` is what admission credentials expire against. No
+    thread is started here: the server starts the background forwarder in each worker
+    (:func:`start_background_forwarder`).
     """
     settings = resolve_shuffler_settings(config)
     app = Flask("chorus_shuffler")
     app.config["MAX_CONTENT_LENGTH"] = settings["MAX_BODY_BYTES"]
     app.config["CHORUS_SHUFFLER"] = {k: v for k, v in settings.items()
-                                     if k not in ("SHUFFLER_KEY", "ADMIN_TOKEN")}
-    pool = ShufflerPool(settings["DATABASE"])
+                                     if k not in ("SHUFFLER_KEY", "ADMIN_TOKEN",
+                                                  "ADMISSION_SECRETS")}
+    app.extensions["chorus.shuffler.admission"] = (
+        _Admission(settings["ADMISSION_SECRETS"], wall_clock)
+        if settings["ADMISSION_SECRETS"] else None)
+    if not settings["ADMISSION_SECRETS"]:
+        log.warning("no ADMISSION_SECRETS: anyone, the collector included, may post reports "
+                    "and fill a batch; the collector states its central bound as assuming no "
+                    "injected reports (docs/shuffler.md)")
+    pool = ShufflerPool(settings["DATABASE"],
+                        max_reports_per_sender=settings["MAX_REPORTS_PER_SENDER"])
     pool.migrate()
     pool.close()  # no connection may cross a fork into server workers
     app.extensions["chorus.shuffler.pool"] = pool
@@ -112,6 +128,46 @@ def healthz() -> Response:
     return jsonify(status="ok")
 
 
+# -- admission --------------------------------------------------------------------------------
+
+
+class _Admission:
+    """The secrets shared with the app's backend; never in the app config, never logged."""
+
+    def __init__(self, keys: tuple[str, ...], wall_clock: Callable[[], float]) -> None:
+        self._keys = keys
+        self.wall_clock = wall_clock
+
+    def __repr__(self) -> str:
+        return f"_Admission(<{len(self._keys)} secrets>)"
+
+    def sender(self, authorization: str | None) -> str:
+        """The admitted sender of the request, or a 401 problem."""
+        challenge = 'Bearer realm="chorus-shuffler"'
+        if not authorization:
+            raise Problem("unauthorized", "this shuffler takes reports only with an admission "
+                          "credential from the app's backend (Authorization: Bearer v1....; "
+                          "the client's ingest_key)", headers={"WWW-Authenticate": challenge})
+        scheme, _, token = authorization.partition(" ")
+        try:
+            if scheme.lower() != "bearer":
+                raise AdmissionError("malformed", "use 'Authorization: Bearer <credential>'")
+            return verify_admission_credential(token.strip(), self._keys,
+                                               now=self.wall_clock())
+        except AdmissionError as error:
+            # RFC 6750 §3.1: a presented but unusable token is invalid_token, with a 401.
+            raise Problem("unauthorized", str(error), headers={
+                "WWW-Authenticate": f'{challenge}, error="invalid_token"'}) from None
+
+
+def _admitted_sender() -> str | None:
+    """The request's sender when admission is configured (else None: anyone may post)."""
+    admission: _Admission | None = current_app.extensions["chorus.shuffler.admission"]
+    if admission is None:
+        return None
+    return admission.sender(request.headers.get("Authorization"))
+
+
 # -- intake -----------------------------------------------------------------------------------
 
 
@@ -122,7 +178,7 @@ class _Checked:
     error: str | None = None
 
 
-def _check_envelope(raw: object, max_payload_bytes: int) -> _Checked:
+def _check_envelope(raw: object, max_payload_bytes: int, sender: str | None) -> _Checked:
     """The envelope of one report; the payload only as JSON of bounded size (the collector,
     which knows the campaign, checks the rest)."""
     report_id = raw.get("report_id") if isinstance(raw, dict) else None
@@ -148,13 +204,15 @@ def _check_envelope(raw: object, max_payload_bytes: int) -> _Checked:
     if len(payload.encode()) > max_payload_bytes:
         return _Checked(None, shown, f"payload is {len(payload.encode())} bytes; at most "
                                      f"{max_payload_bytes} are accepted")
-    return _Checked(PooledReport(report_id, digest, when, payload), report_id)
+    return _Checked(PooledReport(report_id, digest, when, payload, sender), report_id)
 
 
 @shuffler_api.post("/v1/reports")
 def submit_reports() -> tuple[Response, int]:
+    sender = _admitted_sender()  # before the body is read: an unadmitted request costs little
     single, raw_reports = report_body(_setting("MAX_REPORTS_PER_REQUEST"))
-    checked = [_check_envelope(raw, _setting("MAX_PAYLOAD_BYTES")) for raw in raw_reports]
+    checked = [_check_envelope(raw, _setting("MAX_PAYLOAD_BYTES"), sender)
+               for raw in raw_reports]
     first: dict[tuple[str, str], PooledReport] = {}
     repeats: list[bool] = []  # per report: a repeat of an earlier one in this request
     for item in checked:
@@ -174,8 +232,7 @@ def submit_reports() -> tuple[Response, int]:
     if single:
         result = results[0]
         if result["status"] == "rejected":
-            raise Problem(result["error"], result["detail"], status=400,
-                          report_id=result["report_id"])
+            raise Problem(result["error"], result["detail"], report_id=result["report_id"])
         return jsonify(result), 201 if result["status"] == "accepted" else 200
     counts = {k: sum(r["status"] == k for r in results)
               for k in ("accepted", "duplicate", "rejected")}
@@ -191,6 +248,10 @@ def _result(item: _Checked, repeat: bool, first: Mapping[tuple[str, str], Pooled
     if outcomes[key] == "conflict" or (repeat and first[key] != item.report):
         return {"report_id": item.report_id, "status": "rejected", "error": "report-conflict",
                 "detail": "a different report with this report_id was already submitted"}
+    if outcomes[key] == "limit":  # the first copy was refused, and so is any repeat of it
+        return {"report_id": item.report_id, "status": "rejected", "error": "sender-limit",
+                "detail": f"this sender already has {_setting('MAX_REPORTS_PER_SENDER')} "
+                          "report(s) of this campaign and time bucket waiting for a batch"}
     new = outcomes[key] == "new" and not repeat
     return {"report_id": item.report_id, "status": "accepted" if new else "duplicate"}
 

@@ -3,9 +3,11 @@
 One pass (:meth:`Forwarder.flush`): first the batches claimed earlier and never acknowledged
 (a crash or a failed forward), then every group that has reached ``MIN_BATCH``. Each batch is
 shuffled with the OS CSPRNG, POSTed to the collector's ``/v1/reports`` with the shuffler key
-and ``Chorus-Shuffled-Batch: <size>``, and deleted from the pool only after the collector's
-200. A crash between the collector's commit and the delete sends the same batch again; the
-collector counts its reports as duplicates, so nothing is lost and nothing counted twice.
+and ``Chorus-Shuffled-Batch: <size>`` (with admission control also
+``Chorus-Shuffled-Senders: <distinct admitted senders>``, a count only), and deleted from the
+pool only after the collector's 200. A crash between the collector's commit and the delete
+sends the same batch again; the collector counts its reports as duplicates, so nothing is
+lost and nothing counted twice.
 
 Only one pass runs at a time per pool, across threads and processes (gunicorn workers): a
 thread lock, then an exclusive ``flock`` on ``<database>.forward-lock``, which the OS releases
@@ -28,11 +30,12 @@ from typing import Any, Protocol
 import requests
 
 from chorus_client.transport import Response
-from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER
+from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER, SHUFFLED_SENDERS_HEADER
 from chorus_collector.shuffler_pool import ShufflerPool
 
-__all__ = ["SHUFFLED_BATCH_HEADER", "BackgroundForwarder", "FlushReport", "Forwarder",
-           "RequestsUpstream", "Upstream", "UpstreamError", "UpstreamReply"]
+__all__ = ["SHUFFLED_BATCH_HEADER", "SHUFFLED_SENDERS_HEADER", "BackgroundForwarder",
+           "FlushReport", "Forwarder", "RequestsUpstream", "Upstream", "UpstreamError",
+           "UpstreamReply"]
 
 USER_AGENT = "chorus-shuffler"
 
@@ -143,10 +146,14 @@ class Forwarder:
         members = self.pool.batch(batch)
         if not members:
             return True
+        senders = self.pool.batch_senders(batch)
         self.rng.shuffle(members)
         body = ('{"reports":[' + ",".join(m.wire_json() for m in members) + "]}").encode()
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self._key}",
                    SHUFFLED_BATCH_HEADER: str(len(members)), "User-Agent": USER_AGENT}
+        if senders is not None:
+            # Only a count: which report came from which sender never leaves the pool.
+            headers[SHUFFLED_SENDERS_HEADER] = str(senders)
         try:
             reply = self.upstream.request("POST", self.url, body=body, headers=headers,
                                           timeout=self.timeout)
@@ -171,6 +178,10 @@ class Forwarder:
             log.error("the collector took a batch of %d reports but did not record it as "
                       "shuffled: its CHORUS_SHUFFLER_KEY differs from this shuffler's key, so "
                       "these reports count as sent directly", len(members))
+        elif senders is not None and reply.header(SHUFFLED_SENDERS_HEADER) is None:
+            log.error("the collector recorded a batch of %d reports from %d admitted senders "
+                      "without their count (an older collector?): it will state its central "
+                      "bound as assuming no injected reports", len(members), senders)
         if statuses.get("rejected"):
             log.warning("collector rejected %d of a batch of %d reports (expired, unknown "
                         "campaign or invalid payload); they are dropped",

@@ -6,6 +6,13 @@ batch it was claimed for (NULL until then). Nothing about the sender: no address
 no arrival time, and no arrival order either: the table is ``WITHOUT ROWID`` and keyed by
 (digest, report ID), so rows sit in the order of their random IDs.
 
+With admission control (docs/shuffler.md) each report also carries a *sender tag*: a keyed
+hash of the admitted sender's ID together with the report's campaign digest and time bucket,
+under a random key of this pool. Within one group (digest, bucket) one sender has one tag, so
+the pool can count distinct senders and cap each one's reports; across groups the tags of one
+sender differ, so the pool holds no ID that links an install's reports over campaigns or
+hours. The tag is never forwarded. NULL: the report came in without admission.
+
 Durability: WAL, ``synchronous=FULL`` and every write in a ``BEGIN IMMEDIATE`` transaction
 (through the collector's :class:`~chorus_collector.storage.Storage`, which also gives group
 commit). A batch keeps its membership until the collector has acknowledged it, so a retry
@@ -14,6 +21,8 @@ after a crash sends the same set of reports again, which the collector counts as
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
 import sqlite3
 from collections.abc import Sequence
@@ -28,7 +37,8 @@ from chorus_collector.storage import SchemaError, Storage
 __all__ = ["PoolCounts", "PooledReport", "ShufflerPool", "pool_migrations"]
 
 pool_migrations = Migrations("chorus-shuffler")
-Outcome = Literal["new", "repeat", "conflict"]
+# "limit": the sender already has MAX_REPORTS_PER_SENDER reports waiting in the group.
+Outcome = Literal["new", "repeat", "conflict", "limit"]
 
 
 @pool_migrations()
@@ -47,14 +57,33 @@ def m001_pool(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX pool_by_batch ON pool (batch, digest, time)")
 
 
+@pool_migrations()
+def m002_admitted_senders(db: sqlite_utils.Database) -> None:
+    # The sender tag (module docstring); rows pooled before admission keep NULL and are
+    # forwarded as before, in batches that carry no sender count.
+    db.execute("ALTER TABLE pool ADD COLUMN sender TEXT")
+    db.execute("DROP INDEX pool_by_batch")
+    # Full groups, distinct senders and a sender's waiting reports, all from the index.
+    db.execute("CREATE INDEX pool_by_batch ON pool (batch, digest, time, sender)")
+    # The key of the sender tags: random per pool, so a tag says nothing outside this file.
+    db.execute("CREATE TABLE pool_key (id INTEGER PRIMARY KEY CHECK (id = 1), "
+               "key TEXT NOT NULL) STRICT")
+    db.execute("INSERT INTO pool_key (id, key) VALUES (1, ?)", [secrets.token_hex(32)])
+
+
 @dataclass(frozen=True)
 class PooledReport:
-    """A report as pooled and forwarded; ``payload_json`` is its canonical JSON payload."""
+    """A report as pooled and forwarded; ``payload_json`` is its canonical JSON payload.
+
+    ``sender`` is the admitted sender's ID (None without admission); the pool stores only
+    its group-bound tag, and :meth:`wire_json` never includes either.
+    """
 
     report_id: str
     digest: str
     time: int
     payload_json: str
+    sender: str | None = None
 
     def wire_json(self) -> str:
         """The report as the collector's wire format (keys in canonical order)."""
@@ -71,9 +100,11 @@ class PoolCounts:
 class ShufflerPool:
     """One pool database; a connection per thread (opened lazily)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, max_reports_per_sender: int = 1) -> None:
         self.path = path
+        self.max_reports_per_sender = max_reports_per_sender
         self._storage = Storage(path, synchronous="FULL")
+        self._tag_key: bytes | None = None
 
     def migrate(self) -> None:
         """Create or update the schema; refuse a database that is not a shuffler pool."""
@@ -88,6 +119,7 @@ class ShufflerPool:
         if tables and not applied:
             raise SchemaError(f"{self.path} is not a shuffler pool (tables: {sorted(tables)})")
         pool_migrations.apply(db)
+        self._tag_key = None  # read again, lazily, from the pool just migrated
 
     def close(self) -> None:
         self._storage.close()
@@ -99,6 +131,15 @@ class ShufflerPool:
     def connect(self) -> sqlite3.Connection:
         return self._storage.connect()
 
+    def sender_tag(self, sender: str, digest: str, time: int) -> str:
+        """The sender's tag in the group (digest, time): equal for one sender within a group,
+        unlinkable across groups without this pool's key."""
+        if self._tag_key is None:
+            row = self.connect().execute("SELECT key FROM pool_key WHERE id = 1").fetchone()
+            self._tag_key = bytes.fromhex(row[0])
+        message = f"{sender}\0{digest}\0{time}".encode()
+        return hmac.new(self._tag_key, message, hashlib.sha256).hexdigest()[:32]
+
     # -- intake ---------------------------------------------------------------------------------
 
     def add(self, reports: Sequence[PooledReport]) -> dict[tuple[str, str], Outcome]:
@@ -106,25 +147,39 @@ class ShufflerPool:
         "conflict".
 
         A report already pooled with the same bytes is a repeat (the client retried): nothing
-        changes. The same ID with other bytes conflicts. Returns only after the commit.
+        changes. The same ID with other bytes conflicts. A new report of an admitted sender
+        who already has ``max_reports_per_sender`` waiting in its group is refused ("limit"):
+        one credential must not fill a batch. Returns only after the commit.
         """
+        tags = [None if r.sender is None else self.sender_tag(r.sender, r.digest, r.time)
+                for r in reports]
 
         def work(conn: sqlite3.Connection) -> dict[tuple[str, str], Outcome]:
             outcomes: dict[tuple[str, str], Outcome] = {}
             fresh = []
-            for report in reports:
+            waiting: dict[tuple[str, int, str], int] = {}  # per (group, tag), this request too
+            for report, tag in zip(reports, tags, strict=True):
                 key = (report.digest, report.report_id)
                 row = conn.execute("SELECT time, payload FROM pool WHERE digest = ? AND "
                                    "report_id = ?", key).fetchone()
-                if row is None:
-                    fresh.append((*key, report.time, report.payload_json))
-                    outcomes[key] = "new"
-                elif (row[0], row[1]) == (report.time, report.payload_json):
-                    outcomes[key] = "repeat"
-                else:
-                    outcomes[key] = "conflict"
-            conn.executemany("INSERT INTO pool (digest, report_id, time, payload) "
-                             "VALUES (?, ?, ?, ?)", fresh)
+                if row is not None:
+                    same = (row[0], row[1]) == (report.time, report.payload_json)
+                    outcomes[key] = "repeat" if same else "conflict"
+                    continue
+                if tag is not None:
+                    group = (report.digest, report.time, tag)
+                    if group not in waiting:
+                        waiting[group] = conn.execute(
+                            "SELECT count(*) FROM pool WHERE batch IS NULL AND digest = ? "
+                            "AND time = ? AND sender = ?", group).fetchone()[0]
+                    if waiting[group] >= self.max_reports_per_sender:
+                        outcomes[key] = "limit"
+                        continue
+                    waiting[group] += 1
+                fresh.append((*key, report.time, report.payload_json, tag))
+                outcomes[key] = "new"
+            conn.executemany("INSERT INTO pool (digest, report_id, time, payload, sender) "
+                             "VALUES (?, ?, ?, ?, ?)", fresh)
             return outcomes
 
         # Concurrent requests share one transaction and one fsync (group commit).
@@ -133,31 +188,50 @@ class ShufflerPool:
     # -- batches --------------------------------------------------------------------------------
 
     def claim(self, min_batch: int, max_batch: int) -> list[str]:
-        """Claim every full group: (digest, time) with at least ``min_batch`` waiting reports.
+        """Claim every full group and return the new batch IDs.
 
-        A group larger than ``max_batch`` is split, at random, into near-equal batches; with
-        ``max_batch >= 2 * min_batch`` every one of them still has ``min_batch`` reports.
-        Returns the new batch IDs. Nothing smaller than ``min_batch`` is ever claimed.
+        Reports of admitted senders and reports without admission (pooled before it was
+        configured) form separate groups. An admitted group (digest, time) is full with
+        ``min_batch`` *distinct senders*, however many reports they sent: reports do not
+        count, so a party holding few credentials cannot complete a batch. A group without
+        admission is full with ``min_batch`` reports, as before admission existed.
+
+        A group larger than ``max_batch`` reports is split, at random, into near-equal
+        batches, each sender's reports whole into one of them; every batch still has
+        ``min_batch`` senders (or reports). Nothing smaller is ever claimed.
         """
         shuffle = secrets.SystemRandom().shuffle
         claimed: list[str] = []
         with self._storage.write() as conn:
-            groups = conn.execute(
-                "SELECT digest, time, count(*) FROM pool WHERE batch IS NULL "
-                "GROUP BY digest, time HAVING count(*) >= ?", (min_batch,)).fetchall()
-            for digest, time, size in groups:
-                parts = -(-size // max_batch)  # ceil
-                ids = [r[0] for r in conn.execute(
-                    "SELECT report_id FROM pool WHERE batch IS NULL AND digest = ? AND time = ?",
-                    (digest, time))]
-                shuffle(ids)
+            admitted = conn.execute(
+                "SELECT digest, time, count(*), count(DISTINCT sender) FROM pool "
+                "WHERE batch IS NULL AND sender IS NOT NULL GROUP BY digest, time "
+                "HAVING count(DISTINCT sender) >= ?", (min_batch,)).fetchall()
+            anonymous = conn.execute(
+                "SELECT digest, time, count(*), count(*) FROM pool "
+                "WHERE batch IS NULL AND sender IS NULL GROUP BY digest, time "
+                "HAVING count(*) >= ?", (min_batch,)).fetchall()
+            groups = [(g, True) for g in admitted] + [(g, False) for g in anonymous]
+            for (digest, time, size, senders), with_senders in groups:
+                rows = conn.execute(
+                    "SELECT report_id, sender FROM pool WHERE batch IS NULL AND digest = ? "
+                    "AND time = ? AND (sender IS NOT NULL) = ?",
+                    (digest, time, with_senders)).fetchall()
+                parts = max(1, min(-(-size // max_batch), senders // min_batch))
+                # Each sender (without admission: each report) goes whole into one batch.
+                by_sender: dict[str, list[str]] = {}
+                for report_id, sender in rows:
+                    by_sender.setdefault(sender if sender is not None else report_id,
+                                         []).append(report_id)
+                units = list(by_sender.values())
+                shuffle(units)
                 for part in range(parts):
-                    members = ids[part::parts]
-                    assert len(members) >= min_batch
+                    chosen = units[part::parts]
+                    assert len(chosen) >= min_batch
                     batch = secrets.token_hex(16)
                     conn.executemany(
                         "UPDATE pool SET batch = ? WHERE digest = ? AND report_id = ?",
-                        [(batch, digest, report_id) for report_id in members])
+                        [(batch, digest, report_id) for unit in chosen for report_id in unit])
                     claimed.append(batch)
         return claimed
 
@@ -168,9 +242,18 @@ class ShufflerPool:
         return [r[0] for r in rows]
 
     def batch(self, batch: str) -> list[PooledReport]:
+        """The reports of a batch, as forwarded: no sender (nor its tag) comes with them."""
         rows = self.connect().execute(
             "SELECT report_id, digest, time, payload FROM pool WHERE batch = ?", (batch,))
         return [PooledReport(*row) for row in rows]
+
+    def batch_senders(self, batch: str) -> int | None:
+        """How many distinct admitted senders the batch holds; None if any of its reports
+        came in without admission (then the shuffler vouches for no count)."""
+        senders, tagged, size = self.connect().execute(
+            "SELECT count(DISTINCT sender), count(sender), count(*) FROM pool WHERE batch = ?",
+            (batch,)).fetchone()
+        return int(senders) if size and tagged == size else None
 
     def delete(self, batch: str) -> int:
         """Remove an acknowledged batch from the pool."""

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chorus_collector.settings import Setting, SettingsError, read_settings
+from chorus_shared.admission import MIN_SECRET_LENGTH
 
 __all__ = ["ENV_PREFIX", "SHUFFLER_SETTINGS", "resolve_shuffler_settings"]
 
@@ -28,9 +29,19 @@ SHUFFLER_SETTINGS: tuple[Setting, ...] = (
             "Bearer key the collector knows as CHORUS_SHUFFLER_KEY; required.", secret=True),
     Setting("ADMIN_TOKEN", str, None,
             "Bearer token for POST /v1/flush; unset disables it.", secret=True),
+    Setting("ADMISSION_SECRETS", str, None,
+            "Comma-separated secrets shared with the app's backend only, which mints admission "
+            "credentials with them (several during a rotation). Set: POST /v1/reports needs "
+            "a valid credential, and MIN_BATCH counts distinct admitted senders. Unset: anyone "
+            "may post, and the collector states its central bound as assuming no injected "
+            "reports.", secret=True),
     Setting("MIN_BATCH", int, 1000,
-            "Fewest reports of one campaign and time bucket forwarded together; smaller "
-            "groups stay pooled. The n of the central privacy bound."),
+            "Fewest distinct admitted senders (without admission: reports) of one campaign "
+            "and time bucket forwarded together; smaller groups stay pooled. The n of the "
+            "central privacy bound."),
+    Setting("MAX_REPORTS_PER_SENDER", int, 1,
+            "With admission: most reports one sender may have waiting in one group "
+            "(campaign and time bucket); more are rejected (sender-limit)."),
     Setting("MAX_BATCH", int, 5000,
             "Most reports in one forwarded batch (at least 2 x MIN_BATCH, so that a large "
             "group splits into batches of at least MIN_BATCH)."),
@@ -64,12 +75,18 @@ def resolve_shuffler_settings(config: Mapping[str, Any] | None = None,
         raise SettingsError("the shuffler needs SHUFFLER_KEY (CHORUS_SHUFFLER_SHUFFLER_KEY): "
                             "the collector records a batch as shuffled only with it")
     for name in ("MIN_BATCH", "MAX_BATCH", "FORWARD_TIMEOUT", "MAX_BODY_BYTES",
-                 "MAX_REPORTS_PER_REQUEST", "MAX_PAYLOAD_BYTES", "WORKERS", "THREADS"):
+                 "MAX_REPORTS_PER_REQUEST", "MAX_PAYLOAD_BYTES", "WORKERS", "THREADS",
+                 "MAX_REPORTS_PER_SENDER"):
         if values[name] < 1:
             raise SettingsError(f"{name} must be at least 1")
-    if values["MAX_BATCH"] < 2 * values["MIN_BATCH"]:
-        raise SettingsError("MAX_BATCH must be at least 2 x MIN_BATCH, so that every batch "
-                            "split from a large group still has MIN_BATCH reports")
+    values["ADMISSION_SECRETS"] = _admission_secrets(values["ADMISSION_SECRETS"])
+    # A group splits by senders, each sender's reports whole into one batch: a batch of
+    # MAX_BATCH / 2 reports or more then still holds MIN_BATCH senders (docs/shuffler.md).
+    per_sender = values["MAX_REPORTS_PER_SENDER"] if values["ADMISSION_SECRETS"] else 1
+    if values["MAX_BATCH"] < 2 * values["MIN_BATCH"] * per_sender:
+        raise SettingsError("MAX_BATCH must be at least 2 x MIN_BATCH (x MAX_REPORTS_PER_SENDER "
+                            "with admission), so that every batch split from a large group "
+                            "still has MIN_BATCH senders")
     if not 0 <= values["FORWARD_INTERVAL"] <= 3600:
         raise SettingsError("FORWARD_INTERVAL must be 0 (no background thread) to 3600 s")
     if values["CAMPAIGN_CACHE_SECONDS"] < 0:
@@ -78,3 +95,15 @@ def resolve_shuffler_settings(config: Mapping[str, Any] | None = None,
     if not values["COLLECTOR_URL"].startswith(("http://", "https://")):
         raise SettingsError("COLLECTOR_URL must be an http:// or https:// URL")
     return values
+
+
+def _admission_secrets(raw: str | None) -> tuple[str, ...]:
+    """The configured secrets; empty (admission off) when unset or blank, as Compose passes an
+    unset variable through as an empty string."""
+    keys = tuple(part.strip() for part in (raw or "").split(",") if part.strip())
+    for key in keys:
+        if len(key) < MIN_SECRET_LENGTH:
+            raise SettingsError(f"each of ADMISSION_SECRETS needs at least {MIN_SECRET_LENGTH} "
+                                "characters (python -c 'import secrets; "
+                                "print(secrets.token_hex(32))')")
+    return keys

@@ -183,6 +183,16 @@ def m005_retired_campaigns(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE campaigns ADD COLUMN retired_at REAL")
 
 
+@migrations()
+def m006_vouched_senders(db: sqlite_utils.Database) -> None:
+    # Of a bucket's shuffled batches, how many came with a sender count the shuffler vouched
+    # for (its admission control), and the smallest such count: the n of the central bound.
+    # Batches recorded before have none: 0 and NULL, so they count as unvouched.
+    db.execute("ALTER TABLE shuffled_batches ADD COLUMN vouched_batches INTEGER NOT NULL "
+               "DEFAULT 0")
+    db.execute("ALTER TABLE shuffled_batches ADD COLUMN smallest_senders INTEGER")
+
+
 T = TypeVar("T")
 
 
@@ -853,28 +863,44 @@ class Storage:
         return FoldedStatistics(watermark, rows, retired)
 
     def record_shuffled_batch(self, conn: sqlite3.Connection, campaign_id: int,
-                              new_reports_by_time: Mapping[int, int]) -> None:
+                              new_reports_by_time: Mapping[int, int],
+                              senders_by_time: Mapping[int, int] | None = None) -> None:
         """Add one shuffled batch to each time bucket it brought new reports to (inside the
-        ingest transaction, so the record commits with the reports)."""
+        ingest transaction, so the record commits with the reports). ``senders_by_time``:
+        the distinct admitted senders the shuffler vouched for among those new reports, per
+        bucket (None: the batch came without a vouched count)."""
         for time, count in new_reports_by_time.items():
             if count <= 0:
                 continue
+            senders = None if senders_by_time is None else senders_by_time[time]
             conn.execute(
-                "INSERT INTO shuffled_batches (campaign_id, time, batches, reports, smallest) "
-                "VALUES (?, ?, 1, ?, ?) ON CONFLICT (campaign_id, time) DO UPDATE SET "
-                "batches = batches + 1, reports = reports + excluded.reports, "
+                "INSERT INTO shuffled_batches (campaign_id, time, batches, reports, smallest, "
+                "vouched_batches, smallest_senders) VALUES (?, ?, 1, ?, ?, ?, ?) "
+                "ON CONFLICT (campaign_id, time) DO UPDATE SET "
+                "batches = shuffled_batches.batches + 1, "
+                "reports = shuffled_batches.reports + excluded.reports, "
                 "smallest = CASE WHEN excluded.smallest < shuffled_batches.smallest "
-                "THEN excluded.smallest ELSE shuffled_batches.smallest END",
-                (campaign_id, time, count, count))
+                "THEN excluded.smallest ELSE shuffled_batches.smallest END, "
+                "vouched_batches = shuffled_batches.vouched_batches + excluded.vouched_batches, "
+                "smallest_senders = CASE WHEN excluded.smallest_senders IS NULL "
+                "THEN shuffled_batches.smallest_senders "
+                "WHEN shuffled_batches.smallest_senders IS NULL "
+                "OR excluded.smallest_senders < shuffled_batches.smallest_senders "
+                "THEN excluded.smallest_senders ELSE shuffled_batches.smallest_senders END",
+                (campaign_id, time, count, count, 0 if senders is None else 1, senders))
 
-    def shuffled_totals(self, campaign_id: int, start: int | None,
-                        end: int | None) -> tuple[int, int, int | None]:
-        """(batches, reports, smallest batch) of the buckets with start <= time < end."""
+    def shuffled_totals(self, campaign_id: int, start: int | None, end: int | None,
+                        ) -> tuple[int, int, int | None, int, int | None]:
+        """(batches, reports, smallest batch, vouched batches, smallest vouched sender count)
+        of the buckets with start <= time < end."""
         sql, args = _in_window(
-            "SELECT coalesce(sum(batches), 0), coalesce(sum(reports), 0), min(smallest) "
+            "SELECT coalesce(sum(batches), 0), coalesce(sum(reports), 0), min(smallest), "
+            "coalesce(sum(vouched_batches), 0), min(smallest_senders) "
             "FROM shuffled_batches WHERE campaign_id = ?", campaign_id, start, end)
-        batches, reports, smallest = self.connect().execute(sql, args).fetchone()
-        return int(batches), int(reports), smallest
+        batches, reports, smallest, vouched, senders = self.connect().execute(
+            sql, args).fetchone()
+        return (int(batches), int(reports), None if smallest is None else int(smallest),
+                int(vouched), None if senders is None else int(senders))
 
     def drop_expired(self, now: float, margin: float, batch: int = 10_000) -> int:
         """Drop whole the folded reports of buckets older than their campaign's report

@@ -90,6 +90,11 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
     ("p002_retired_campaigns", [
         "ALTER TABLE campaigns ADD COLUMN retired_at DOUBLE PRECISION",
     ]),
+    # As SQLite's m006: batches with a sender count the shuffler vouched for.
+    ("p003_vouched_senders", [
+        "ALTER TABLE shuffled_batches ADD COLUMN vouched_batches BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE shuffled_batches ADD COLUMN smallest_senders BIGINT",
+    ]),
 ]
 
 

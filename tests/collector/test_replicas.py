@@ -92,7 +92,7 @@ def test_replicas_starting_together_migrate_once(postgres: Any) -> None:
         thread.join(60)
     assert errors == []
     assert query(url, "SELECT name FROM chorus_migrations ORDER BY name") == [
-        ("p001_initial",), ("p002_retired_campaigns",)]
+        ("p001_initial",), ("p002_retired_campaigns",), ("p003_vouched_senders",)]
 
 
 @pytest.mark.postgresql_only

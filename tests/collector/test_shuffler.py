@@ -1,6 +1,7 @@
 """The shuffler: intake, durability, thresholds, the shuffle itself, what it stores, the
-collector's record of shuffled batches and the central bound in estimates, crash recovery,
-bad input, the campaign proxy, settings, and one run over real HTTP on loopback."""
+collector's record of shuffled batches and the central bound in estimates, admission control
+against a collector that injects reports, crash recovery, bad input, the campaign proxy,
+settings, and one run over real HTTP on loopback."""
 
 from __future__ import annotations
 
@@ -21,23 +22,30 @@ from typing import Any
 
 import pytest
 import requests
+import sqlite_utils
 import yaml
 from flask import Flask
 from flask.testing import FlaskClient
 
 from chorus_collector import create_app
+from chorus_collector.formatting import format_estimates
 from chorus_collector.process import CollectorProcess, free_port
 from chorus_collector.settings import SettingsError, resolve_settings
+from chorus_collector.shuffled_batches import NO_INJECTION
 from chorus_collector.shuffler import create_shuffler_app
 from chorus_collector.shuffler_forward import (
     SHUFFLED_BATCH_HEADER,
+    SHUFFLED_SENDERS_HEADER,
     Forwarder,
     UpstreamError,
     UpstreamReply,
 )
+from chorus_collector.shuffler_pool import pool_migrations
 from chorus_collector.shuffler_settings import resolve_shuffler_settings
-from chorus_collector.shuffling import central_privacy
+from chorus_collector.shuffling import ASSUMPTIONS, central_privacy
+from chorus_collector.storage import migrations, open_storage
 from chorus_shared import campaign_from_config
+from chorus_shared.admission import mint_admission_credential
 from helpers.support import (
     ADMIN,
     ADMIN_HEADERS,
@@ -51,6 +59,10 @@ from helpers.support import campaign_spec as spec_for
 
 KEY = "shuffler-secret-key"
 KEY_HEADERS = {"Authorization": f"Bearer {KEY}"}
+# Shared by the shuffler and the app's backend only; the collector never learns them.
+ADMISSION = "5f0e" * 16
+ROTATED = "91ab" * 16
+ELSEWHERE = "c3d2" * 16  # a secret of some other deployment
 BASE = "http://collector.test"
 PROBLEM = "application/problem+json"
 
@@ -125,6 +137,11 @@ def envelope(index: int = 0, *, digest: str = "d" * 64, when: int = 3600,
              payload: Any = 1, report_id: str | None = None) -> dict[str, Any]:
     return {"report_id": report_id or secrets.token_hex(16), "digest": digest, "time": when,
             "payload": payload}
+
+
+def credential(secret: str = ADMISSION, **kwargs: Any) -> dict[str, str]:
+    """The Authorization header of one install, as the app's backend mints it."""
+    return {"Authorization": f"Bearer {mint_admission_credential(secret, **kwargs)}"}
 
 
 def pool_rows(tmp_path: Path) -> list[tuple[Any, ...]]:
@@ -359,8 +376,9 @@ def test_the_default_shuffle_uses_the_os_csprng(shuffler: FlaskClient) -> None:
 
 def test_the_pool_stores_nothing_about_the_sender(shuffler: FlaskClient, tmp_path: Path,
                                                   caplog: pytest.LogCaptureFixture) -> None:
-    """§5.4 check 4: the schema holds the report and a batch ID, nothing else; the table has
-    no rowid (no insertion order), and no request leaves a log line."""
+    """§5.4 check 4: the schema holds the report, a batch ID and (with admission only) a
+    sender tag, nothing else; the table has no rowid (no insertion order), and no request
+    leaves a log line."""
     caplog.set_level("DEBUG")
     reply = shuffler.post("/v1/reports", json={"reports": [envelope() for _ in range(3)]},
                           headers={"Cookie": "track=install-4711", "User-Agent": "app/9 (x)",
@@ -371,9 +389,10 @@ def test_the_pool_stores_nothing_about_the_sender(shuffler: FlaskClient, tmp_pat
     with sqlite3.connect(tmp_path / "pool.db") as conn:
         tables = {r[0] for r in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert tables == {"pool", "_sqlite_migrations"}
+        assert tables == {"pool", "pool_key", "_sqlite_migrations"}
         columns = [r[1] for r in conn.execute("PRAGMA table_info(pool)")]
-        assert columns == ["digest", "report_id", "time", "payload", "batch"]
+        assert columns == ["digest", "report_id", "time", "payload", "batch", "sender"]
+        assert {r[0] for r in conn.execute("SELECT sender FROM pool")} == {None}
         sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'pool'").fetchone()[0]
         assert "WITHOUT ROWID" in sql
         with pytest.raises(sqlite3.OperationalError, match="rowid"):
@@ -410,17 +429,25 @@ def test_collector_records_the_batch_and_the_estimate_states_the_central_bound(
     assert (shuffling["reports_shuffled"], shuffling["reports_direct"]) == (30, 5)
     assert (shuffling["batches"], shuffling["smallest_batch"]) == (1, 30)
     assert shuffling["epsilon0"] == 1.5
-    assert shuffling["central"] == central_privacy(1.5, 30)
+    # No admission control: the figure is the bound at n = 30 reports, and it says, first in
+    # its notes and first among its assumptions, that it assumes no injected reports.
+    bound = central_privacy(1.5, 30)
+    assert shuffling["central"] == {**bound, "assumptions": [NO_INJECTION, *ASSUMPTIONS]}
     assert shuffling["central"]["epsilon"] <= 1.5
-    assert shuffling["central"]["assumptions"]
+    assert (shuffling["n_basis"], shuffling["vouched_batches"]) == \
+        ("reports-assuming-no-injection", 0)
+    assert shuffling["smallest_senders"] is None
+    assert shuffling["notes"][0].startswith("This central (ε, δ) assumes no injected reports")
+    assert "1 of 1 batches" in shuffling["notes"][0]
     assert any("covers only the 30" in note for note in shuffling["notes"])
     # The CSV keeps its columns; only the JSON carries the shuffling object.
     csv = collector.test_client().get("/v1/campaigns/survey/estimates?format=csv",
                                       headers=ANALYST_HEADERS).get_data(as_text=True)
     assert "shuffl" not in csv
     with sqlite3.connect(collector.extensions["chorus.storage"].path) as conn:
-        rows = conn.execute("SELECT time, batches, reports, smallest FROM shuffled_batches")
-        assert rows.fetchall() == [(shuffled[0]["time"], 1, 30, 30)]
+        rows = conn.execute("SELECT time, batches, reports, smallest, vouched_batches, "
+                            "smallest_senders FROM shuffled_batches")
+        assert rows.fetchall() == [(shuffled[0]["time"], 1, 30, 30, 0, None)]
 
 
 def test_an_estimate_without_shuffled_reports_has_no_shuffling_object(
@@ -503,6 +530,467 @@ def test_the_shuffler_key_admits_batches_where_an_ingest_key_is_required(
     # The key alone, without the batch header, is not an ingest key.
     assert http.post("/v1/reports", json={"reports": client_reports(config, 2, rng)},
                      headers=KEY_HEADERS).status_code == 403
+
+
+# -- admission control against a collector that injects reports -----------------------------------
+
+
+@pytest.fixture
+def admitted(make_shuffler: Callable[..., Flask]) -> Callable[..., Flask]:
+    """A shuffler with admission control: the secrets only the app's backend shares."""
+    def factory(upstream_: Any = None, **overrides: Any) -> Flask:
+        return make_shuffler(upstream_, ADMISSION_SECRETS=f"{ADMISSION}, {ROTATED}",
+                             **overrides)
+
+    return factory
+
+
+def test_a_collector_without_credentials_cannot_post_or_complete_a_batch(
+        admitted: Callable[..., Flask], tmp_path: Path) -> None:
+    """The attack of the review: the collector posts MIN_BATCH − 1 reports of its own to the
+    shuffler so that one install's report completes the batch, alone among fakes. With
+    admission each of its requests is refused (401), with or without the keys it does know,
+    and the one honest report waits: a batch needs MIN_BATCH admitted senders."""
+    fake = AcceptingUpstream()
+    http = admitted(fake).test_client()
+    own_keys: list[dict[str, str]] = [{}, KEY_HEADERS, ADMIN_HEADERS,
+                                      {"Authorization": f"Bearer {ANALYST}"}]
+    for headers in own_keys:
+        reply = http.post("/v1/reports", json={"reports": [envelope() for _ in range(4)]},
+                          headers=headers)
+        assert reply.status_code == 401, (headers, reply.get_data())
+        assert reply.mimetype == PROBLEM
+        assert reply.get_json()["type"].endswith("/unauthorized")
+        assert reply.headers["WWW-Authenticate"].startswith('Bearer realm="chorus-shuffler"')
+        single = http.post("/v1/reports", json=envelope(), headers=headers)
+        assert single.status_code == 401
+    assert pool_rows(tmp_path) == []
+    honest = http.post("/v1/reports", json={"reports": [envelope()]}, headers=credential())
+    assert honest.get_json()["accepted"] == 1
+    result = flush(http)
+    assert fake.sent == []  # the honest report is not released
+    assert (result["batches"], result["waiting"]) == (0, 1)
+
+
+@pytest.mark.parametrize("case", ["forged", "expired", "other-secret", "malformed",
+                                  "not-bearer", "empty", "sender-swapped", "expiry-extended"])
+def test_forged_expired_or_foreign_credentials_are_refused(
+        admitted: Callable[..., Flask], tmp_path: Path, case: str) -> None:
+    fake = AcceptingUpstream()
+    http = admitted(fake, MIN_BATCH=2, MAX_BATCH=4).test_client()
+    good = mint_admission_credential(ADMISSION)
+    version, sender, expiry, mac = good.split(".")
+    flipped = mac[:-1] + ("0" if mac[-1] != "0" else "1")
+    header = {
+        "forged": f"Bearer {version}.{sender}.{expiry}.{flipped}",
+        "expired": "Bearer " + mint_admission_credential(ADMISSION, lifetime=60,
+                                                         now=time.time() - 3600),
+        "other-secret": "Bearer " + mint_admission_credential(ELSEWHERE),
+        "malformed": "Bearer v1.not-a-credential",
+        "not-bearer": f"Basic {good}",
+        "empty": "Bearer ",
+        "sender-swapped": f"Bearer {version}.{secrets.token_hex(16)}.{expiry}.{mac}",
+        "expiry-extended": f"Bearer {version}.{sender}.{int(expiry) + 86_400}.{mac}",
+    }[case]
+    for _ in range(3):  # never admitted, however often
+        reply = http.post("/v1/reports", json={"reports": [envelope()]},
+                          headers={"Authorization": header})
+        assert reply.status_code == 401, reply.get_data()
+        assert reply.mimetype == PROBLEM
+        assert 'error="invalid_token"' in reply.headers["WWW-Authenticate"]
+    if case == "expired":
+        assert "expired" in reply.get_json()["detail"]
+    assert pool_rows(tmp_path) == []
+    http.post("/v1/reports", json={"reports": [envelope()]}, headers=credential())
+    assert flush(http)["batches"] == 0 and fake.sent == []  # one real sender: no batch
+    # Both configured secrets admit (a rotation): a second real sender completes it.
+    http.post("/v1/reports", json={"reports": [envelope()]}, headers=credential(ROTATED))
+    assert flush(http)["batches"] == 1
+    assert fake.sent[0].headers[SHUFFLED_SENDERS_HEADER] == "2"
+
+
+def test_one_credential_counts_as_one_sender_however_many_reports(
+        admitted: Callable[..., Flask], tmp_path: Path) -> None:
+    """A party holding one credential (a stolen one, or the collector's own app install)
+    cannot fill a batch: beyond MAX_REPORTS_PER_SENDER its reports are refused, and those
+    it may send count once towards MIN_BATCH."""
+    fake = AcceptingUpstream()
+    http = admitted(fake).test_client()  # MIN_BATCH 5, MAX_REPORTS_PER_SENDER 1
+    mine = credential()
+    reply = http.post("/v1/reports", json={"reports": [envelope() for _ in range(10)]},
+                      headers=mine).get_json()
+    assert (reply["accepted"], reply["rejected"]) == (1, 9)
+    assert {r["error"] for r in reply["results"][1:]} == {"sender-limit"}
+    single = http.post("/v1/reports", json=envelope(), headers=mine)
+    assert single.status_code == 409
+    assert single.mimetype == PROBLEM
+    assert single.get_json()["type"].endswith("/sender-limit")
+    # The same sender may still report in another time bucket or campaign (other groups).
+    assert http.post("/v1/reports", json=envelope(when=7200), headers=mine).status_code == 201
+    for _ in range(3):
+        http.post("/v1/reports", json={"reports": [envelope()]}, headers=credential())
+    assert flush(http)["batches"] == 0 and fake.sent == []  # 4 senders < MIN_BATCH
+
+
+def test_with_several_reports_per_sender_a_batch_still_needs_min_batch_senders(
+        admitted: Callable[..., Flask]) -> None:
+    fake = AcceptingUpstream()
+    http = admitted(fake, MAX_REPORTS_PER_SENDER=10, MAX_BATCH=100).test_client()
+    flood = http.post("/v1/reports", json={"reports": [envelope() for _ in range(10)]},
+                      headers=credential()).get_json()
+    assert flood["accepted"] == 10
+    for _ in range(3):
+        http.post("/v1/reports", json={"reports": [envelope()]}, headers=credential())
+    assert flush(http)["batches"] == 0 and fake.sent == []  # 13 reports, 4 senders
+    http.post("/v1/reports", json={"reports": [envelope()]}, headers=credential())
+    assert flush(http)["batches"] == 1
+    (sent,) = fake.sent
+    assert len(json.loads(sent.body or b"")["reports"]) == 14
+    assert (sent.headers[SHUFFLED_BATCH_HEADER], sent.headers[SHUFFLED_SENDERS_HEADER]) == \
+        ("14", "5")
+
+
+def test_a_large_admitted_group_splits_by_sender_and_each_batch_keeps_min_batch_senders(
+        admitted: Callable[..., Flask]) -> None:
+    fake = AcceptingUpstream()
+    http = admitted(fake, MIN_BATCH=5, MAX_BATCH=20, MAX_REPORTS_PER_SENDER=2).test_client()
+    for _ in range(23):
+        http.post("/v1/reports", json={"reports": [envelope(), envelope()]},
+                  headers=credential())
+    assert flush(http)["batches"] == 3  # 46 reports: ceil(46 / 20) batches
+    sizes = [(len(json.loads(s.body or b"")["reports"]), int(s.headers[SHUFFLED_SENDERS_HEADER]))
+             for s in fake.sent]
+    assert sorted(senders for _, senders in sizes) == [7, 8, 8]
+    assert all(reports == 2 * senders for reports, senders in sizes)  # a sender stays whole
+
+
+def test_distinct_credentials_forward_and_the_collector_states_the_vouched_count(
+        collector: Flask, admitted: Callable[..., Flask], upstream: CollectorUpstream,
+        rng: random.Random) -> None:
+    """MIN_BATCH installs, each with its own credential, one of them sending two reports:
+    the batch goes out with its sender count, the collector records it, and the estimate's
+    central (ε, δ) is the bound at n = the senders (20), not the reports (21)."""
+    config = create_campaign(collector)
+    http = admitted(MIN_BATCH=20, MAX_BATCH=80, MAX_REPORTS_PER_SENDER=2).test_client()
+    reports = client_reports(config, 21, rng)
+    http.post("/v1/reports", json={"reports": reports[:2]}, headers=credential())
+    for report in reports[2:]:
+        assert http.post("/v1/reports", json=report, headers=credential()).status_code == 201
+    result = flush(http)
+    assert (result["batches"], result["accepted"], result["waiting"]) == (1, 21, 0)
+    (sent,) = [s for s in upstream.sent if s.method == "POST"]
+    assert sent.headers[SHUFFLED_SENDERS_HEADER] == "20"
+    shuffling = estimate(collector)["shuffling"]
+    assert (shuffling["smallest_batch"], shuffling["smallest_senders"]) == (21, 20)
+    assert (shuffling["batches"], shuffling["vouched_batches"]) == (1, 1)
+    assert shuffling["n_basis"] == "vouched-senders"
+    assert shuffling["central"] == central_privacy(1.5, 20)
+    assert NO_INJECTION not in shuffling["central"]["assumptions"]
+    assert not any("assumes no injected" in note for note in shuffling["notes"])
+    assert "20 distinct admitted senders" in shuffling["notes"][0]
+    table = format_estimates(estimate(collector))
+    assert "at n = 20 distinct senders vouched for by the shuffler's admission control" in table
+    assert "injected" not in table
+    with sqlite3.connect(collector.extensions["chorus.storage"].path) as conn:
+        assert conn.execute("SELECT batches, reports, smallest, vouched_batches, "
+                            "smallest_senders FROM shuffled_batches").fetchall() == [
+            (1, 21, 21, 1, 20)]
+
+
+def test_one_unvouched_batch_puts_the_caveat_back_on_the_window(
+        collector: Flask, make_shuffler: Callable[..., Flask], admitted: Callable[..., Flask],
+        rng: random.Random) -> None:
+    """A window with a vouched batch and one from a shuffler without admission: n is the
+    smaller of the two counts, and the figure says it assumes no injected reports."""
+    config = create_campaign(collector, min_batch_size=1)
+    vouched = admitted(MIN_BATCH=10, MAX_BATCH=40).test_client()
+    for report in client_reports(config, 12, rng):
+        vouched.post("/v1/reports", json=report, headers=credential())
+    flush(vouched)
+    assert estimate(collector)["shuffling"]["n_basis"] == "vouched-senders"
+    open_door = make_shuffler(DATABASE=str(Path(collector.extensions["chorus.storage"].path)
+                                           .with_name("other-pool.db")),
+                              MIN_BATCH=10, MAX_BATCH=40).test_client()
+    open_door.post("/v1/reports", json={"reports": client_reports(config, 30, rng)})
+    flush(open_door)
+    shuffling = estimate(collector)["shuffling"]
+    assert (shuffling["batches"], shuffling["vouched_batches"]) == (2, 1)
+    assert shuffling["n_basis"] == "reports-assuming-no-injection"
+    assert shuffling["central"]["n"] == 12
+    assert shuffling["central"]["assumptions"][0] == NO_INJECTION
+    assert "1 of 2 batches" in shuffling["notes"][0]
+
+
+def test_the_collector_fills_an_open_shuffler_and_the_figure_says_what_it_assumes(
+        collector: Flask, make_shuffler: Callable[..., Flask], upstream: CollectorUpstream,
+        rng: random.Random) -> None:
+    """Without admission the attack works (the shuffler cannot tell): 19 reports of the
+    collector's own and one install's make a batch of 20. The collector's estimate must then
+    not pass off the amplified ε as protecting that install: it says the figure assumes no
+    injected reports."""
+    config = create_campaign(collector)
+    http = make_shuffler(MIN_BATCH=20, MAX_BATCH=40).test_client()
+    http.post("/v1/reports", json={"reports": client_reports(config, 19, rng)})  # injected
+    http.post("/v1/reports", json=client_reports(config, 1, rng)[0])  # the victim
+    assert flush(http)["batches"] == 1
+    (sent,) = [s for s in upstream.sent if s.method == "POST"]
+    assert SHUFFLED_SENDERS_HEADER not in sent.headers  # nobody vouches for a count
+    body = estimate(collector)
+    shuffling = body["shuffling"]
+    assert shuffling["n_basis"] == "reports-assuming-no-injection"
+    assert shuffling["central"]["assumptions"][0] == NO_INJECTION
+    assert shuffling["notes"][0].startswith(NO_INJECTION)
+    # The CLI's table (chorus estimates) says it too, under the figure.
+    table = format_estimates(body).splitlines()
+    assert table[1].startswith("  shuffled: 20 reports in 1 batches; central ε = ")
+    assert table[1].endswith("at n = 20 reports")
+    assert table[2].startswith("  warning: this central (ε, δ) assumes no injected reports")
+
+
+def test_no_sender_id_or_credential_reaches_the_collector_or_the_pool(
+        admitted: Callable[..., Flask], tmp_path: Path) -> None:
+    fake = AcceptingUpstream()
+    http = admitted(fake).test_client()
+    tokens = [mint_admission_credential(ADMISSION) for _ in range(5)]
+    ids = [token.split(".")[1] for token in tokens]
+    for token in tokens:
+        reply = http.post("/v1/reports", json={"reports": [envelope(), envelope(when=7200)]},
+                          headers={"Authorization": f"Bearer {token}"})
+        assert reply.get_json()["accepted"] == 2
+    rows = pool_rows(tmp_path)
+    with sqlite3.connect(tmp_path / "pool.db") as conn:
+        tags = conn.execute("SELECT time, sender FROM pool").fetchall()
+    # One sender, one tag per group; the same sender's tags in two groups are unrelated.
+    assert len({tag for _, tag in tags}) == 10
+    assert all(tag not in sender for _, tag in tags for sender in ids)
+    assert flush(http)["batches"] == 2
+    for sent in fake.sent:
+        assert sent.headers == {"Content-Type": "application/json",
+                                "Authorization": f"Bearer {KEY}", SHUFFLED_BATCH_HEADER: "5",
+                                SHUFFLED_SENDERS_HEADER: "5", "User-Agent": "chorus-shuffler"}
+        body = (sent.body or b"").decode()
+        assert set(json.loads(body)["reports"][0]) == {"report_id", "digest", "time", "payload"}
+        for secret in [*tokens, *ids, *(tag for _, tag in tags), ADMISSION]:
+            assert secret not in body and secret not in json.dumps(sent.headers)
+    assert len(rows) == 10 and pool_rows(tmp_path) == []
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("pool.db*") if p.is_file())
+    for marker in [*tokens, *ids]:
+        assert marker.encode() not in stored
+    assert ADMISSION not in json.dumps(http.application.config["CHORUS_SHUFFLER"])
+    assert ADMISSION not in repr(http.application.extensions["chorus.shuffler.admission"])
+
+
+def test_the_collector_checks_the_senders_header(collector: Flask, rng: random.Random) -> None:
+    config = create_campaign(collector)
+    http = collector.test_client()
+    for declared in ("0", "4", "abc", "-1", ""):
+        reply = http.post("/v1/reports", json={"reports": client_reports(config, 3, rng)},
+                          headers={SHUFFLED_BATCH_HEADER: "3", SHUFFLED_SENDERS_HEADER: declared,
+                                   **KEY_HEADERS})
+        assert reply.status_code == 400, declared
+        assert reply.mimetype == PROBLEM
+        assert reply.get_json()["type"].endswith("/invalid-shuffled-batch")
+    # Without the shuffler key neither header counts: anyone could claim a vouched count.
+    reply = http.post("/v1/reports", json={"reports": client_reports(config, 3, rng)},
+                      headers={SHUFFLED_BATCH_HEADER: "3", SHUFFLED_SENDERS_HEADER: "3"})
+    assert reply.status_code == 200 and SHUFFLED_SENDERS_HEADER not in reply.headers
+    assert "shuffling" not in estimate(collector)
+    recorded = http.post("/v1/reports", json={"reports": client_reports(config, 3, rng)},
+                         headers={SHUFFLED_BATCH_HEADER: "3", SHUFFLED_SENDERS_HEADER: "2",
+                                  **KEY_HEADERS})
+    assert recorded.headers[SHUFFLED_SENDERS_HEADER] == "2"
+    assert estimate(collector)["shuffling"]["smallest_senders"] == 2
+
+
+def test_a_retried_vouched_batch_counts_a_lower_bound_of_its_new_senders(
+        make_app: Callable[..., Flask], rng: random.Random) -> None:
+    """Of a batch of 6 reports from 4 senders, 2 were stored before: the other 4 have at
+    least 4 − 2 = 2 senders, whoever sent which. Both storages (--backend postgresql)."""
+    app = make_app(SHUFFLER_KEY=KEY)
+    config = create_campaign(app)
+    reports = client_reports(config, 6, rng)
+    http = app.test_client()
+    assert http.post("/v1/reports", json={"reports": reports[:2]}).status_code == 200
+    reply = http.post("/v1/reports", json={"reports": reports},
+                      headers={SHUFFLED_BATCH_HEADER: "6", SHUFFLED_SENDERS_HEADER: "4",
+                               **KEY_HEADERS})
+    assert (reply.get_json()["accepted"], reply.get_json()["duplicate"]) == (4, 2)
+    shuffling = estimate(app)["shuffling"]
+    assert (shuffling["reports_shuffled"], shuffling["smallest_senders"]) == (4, 2)
+    assert shuffling["central"] == central_privacy(1.5, 2)
+    again = http.post("/v1/reports", json={"reports": reports},
+                      headers={SHUFFLED_BATCH_HEADER: "6", SHUFFLED_SENDERS_HEADER: "4",
+                               **KEY_HEADERS})
+    assert again.get_json()["duplicate"] == 6
+    assert estimate(app)["shuffling"]["batches"] == 1  # a full retry hid nobody again
+
+
+def test_real_clients_pass_their_credential_as_the_ingest_key(
+        collector: Flask, admitted: Callable[..., Flask], upstream: CollectorUpstream,
+        clock: FakeClock) -> None:
+    """The client library needs no change: the app hands it the credential as ingest_key,
+    which it sends as the bearer token of every upload. Without one it keeps its report
+    (a 401 is not the report's fault) instead of dropping it."""
+    from chorus_client import Client
+    from helpers.support import FlaskBridge
+
+    config = create_campaign(collector, privacy={"budget": 1.5})
+    shuffler = admitted(MIN_BATCH=20, MAX_BATCH=40)
+    transport = FlaskBridge(shuffler, "http://shuffler.test")
+    values = config["domain"]["values"] if isinstance(config["domain"], dict) else \
+        config["domain"]
+    for i in range(20):
+        install = Client("http://shuffler.test", ephemeral=True, transport=transport,
+                         campaigns={"survey": config}, send_delay=0.0, clock=clock,
+                         ingest_key=mint_admission_credential(ADMISSION))
+        assert install.report("survey", values[i % len(values)]) == "queued"
+        assert install.close().accepted == 1
+    stranger = Client("http://shuffler.test", ephemeral=True, transport=transport,
+                      campaigns={"survey": config}, send_delay=0.0, clock=clock)
+    stranger.report("survey", values[0])
+    assert stranger.flush().pending == 1  # refused with 401, kept
+    assert stranger.close(timeout=1).accepted == 0
+    result = flush(shuffler.test_client())
+    assert (result["accepted"], result["waiting"]) == (20, 0)
+    shuffling = estimate(collector)["shuffling"]
+    assert (shuffling["n_basis"], shuffling["smallest_senders"]) == ("vouched-senders", 20)
+    assert shuffling["central"] == central_privacy(1.5, 20)
+
+
+# -- migrations -----------------------------------------------------------------------------------
+
+
+def test_an_old_pool_migrates_and_its_reports_go_out_unvouched(
+        admitted: Callable[..., Flask], tmp_path: Path) -> None:
+    """A pool written before admission: its rows get no sender and are forwarded as before
+    (MIN_BATCH reports, no sender count); admitted reports form groups of their own."""
+    database = sqlite_utils.Database(str(tmp_path / "pool.db"))
+    pool_migrations.apply(database, stop_before="m002_admitted_senders")
+    old = [envelope() for _ in range(5)]
+    database.table("pool").insert_all([{"digest": r["digest"], "report_id": r["report_id"],
+                                  "time": r["time"], "payload": "1", "batch": None}
+                                 for r in old])
+    database.close()
+    fake = AcceptingUpstream()
+    http = admitted(fake).test_client()
+    with sqlite3.connect(tmp_path / "pool.db") as conn:
+        assert conn.execute("SELECT count(*), count(sender) FROM pool").fetchone() == (5, 0)
+        names = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations")]
+        assert names == ["m001_pool", "m002_admitted_senders"]
+    for _ in range(4):
+        http.post("/v1/reports", json={"reports": [envelope()]}, headers=credential())
+    assert flush(http)["batches"] == 1  # the old group of 5; the 4 admitted senders wait
+    (sent,) = fake.sent
+    assert sorted(r["report_id"] for r in json.loads(sent.body or b"")["reports"]) == \
+        sorted(r["report_id"] for r in old)
+    assert SHUFFLED_SENDERS_HEADER not in sent.headers
+    assert len(pool_rows(tmp_path)) == 4
+
+
+def test_an_old_collector_database_migrates_and_its_batches_count_as_unvouched(
+        tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / "old.db"
+    database = sqlite_utils.Database(str(path))
+    migrations.apply(database, stop_before="m006_vouched_senders")
+    database.close()
+    app = create_app({"DATABASE": str(path), "ADMIN_TOKEN": ADMIN, "ANALYST_TOKEN": ANALYST},
+                     clock=clock)
+    config = create_campaign(app)
+    rng = random.Random(3)
+    app.test_client().post("/v1/reports", json={"reports": client_reports(config, 30, rng)})
+    with sqlite3.connect(path) as conn:  # a batch recorded by the previous version
+        conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'm006_vouched_senders'")
+        conn.execute("ALTER TABLE shuffled_batches DROP COLUMN smallest_senders")
+        conn.execute("ALTER TABLE shuffled_batches DROP COLUMN vouched_batches")
+        conn.execute("INSERT INTO shuffled_batches VALUES (1, ?, 1, 30, 30)",
+                     (config_time(config),))
+    storage = open_storage(str(path))
+    storage.migrate()
+    assert storage.shuffled_totals(1, None, None) == (1, 30, 30, 0, None)
+    shuffling = estimate(create_app({"DATABASE": str(path), "ADMIN_TOKEN": ADMIN,
+                                     "ANALYST_TOKEN": ANALYST}, clock=clock))["shuffling"]
+    assert shuffling["n_basis"] == "reports-assuming-no-injection"
+    assert shuffling["central"]["assumptions"][0] == NO_INJECTION
+
+
+def config_time(config: dict[str, Any]) -> int:
+    return campaign_from_config(config).time_bucket(NOW)
+
+
+@pytest.mark.postgresql_only
+def test_an_old_postgresql_database_migrates_and_keeps_its_batches_unvouched(
+        postgres: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chorus_collector import storage_postgres
+
+    url = postgres.new_schema()
+    monkeypatch.setattr(storage_postgres, "MIGRATIONS", storage_postgres.MIGRATIONS[:2])
+    old = open_storage(url)
+    old.migrate()
+    conn = old.connect()
+    conn.execute("INSERT INTO campaigns (id, name, digest, config) VALUES (1, 'k', 'd', '{}')")
+    conn.execute("INSERT INTO shuffled_batches VALUES (1, 3600, 2, 50, 20)")
+    old.close()
+    monkeypatch.undo()
+    storage = open_storage(url)
+    storage.migrate()
+    assert storage.shuffled_totals(1, None, None) == (2, 50, 20, 0, None)
+    conn = storage.connect()
+    conn.execute("BEGIN")
+    storage.record_shuffled_batch(conn, 1, {3600: 10}, {3600: 8})
+    conn.execute("COMMIT")
+    assert storage.shuffled_totals(1, None, None) == (3, 60, 10, 1, 8)
+
+
+# -- admission settings and the backend's credentials ---------------------------------------------
+
+
+def test_admission_settings_and_credentials() -> None:
+    from chorus_shared.admission import AdmissionError, verify_admission_credential
+
+    env = {"CHORUS_SHUFFLER_SHUFFLER_KEY": "k"}
+    assert resolve_shuffler_settings(environ=env)["ADMISSION_SECRETS"] == ()
+    blank = resolve_shuffler_settings(environ={**env, "CHORUS_SHUFFLER_ADMISSION_SECRETS": ""})
+    assert blank["ADMISSION_SECRETS"] == ()  # Compose passes an unset variable as ""
+    both = resolve_shuffler_settings(
+        environ={**env, "CHORUS_SHUFFLER_ADMISSION_SECRETS": f"{ADMISSION},{ROTATED}"})
+    assert both["ADMISSION_SECRETS"] == (ADMISSION, ROTATED)
+    with pytest.raises(SettingsError, match="at least 32"):
+        resolve_shuffler_settings({"ADMISSION_SECRETS": "short"}, environ=env)
+    with pytest.raises(SettingsError, match="MAX_REPORTS_PER_SENDER"):
+        resolve_shuffler_settings({"ADMISSION_SECRETS": ADMISSION, "MIN_BATCH": 10,
+                                   "MAX_BATCH": 20, "MAX_REPORTS_PER_SENDER": 2}, environ=env)
+    with pytest.raises(SettingsError, match="MAX_REPORTS_PER_SENDER must be at least 1"):
+        resolve_shuffler_settings({"MAX_REPORTS_PER_SENDER": 0}, environ=env)
+    token = mint_admission_credential(ADMISSION, lifetime=100, now=1000.0)
+    assert token.startswith("v1.") and token.split(".")[2] == "1100"
+    sender = token.split(".")[1]
+    assert verify_admission_credential(token, [ELSEWHERE, ADMISSION], now=1099.0) == sender
+    for keys, now, reason in (([ADMISSION], 1100.0, "expired"), ([ELSEWHERE], 1000.0, "invalid")):
+        with pytest.raises(AdmissionError) as caught:
+            verify_admission_credential(token, keys, now=now)
+        assert caught.value.reason == reason
+    renewed = mint_admission_credential(ADMISSION, sender=sender, now=2000.0)
+    assert renewed.split(".")[1] == sender
+    with pytest.raises(ValueError, match="at least 32"):
+        mint_admission_credential("short")
+
+
+def test_the_cli_mints_credentials_the_shuffler_admits(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from chorus_collector.cli import main as cli
+    from chorus_shared.admission import verify_admission_credential
+
+    env = {"CHORUS_SHUFFLER_ADMISSION_SECRETS": f"{ADMISSION},{ROTATED}"}
+    result = CliRunner().invoke(cli, ["mint-credential", "--count", "3", "--days", "1"], env=env)
+    assert result.exit_code == 0, result.output
+    tokens = result.output.split()
+    assert len(set(tokens)) == 3
+    for token in tokens:
+        verify_admission_credential(token, [ADMISSION])  # the first secret mints
+    missing = CliRunner().invoke(cli, ["mint-credential"], env={})
+    assert missing.exit_code == 2
+    assert "CHORUS_SHUFFLER_ADMISSION_SECRETS" in missing.output
 
 
 # -- crashes and an unreachable collector ---------------------------------------------------------
@@ -860,4 +1348,26 @@ def test_real_clients_through_the_shuffler(collector: Flask, make_shuffler: Call
     assert all(len(batch) >= 20 for batch in upstream.batches())
     shuffling = estimate(collector)["shuffling"]
     assert shuffling["reports_shuffled"] == 60 and shuffling["reports_direct"] == 0
-    assert shuffling["central"] == central_privacy(1.5, shuffling["smallest_batch"])
+    assert shuffling["central"]["epsilon"] == \
+        central_privacy(1.5, shuffling["smallest_batch"])["epsilon"]
+    assert shuffling["central"]["assumptions"][0] == NO_INJECTION  # nobody vouched for n
+
+
+@pytest.mark.slow
+def test_over_real_http_admission_comes_from_the_environment(tmp_path: Path) -> None:
+    shuffler = ShufflerProcess({"DATABASE": str(tmp_path / "admit-pool.db"),
+                                "COLLECTOR_URL": f"http://127.0.0.1:{free_port()}",
+                                "SHUFFLER_KEY": KEY, "ADMISSION_SECRETS": ADMISSION,
+                                "FORWARD_INTERVAL": "0", "WORKERS": "1", "THREADS": "2"})
+    try:
+        shuffler.wait_healthy()
+        refused = requests.post(f"{shuffler.url}/v1/reports", json={"reports": [envelope()]},
+                                timeout=10)
+        assert refused.status_code == 401
+        assert refused.headers["Content-Type"] == PROBLEM
+        assert refused.headers["WWW-Authenticate"] == 'Bearer realm="chorus-shuffler"'
+        admitted = requests.post(f"{shuffler.url}/v1/reports", json={"reports": [envelope()]},
+                                 headers=credential(), timeout=10)
+        assert admitted.status_code == 200 and admitted.json()["accepted"] == 1
+    finally:
+        assert shuffler.stop() == 0, shuffler.log.read_text()

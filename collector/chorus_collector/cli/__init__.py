@@ -2,6 +2,7 @@
 
 * ``chorus serve``: run the collector with the production server;
 * ``chorus shuffler``: run the optional shuffler (``--flush``: one forwarding pass);
+* ``chorus mint-credential``: shuffler admission credentials, for the app's backend;
 * ``chorus campaign create|list``: admin calls over HTTP (``CHORUS_URL``, ``CHORUS_TOKEN``);
 * ``chorus estimates NAME``: analyst call, printed as a table, JSON or CSV;
 * ``chorus series NAME``: estimates per bucket, day, week or n seconds (``--step``);

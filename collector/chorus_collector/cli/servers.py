@@ -51,3 +51,33 @@ def shuffler(bind: str | None, database: str | None, flush: bool) -> None:
         serve_shuffler(overrides)
     except SettingsError as error:
         fail(str(error))
+
+
+@main.command("mint-credential")
+@click.option("--days", type=click.FloatRange(min=0, min_open=True), default=30.0,
+              show_default=True, help="Days until the credentials expire.")
+@click.option("--count", type=click.IntRange(1, 100_000), default=1, show_default=True,
+              help="Credentials to mint, one per line (one per install).")
+@click.option("--secret-env", default="CHORUS_SHUFFLER_ADMISSION_SECRETS", show_default=True,
+              help="Environment variable holding the secret(s); the first one mints.")
+def mint_credential(days: float, count: int, secret_env: str) -> None:
+    """Mint shuffler admission credentials (docs/shuffler.md), for the app's backend.
+
+    The secret is read from the environment, never from the command line, where other
+    users of the machine could read it in the process list. An app backend would rather
+    call chorus_shared.admission.mint_admission_credential for each real install.
+    """
+    import os
+
+    from chorus_shared.admission import mint_admission_credential
+
+    raw = os.environ.get(secret_env, "")
+    secrets = [part.strip() for part in raw.split(",") if part.strip()]
+    if not secrets:
+        fail(f"set {secret_env} to the admission secret the shuffler knows "
+             "(CHORUS_SHUFFLER_ADMISSION_SECRETS)")
+    try:
+        for _ in range(count):
+            click.echo(mint_admission_credential(secrets[0], lifetime=days * 86_400))
+    except ValueError as error:  # a secret too short to be one
+        fail(str(error))
