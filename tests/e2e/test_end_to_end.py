@@ -285,8 +285,13 @@ def test_compose_shuffler_service_is_valid_and_shares_the_key() -> None:
     # One variable feeds the collector's key and the shuffler's copy of it.
     assert env["CHORUS_SHUFFLER_SHUFFLER_KEY"] == collector["environment"]["CHORUS_SHUFFLER_KEY"]
     assert env["CHORUS_SHUFFLER_SHUFFLER_KEY"].startswith("${CHORUS_SHUFFLER_KEY")
+    # Each ${...} stands for what an operator sets: a key, or an admission secret (at least
+    # 32 characters, as the shuffler requires).
+    secret = "s" * 64
     settings = resolve_shuffler_settings(  # raises on an unknown CHORUS_SHUFFLER_* name
-        environ={k: v if "${" not in v else "key" for k, v in env.items()})
+        environ={k: v if "${" not in v else secret if "ADMISSION" in k else "key"
+                 for k, v in env.items()})
+    assert settings["ADMISSION_SECRETS"] == (secret,)
     assert settings["COLLECTOR_URL"] == "http://collector:8000"
     assert settings["DATABASE"].startswith("/data/")
     assert service["depends_on"]["collector"]["condition"] == "service_healthy"
