@@ -195,7 +195,6 @@ class Configs:
                 continue
             try:
                 self.fetch(name, ONE_ATTEMPT)
-                self._fetch_due.pop(name, None)
             except (CampaignUnavailable, TransportError) as error:
                 log.warning("chorus: campaign %r config not fetched: %s", name, error)
                 self._fetch_due[name] = self.fetch_time(now)
@@ -221,7 +220,6 @@ class Configs:
             try:
                 self.get(name, retry=ONE_ATTEMPT)
                 ready[name] = True
-                self._fetch_due.pop(name, None)
             except (CampaignUnavailable, TransportError) as error:
                 log.warning("chorus: campaign %r not ready: %s", name, error)
                 ready[name] = False
@@ -271,6 +269,9 @@ class Configs:
         if refusal:
             raise CampaignUnavailable(200, {"detail": refusal})
         if hold and (digest is not None or name not in self.pinned):
+            # Held from now on, however it was fetched (the sender, prepare(), the app's
+            # campaign()): a fetch still scheduled would only ask again.
+            self._fetch_due.pop(name, None)
             refresh = self.fetch_time(self._clock() + CONFIG_REFRESH)
             if not self._state.closed:
                 self._state.hold_config(

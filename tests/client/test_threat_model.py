@@ -853,3 +853,15 @@ def test_a_record_config_stating_the_old_one_attribute_epsilon_is_refused() -> N
                     send_delay=0.0)
     assert client.report("r", {"a0": "v0", "a1": "v1", "a2": "v0", "a3": "v7"}) == \
         "unavailable"
+
+
+def test_a_config_the_app_fetched_is_not_fetched_again_by_the_sender() -> None:
+    evil = EvilCollector({"x": spec("x")})
+    digest = campaign_from_spec(evil.specs["x"], warn=False).digest
+    clock = FakeClock()
+    client = evil_client(evil, None, campaigns={"x": digest}, send_delay=None, clock=clock)
+    client.campaign("x")  # the app's own call, before the sender's scheduled fetch
+    clock.now += 3 * 3600
+    client.flush()
+    assert evil.gets == ["x"]
+    assert client.configs.next_fetch() is None
