@@ -1,7 +1,8 @@
 """The aggregation job on a Dask LocalCluster against the process pool, in the same run:
 ``python benchmarks/dask_aggregation.py [--quick] [--reports N] [--mechanism krr|olh|rappor]``.
 
-One collector database holds N simulated reports of one campaign (``chorus_collector.simulate``,
+One collector database holds N simulated reports of one campaign
+(``chorus_collector.design.simulate``,
 24 hourly buckets), appended as ingest appends them and not folded. Then, with W workers
 (default: one per core):
 
@@ -39,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from chorus_collector.progress import staged
+from chorus_collector.cli.progress import staged
 
 SPECS: dict[str, dict[str, Any]] = {
     "krr": {"mechanism": "krr", "epsilon": 2.0, "domain": [f"c{i}" for i in range(16)]},
@@ -52,7 +53,7 @@ BUILD_CHUNK = 100_000
 
 def build(path: Path, name: str, reports: int) -> None:
     """A database holding ``reports`` unfolded reports of campaign ``name``."""
-    from chorus_collector.simulate import simulate
+    from chorus_collector.design.simulate import simulate
     from chorus_collector.storage import Storage, StoredReport
     from chorus_shared import campaign_from_spec
 
@@ -92,13 +93,13 @@ def _timed(fn: Any) -> tuple[Any, float]:
 def run(name: str, reports: int, workers: int, repeat: int, workdir: Path) -> dict[str, Any]:
     from distributed import Client, LocalCluster
 
-    from chorus_collector.aggregate import recompute
-    from chorus_collector.distributed import (
+    from chorus_collector.jobs.aggregate import recompute
+    from chorus_collector.jobs.distributed import (
         TASK_REPORTS,
         fold_with_cluster,
         recompute_on_cluster,
     )
-    from chorus_collector.folding import fold
+    from chorus_collector.jobs.folding import fold
     from chorus_collector.storage import Storage
 
     db = workdir / "bench.db"
@@ -121,7 +122,7 @@ def run(name: str, reports: int, workers: int, repeat: int, workdir: Path) -> di
         # Workers are fresh processes: they import the estimators once, as a running
         # cluster already has (the pool's forked processes inherit them from this one).
         _, warm_up = _timed(lambda: client.run(importlib.import_module,
-                                               "chorus_collector.distributed"))
+                                               "chorus_collector.jobs.distributed"))
         out["cluster_start_s"] += warm_up
         pool_s, dask_s = [], []
         rounds = [(f"round {i + 1} of {repeat}", i) for i in range(repeat)]

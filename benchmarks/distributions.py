@@ -16,7 +16,7 @@ histogram baselines on the same grid.
   frequencies projected onto the simplex (query post-processing ``projection``) and read as
   a histogram; and the Haar-wavelet method (HaarHRR, CKS 2019), *simulated only*
   (benchmarks/haar_sim.py), to decide whether it earns a place as a mechanism.
-* Every report is simulated per user (``chorus_collector.simulate``, whose samplers are
+* Every report is simulated per user (``chorus_collector.design.simulate``, whose samplers are
   tested against each mechanism's exact output distribution), also at n = 10⁶, and folded
   by the estimator's own ``map``: nothing is simulated at the level of the folded state. (A
   multinomial draw of Square Wave's output counts from M·θ is exact only for values already
@@ -72,6 +72,8 @@ from typing import Any, TypeVar
 import numpy as np
 from haar_sim import haar_leaves  # benchmarks/, beside this script
 
+from chorus_collector.cli.progress import progress_bar
+from chorus_collector.design.simulate import simulate
 from chorus_collector.estimators import estimator_for
 from chorus_collector.estimators.base import Query
 from chorus_collector.estimators.distribution import (
@@ -79,9 +81,7 @@ from chorus_collector.estimators.distribution import (
     FittedDistribution,
     answer,
 )
-from chorus_collector.progress import progress_bar
-from chorus_collector.results_distribution import DistributionEstimate
-from chorus_collector.simulate import simulate
+from chorus_collector.results.distribution import DistributionEstimate
 from chorus_shared import Campaign, NumericRange, campaign_from_spec
 from chorus_shared.mechanisms import SquareWave
 from chorus_shared.mechanisms.distribution import DistributionMechanism

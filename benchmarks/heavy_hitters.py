@@ -14,7 +14,7 @@ heavy-hitter implementations (PEM, TreeHist, Apple's SFP) on the same data.
 * Chorus: the campaign an analyst would create, ``{"top": k}`` and every other parameter at its
   default (``keep`` = max(2k, 32) candidates per step), over ``max_bytes`` 8 with the words'
   alphabet declared ([a-z], as the peers are told it); ``bytes`` is ``auto`` without it. Reports
-  are drawn in bulk by ``chorus_collector.simulate`` (the real client's distribution,
+  are drawn in bulk by ``chorus_collector.design.simulate`` (the real client's distribution,
   vectorized), folded by the estimator's ``map`` and answered by ``finalize``. ``auto`` resolves
   to PEM or TreeHist (``chorus_shared.selection.choose_discovery``); where its campaign equals
   that mechanism's, its row *is* that run (same reports), labelled with the choice.
@@ -92,11 +92,11 @@ from typing import Any
 
 import numpy as np
 
+from chorus_collector.cli.progress import progress_bar
+from chorus_collector.design.simulate import simulate
 from chorus_collector.estimators import estimator_for
 from chorus_collector.estimators.base import Query
-from chorus_collector.progress import progress_bar
-from chorus_collector.results import FrequencyEstimate
-from chorus_collector.simulate import simulate
+from chorus_collector.results.estimates import FrequencyEstimate
 from chorus_shared import Campaign, campaign_from_spec
 from chorus_shared.mechanisms.discovery import PrefixDiscovery
 

@@ -36,9 +36,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' throwaway PostgreSQL server
 
-from chorus_collector.process import CollectorProcess  # noqa: E402
-from chorus_collector.progress import staged  # noqa: E402
-from chorus_collector.simulate import simulate  # noqa: E402
+from chorus_collector.cli.progress import staged  # noqa: E402
+from chorus_collector.design.simulate import simulate  # noqa: E402
+from chorus_collector.server.process import CollectorProcess  # noqa: E402
 from chorus_shared import campaign_from_config, new_report_id  # noqa: E402
 
 ADMIN = "bench-admin-token"

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from chorus_collector.progress import staged
+from chorus_collector.cli.progress import staged
 
 BUDGET_S = 8.0  # the most any one timed loop may run
 ZIPF_S = 1.1

@@ -13,7 +13,7 @@ multi-freq-ldpy 0.2.5's SPL, SMP and RS+FD on the same data, at the same *true* 
   as Chorus's standard errors do.
 * Grid: n ∈ {10⁴, 10⁵} × ε ∈ {0.5, 1, 2, 4} (``--quick``: n = 10⁴ only, 16 runs). Chorus:
   ``RUNS`` seeded runs per setting (160 at 10⁴, 32 at 10⁵); every report simulated per user
-  (``chorus_collector.simulate``) and folded by the estimator's own ``map``; the answers are
+  (``chorus_collector.design.simulate``) and folded by the estimator's own ``map``; the answers are
   ``finalize`` (unbiased) and ``finalize`` with post-processing ``norm-sub`` and ``norm-mul``.
 * Exact variance ("theory"), computed here from π, not from Chorus's propagated covariances:
   model-S variances given the number of reports behind each table, averaged over the runs'
@@ -79,12 +79,12 @@ from typing import Any, cast
 
 import numpy as np
 
+from chorus_collector.cli.progress import progress_bar
+from chorus_collector.design.simulate import simulate
 from chorus_collector.estimators import estimator_for
 from chorus_collector.estimators.base import Query
 from chorus_collector.estimators.record import MarginalsEstimator, RecordEstimator
-from chorus_collector.progress import progress_bar
-from chorus_collector.results_record import RecordEstimate
-from chorus_collector.simulate import simulate
+from chorus_collector.results.record import RecordEstimate
 from chorus_shared import Campaign, campaign_from_spec
 from chorus_shared.mechanisms import (
     KRR,

@@ -45,12 +45,12 @@ import numpy as np
 import requests
 
 from chorus_collector import create_app
+from chorus_collector.cli.progress import staged
 from chorus_collector.estimators import estimator_for
 from chorus_collector.estimators.local_hashing import support_counts
-from chorus_collector.folding import fold
-from chorus_collector.ingest import ingest_reports
-from chorus_collector.process import CollectorProcess, free_port
-from chorus_collector.progress import staged
+from chorus_collector.ingest.reports import ingest_reports
+from chorus_collector.jobs.folding import fold
+from chorus_collector.server.process import CollectorProcess, free_port
 from chorus_shared import Campaign, campaign_from_spec, new_report_id
 
 SPECS: dict[str, dict[str, Any]] = {
@@ -293,7 +293,7 @@ SERIES_BUCKETS = 30
 def _series_campaign(campaign: Campaign, reports: int, workdir: Path) -> tuple[Any, Any]:
     """A database holding ``reports`` simulated k-RR reports over SERIES_BUCKETS hourly
     buckets, appended as ingest would and folded, as the server's folders keep it."""
-    from chorus_collector.simulate import simulate
+    from chorus_collector.design.simulate import simulate
     from chorus_collector.storage import Storage, StoredReport
 
     storage = Storage(str(workdir / f"series-{reports}.db"), synchronous="NORMAL")

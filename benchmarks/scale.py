@@ -1,6 +1,6 @@
 """Chorus at 10⁷ reports: ``python benchmarks/scale.py [--quick]`` (part of ``make bench``).
 
-* aggregation: 10⁷ simulated reports per mechanism (``chorus_collector.simulate``, tested to
+* aggregation: 10⁷ simulated reports per mechanism (``chorus_collector.design.simulate``, tested to
   draw the client's distribution) streamed in chunks through the estimator's map and merged;
   reports/s of the map alone, and the peak RSS of the whole process (each mechanism runs in a
   fresh subprocess, so the figure is its own), against the 500 MB target;
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from chorus_collector.progress import staged
+from chorus_collector.cli.progress import staged
 
 SPECS: dict[str, dict[str, Any]] = {
     "krr": {"mechanism": "krr", "epsilon": 2.0, "domain": [f"c{i}" for i in range(16)]},
@@ -55,8 +55,8 @@ def _inputs(name: str, campaign: Any, n: int, rng: np.random.Generator) -> Any:
 
 def aggregate_one(name: str, total: int) -> dict[str, Any]:
     """In this process: stream ``total`` reports through map/merge; time and peak RSS."""
+    from chorus_collector.design.simulate import simulate
     from chorus_collector.estimators import estimator_for
-    from chorus_collector.simulate import simulate
 
     campaign = _campaign(name)
     mechanism = campaign.mechanism
@@ -91,8 +91,8 @@ def _stored_campaign(workdir: Path, reports: int) -> tuple[Any, Any]:
     """A collector database holding ``reports`` k-RR reports over 24 hourly buckets, appended
     directly (as ingest would) and folded into the per-bucket statistics."""
     from chorus_collector import create_app
-    from chorus_collector.folding import fold
-    from chorus_collector.simulate import simulate
+    from chorus_collector.design.simulate import simulate
+    from chorus_collector.jobs.folding import fold
     from chorus_collector.storage import StoredReport
 
     app = create_app({"DATABASE": str(workdir / f"scale-{reports}.db"), "ANALYST_TOKEN": "t",

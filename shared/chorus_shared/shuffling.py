@@ -13,7 +13,7 @@ larger, so its ε is the more conservative one (n = 10⁵, ε₀ = 4, δ = 10⁻
 0.5346), and that is the one used here.
 
 The numerical bound of the same paper, which is about three times tighter, needs numpy and
-lives in the collector (``chorus_collector.shuffling``). This module is pure Python so that
+lives in the collector (``chorus_collector.ingest.shuffling``). This module is pure Python so that
 the client side of the protocol can state the closed form too.
 """
 

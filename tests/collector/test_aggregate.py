@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 from flask import Flask
 
-from chorus_collector.aggregate import check_aggregates, recompute
 from chorus_collector.cli import main as cli
-from chorus_collector.folding import fold
+from chorus_collector.jobs.aggregate import check_aggregates, recompute
+from chorus_collector.jobs.folding import fold
 from chorus_collector.storage import open_storage
 from helpers.support import ADMIN_HEADERS, ANALYST_HEADERS, FakeClock, make_report, query
 

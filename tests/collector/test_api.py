@@ -696,7 +696,7 @@ def test_frequency_answers_are_the_estimate_field_for_field() -> None:
     import io
     import math
 
-    from chorus_collector.results import FrequencyEstimate, FrequencyRow
+    from chorus_collector.results.estimates import FrequencyEstimate, FrequencyRow
 
     rows = [FrequencyRow.from_frequency("a", 0.25, 0.01, 100),
             FrequencyRow.from_frequency("=b", float("nan"), 0.02, 100, detected=True)]

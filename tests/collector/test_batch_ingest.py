@@ -21,8 +21,8 @@ from flask.testing import FlaskClient
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from chorus_collector import ingest
-from chorus_collector.ingest import ReportStatus, batch_answer, parse_body
+from chorus_collector.ingest import reports as ingest
+from chorus_collector.ingest.reports import ReportStatus, batch_answer, parse_body
 from helpers.support import ADMIN_HEADERS, NOW, campaign_spec, make_report, query
 
 Scenario = Callable[[dict[str, Any], random.Random], list[list[dict[str, Any]]]]

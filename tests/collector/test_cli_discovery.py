@@ -18,7 +18,7 @@ from chorus_client import CollectorAPI, WSGITransport
 from chorus_collector.cli import analysis as analysis_cli
 from chorus_collector.cli import campaigns as campaigns_cli
 from chorus_collector.cli import main as cli
-from chorus_collector.formatting import format_instant, shown_value
+from chorus_collector.results.formatting import format_instant, shown_value
 from chorus_collector.storage import Storage
 from helpers.discoveryseed import HOUR, SPEC, T0, WORDS, seed_folded
 from helpers.support import ADMIN_HEADERS, ANALYST, ANALYST_HEADERS
@@ -158,7 +158,7 @@ def test_campaign_show_prints_the_auto_selection(chorus: Chorus, http: FlaskClie
 
 def test_the_demo_prints_what_was_found_beside_the_truth(http: FlaskClient,
                                                          searches: str) -> None:
-    from chorus_collector.demo import _print_results
+    from chorus_collector.cli.demo import _print_results
 
     body = _api(http, f"/v1/campaigns/{searches}/estimates")
     truth = {"cat": 0.3, "dog": 0.25, "é": 0.2, "a\tb": 0.15, "zoo": 0.1 - 1e-3,
@@ -180,7 +180,7 @@ def test_the_demo_prints_what_was_found_beside_the_truth(http: FlaskClient,
 def test_the_demo_installs_may_spend_what_its_campaigns_take() -> None:
     """Each simulated install reports once to every demo campaign: the lifetime budget the
     demo's clients are given is exactly the sum, so no report is suppressed."""
-    from chorus_collector.demo import DEMO_CAMPAIGNS, DEMO_LIFETIME_BUDGET
+    from chorus_collector.cli.demo import DEMO_CAMPAIGNS, DEMO_LIFETIME_BUDGET
     from chorus_shared import campaign_from_spec
 
     spent = sum(campaign_from_spec(spec).epsilon for spec in DEMO_CAMPAIGNS)

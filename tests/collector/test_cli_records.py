@@ -155,7 +155,7 @@ def test_a_campaign_of_marginals_only(chorus: Any, http: FlaskClient) -> None:
 def test_the_demo_prints_a_record_campaign(api: CollectorAPI) -> None:
     """The demo's report prints a record answer, counting its marginals' coverage when it is
     given the truth (attribute=value → share) and printing it without."""
-    from chorus_collector.demo import _print_results
+    from chorus_collector.cli.demo import _print_results
 
     body = api.estimates("crashes")
     lines: list[str] = []

@@ -21,7 +21,7 @@ from flask.testing import FlaskClient
 from chorus_client.api import CollectorAPI
 from chorus_client.transport import WSGITransport
 from chorus_collector.cli import main
-from chorus_collector.designer import (
+from chorus_collector.design.designer import (
     DesignRequest,
     design,
     frequency_variance,
@@ -201,7 +201,7 @@ def test_simulation_needs_a_distribution_and_a_known_mechanism() -> None:
 
 
 def test_simulation_caps_the_users_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    from chorus_collector import design_simulation
+    from chorus_collector.design import simulation as design_simulation
 
     monkeypatch.setattr(design_simulation, "MAX_RANDOMIZER_USERS", 300)
     result = simulate_design(CATEGORIES, "ss", 1)  # no vectorized sampler: the client's
@@ -211,7 +211,7 @@ def test_simulation_caps_the_users_and_says_so(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_bit_vector_reports_are_capped_by_their_bits(monkeypatch: pytest.MonkeyPatch) -> None:
-    from chorus_collector import design_simulation
+    from chorus_collector.design import simulation as design_simulation
 
     monkeypatch.setattr(design_simulation, "MAX_SIMULATED_BITS", 5 * 1000)
     result = simulate_design(CATEGORIES, "oue", 1)  # 5 bits a report: 1000 reports

@@ -21,7 +21,7 @@ import schemathesis
 from flask import Flask
 from flask.testing import FlaskClient
 
-from chorus_collector.openapi import openapi_document
+from chorus_collector.http.openapi import openapi_document
 from chorus_collector.storage import Storage, StoredCampaign
 from helpers.discoveryseed import HOUR, SPEC, T0, WORDS, seed_folded
 from helpers.support import ADMIN_HEADERS, ANALYST_HEADERS

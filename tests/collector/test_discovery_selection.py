@@ -22,9 +22,9 @@ import math
 import numpy as np
 import pytest
 
+from chorus_collector.design.simulate import simulate
 from chorus_collector.estimators import estimator_for
 from chorus_collector.estimators.base import Query
-from chorus_collector.simulate import simulate
 from chorus_shared.campaign import campaign_from_spec
 from helpers.discoveryseed import SPEC, WORD_SHARES, WORDS
 

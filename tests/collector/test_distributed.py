@@ -24,18 +24,18 @@ from distributed import Client, LocalCluster
 from flask import Flask
 from flask.testing import FlaskClient
 
-from chorus_collector import distributed
-from chorus_collector.aggregate import Buckets, check_aggregates, recompute
 from chorus_collector.cli import main as cli
-from chorus_collector.distributed import (
+from chorus_collector.jobs import distributed
+from chorus_collector.jobs.aggregate import Buckets, check_aggregates, recompute
+from chorus_collector.jobs.distributed import (
     aggregate_parquet,
     cluster_recompute,
     fold_on_cluster,
     fold_with_cluster,
     recompute_on_cluster,
 )
-from chorus_collector.export import SIDECAR, export_parquet
-from chorus_collector.folding import fold
+from chorus_collector.jobs.export import SIDECAR, export_parquet
+from chorus_collector.jobs.folding import fold
 from chorus_collector.storage import Storage, state_array
 from helpers.support import ADMIN_HEADERS, FakeClock, make_report
 
@@ -277,9 +277,9 @@ def test_an_unreachable_scheduler_is_named(appended: Reports,
 
 
 def test_the_collector_imports_neither_dask_nor_pyarrow_until_a_job_needs_them() -> None:
-    code = ("import sys, chorus_collector.cli, chorus_collector.distributed, "
-            "chorus_collector.export; print(' '.join(sorted(sys.modules)))")
+    code = ("import sys, chorus_collector.cli, chorus_collector.jobs.distributed, "
+            "chorus_collector.jobs.export; print(' '.join(sorted(sys.modules)))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True).stdout.split()
-    assert "chorus_collector.distributed" in loaded
+    assert "chorus_collector.jobs.distributed" in loaded
     assert {m.split(".")[0] for m in loaded} & {"dask", "distributed", "pyarrow"} == set()

@@ -23,10 +23,10 @@ from click.testing import CliRunner
 from flask import Flask
 from flask.testing import FlaskClient
 
-from chorus_collector.aggregate import check_aggregates
 from chorus_collector.cli import main as cli
 from chorus_collector.estimators import estimator_for
-from chorus_collector.folding import (
+from chorus_collector.jobs.aggregate import check_aggregates
+from chorus_collector.jobs.folding import (
     FOLDER_NICENESS,
     BackgroundFolder,
     estimate_inputs,

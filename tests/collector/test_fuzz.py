@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chorus_collector.ingest import parse_body
+from chorus_collector.ingest.reports import parse_body
 from helpers.support import ADMIN_HEADERS, ANALYST_HEADERS, campaign_spec, make_report
 
 # Leaves include lone surrogates (json.dumps escapes them as \udxxx) and integers far beyond

@@ -15,7 +15,7 @@ from flask import Flask
 from hypothesis import HealthCheck, settings
 from schemathesis import checks as st_checks
 
-from chorus_collector.openapi import openapi_document
+from chorus_collector.http.openapi import openapi_document
 from helpers.support import ADMIN, ADMIN_HEADERS, campaign_spec, make_report
 
 EXAMPLE_CAMPAIGN = "browsers"

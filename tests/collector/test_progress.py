@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from chorus_collector.cli import main as cli
-from chorus_collector.progress import progress_bar, staged
+from chorus_collector.cli.progress import progress_bar, staged
 
 
 class Terminal(io.StringIO):

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from flask import Flask
 
 from chorus_collector.cli import main as cli
-from chorus_collector.rappor_compat import (
+from chorus_collector.ingest.rappor_compat import (
     CompatError,
     reports_from_google_csv,
     spec_from_google_params,

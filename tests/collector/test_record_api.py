@@ -21,7 +21,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from chorus_client import Client, CollectorAPI, WSGITransport
-from chorus_collector.openapi import openapi_document
+from chorus_collector.http.openapi import openapi_document
 from helpers.support import ADMIN, ADMIN_HEADERS, ANALYST_HEADERS, NOW, FakeClock, z_threshold
 
 URL = "http://collector.test"

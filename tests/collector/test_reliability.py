@@ -16,7 +16,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from chorus_client import Client
-from chorus_collector.folding import fold
+from chorus_collector.jobs.folding import fold
 from helpers.support import (
     ADMIN,
     ADMIN_HEADERS,
@@ -338,7 +338,7 @@ def test_settings_errors_are_one_line_and_exit_two(tmp_path: Path) -> None:
 
 
 def test_serve_prints_a_startup_summary_without_secrets() -> None:
-    from chorus_collector.server import startup_summary
+    from chorus_collector.server.gunicorn import startup_summary
     from chorus_collector.settings import resolve_settings
 
     summary = startup_summary(resolve_settings({"ADMIN_TOKEN": "s3cret-admin",
@@ -353,7 +353,7 @@ def test_the_cli_says_what_to_fix(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from chorus_collector.cli import main
-    from chorus_collector.process import CollectorProcess
+    from chorus_collector.server.process import CollectorProcess
 
     runner = CliRunner()
     down = runner.invoke(main, ["campaign", "list", "--url", "http://127.0.0.1:9"])

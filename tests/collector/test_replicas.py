@@ -16,7 +16,7 @@ import pytest
 from flask import Flask
 
 from chorus_collector import create_app
-from chorus_collector.folding import fold
+from chorus_collector.jobs.folding import fold
 from chorus_collector.storage import open_storage
 from helpers.support import (
     ADMIN,

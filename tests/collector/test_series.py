@@ -17,7 +17,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from chorus_collector.analysis import MAX_POINTS, estimate_series
-from chorus_collector.folding import fold
+from chorus_collector.jobs.folding import fold
 from chorus_collector.problems import Problem
 from helpers.support import (
     ADMIN_HEADERS,

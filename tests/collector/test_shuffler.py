@@ -28,21 +28,21 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from chorus_collector import create_app
-from chorus_collector.formatting import format_estimates
-from chorus_collector.process import CollectorProcess, free_port
+from chorus_collector.ingest.shuffled_batches import NO_INJECTION
+from chorus_collector.ingest.shuffling import ASSUMPTIONS, central_privacy
+from chorus_collector.results.formatting import format_estimates
+from chorus_collector.server.process import CollectorProcess, free_port
 from chorus_collector.settings import SettingsError, resolve_settings
-from chorus_collector.shuffled_batches import NO_INJECTION
-from chorus_collector.shuffler import create_shuffler_app
-from chorus_collector.shuffler_forward import (
+from chorus_collector.shuffler.app import create_shuffler_app
+from chorus_collector.shuffler.forward import (
     SHUFFLED_BATCH_HEADER,
     SHUFFLED_SENDERS_HEADER,
     Forwarder,
     UpstreamError,
     UpstreamReply,
 )
-from chorus_collector.shuffler_pool import pool_migrations
-from chorus_collector.shuffler_settings import resolve_shuffler_settings
-from chorus_collector.shuffling import ASSUMPTIONS, central_privacy
+from chorus_collector.shuffler.pool import pool_migrations
+from chorus_collector.shuffler.settings import resolve_shuffler_settings
 from chorus_collector.storage import migrations, open_storage
 from chorus_shared import campaign_from_config
 from chorus_shared.admission import mint_admission_credential
@@ -920,7 +920,7 @@ def config_time(config: dict[str, Any]) -> int:
 @pytest.mark.postgresql_only
 def test_an_old_postgresql_database_migrates_and_keeps_its_batches_unvouched(
         postgres: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from chorus_collector import storage_postgres
+    from chorus_collector.storage import postgres as storage_postgres
 
     url = postgres.new_schema()
     monkeypatch.setattr(storage_postgres, "MIGRATIONS", storage_postgres.MIGRATIONS[:2])
@@ -1173,8 +1173,8 @@ def test_the_cli_flushes_once(collector: Flask, tmp_path: Path, rng: random.Rand
                               monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
-    from chorus_collector import shuffler_forward
     from chorus_collector.cli import main as cli
+    from chorus_collector.shuffler import forward as shuffler_forward
 
     config = create_campaign(collector)
     create_shuffler_app(shuffler_config(tmp_path)).test_client().post(
@@ -1217,7 +1217,7 @@ def test_shuffler_settings_from_the_environment_and_their_checks() -> None:
 
 
 def test_every_shuffler_setting_is_documented_with_its_default() -> None:
-    from chorus_collector.shuffler_settings import SHUFFLER_SETTINGS
+    from chorus_collector.shuffler.settings import SHUFFLER_SETTINGS
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "shuffler.md").read_text()
     for setting in SHUFFLER_SETTINGS:

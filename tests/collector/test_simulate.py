@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from chorus_collector.simulate import SIMULATORS, simulate
+from chorus_collector.design.simulate import SIMULATORS, simulate
 from chorus_shared import Campaign
 from helpers.examples import example_campaigns
 from helpers.statcheck import assert_goodness_of_fit, payload_key, privacy_inputs

@@ -1,6 +1,6 @@
 """Window comparisons (GET|POST /v1/campaigns/<name>/compare, ``analysis.compare_windows``).
 
-Statistical checks, with seeded simulations (``chorus_collector.simulate``) of k-RR reports
+Statistical checks, with seeded simulations (``chorus_collector.design.simulate``) of k-RR reports
 drawn i.i.d. from a known distribution (the estimator's own variance model, i.i.d.
 sampling) and stored as folded statistics:
 
@@ -27,9 +27,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from chorus_collector.analysis import adjusted_p_values, compare_windows
+from chorus_collector.design.simulate import simulate
 from chorus_collector.estimators import estimator_for
 from chorus_collector.problems import Problem
-from chorus_collector.simulate import simulate
 from chorus_collector.storage import Storage, StoredCampaign
 from helpers.support import ANALYST_HEADERS, NOW, chi2_band, z_threshold
 

@@ -26,7 +26,7 @@ from click.testing import CliRunner
 
 from chorus_client import Client, CollectorAPI, RequestsTransport
 from chorus_collector.cli import main as cli
-from chorus_collector.process import SERVE_COMMAND, CollectorProcess
+from chorus_collector.server.process import SERVE_COMMAND, CollectorProcess
 from chorus_shared import campaign_from_config
 from helpers.support import ADMIN, ANALYST
 
@@ -267,8 +267,8 @@ def test_compose_file_is_valid() -> None:
 
 
 def test_compose_shuffler_service_is_valid_and_shares_the_key() -> None:
-    from chorus_collector.shuffler_server import SHUFFLER_COMMAND
-    from chorus_collector.shuffler_settings import resolve_shuffler_settings
+    from chorus_collector.shuffler.server import SHUFFLER_COMMAND
+    from chorus_collector.shuffler.settings import resolve_shuffler_settings
 
     result = _compose_config(ROOT / "docker-compose.yml", "--profile", "shuffler")
     assert result.returncode == 0, result.stderr

@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from chorus_collector.problems import KINDS, PROBLEM_BASE
-from chorus_collector.process import CollectorProcess, free_port
+from chorus_collector.server.process import CollectorProcess, free_port
 from helpers.nginx import Nginx, running_nginx
 from helpers.support import ADMIN
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from chorus_collector.design.simulate import simulate
 from chorus_collector.estimators import estimator_for
-from chorus_collector.simulate import simulate
 from chorus_collector.storage import Storage, StoredCampaign
 from helpers.support import NOW
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from chorus_collector.process import free_port
+from chorus_collector.server.process import free_port
 
 __all__ = ["running_nginx"]
 

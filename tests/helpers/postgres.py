@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from chorus_collector.process import free_port
+from chorus_collector.server.process import free_port
 
 __all__ = ["PostgresServer", "postgres_bin"]
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from chorus_collector.design.simulate import simulate
 from chorus_collector.estimators import Query, QueryError, estimator_for
 from chorus_collector.estimators.discovery import (
     PEMEstimator,
@@ -41,8 +42,7 @@ from chorus_collector.estimators.discovery import (
     marginal_estimates,
     report_buckets,
 )
-from chorus_collector.results import FrequencyEstimate
-from chorus_collector.simulate import simulate
+from chorus_collector.results.estimates import FrequencyEstimate
 from chorus_shared import Campaign, CampaignError, campaign_from_spec, prefix_hash
 from chorus_shared.mechanisms import PEM, PrefixDiscovery, TreeHist
 from chorus_shared.mechanisms.discovery import DETECTION_ALPHA, SALT_MAX, olh_variance

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from chorus_collector.design.simulate import simulate
 from chorus_collector.estimators import Query, QueryError, estimator_for
 from chorus_collector.estimators.discovery import buckets_of, extensions, first_candidates
-from chorus_collector.results import FrequencyEstimate
-from chorus_collector.simulate import simulate
+from chorus_collector.results.estimates import FrequencyEstimate
 from chorus_shared import Campaign, CampaignError, campaign_from_spec
 from chorus_shared.domain import OpenStrings, domain_from_json
 from chorus_shared.errors import ValueDomainError

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from chorus_collector.design.simulate import simulate
 from chorus_collector.estimators import Query, estimator_for
 from chorus_collector.estimators.record import MarginalsEstimator, consistent_tables
-from chorus_collector.results_record import RecordEstimate
-from chorus_collector.simulate import simulate
+from chorus_collector.results.record import RecordEstimate
 from chorus_shared import Campaign, campaign_from_spec
 from chorus_shared.domain import domain_from_json
 from chorus_shared.mechanisms import Marginals, RandomSamplingFakeData, RecordMechanism

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chorus_collector.api import api
+from chorus_collector.http.api import api
 from chorus_collector.settings import SETTINGS, SettingsError, resolve_settings
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()

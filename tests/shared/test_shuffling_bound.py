@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from chorus_collector.shuffling import (
+from chorus_collector.ingest.shuffling import (
     ASSUMPTIONS,
     central_privacy,
     clone_delta,
@@ -208,11 +208,11 @@ def test_bad_arguments_are_refused(epsilon0: float, n: int, delta: float) -> Non
 def test_the_table_in_the_docs_is_what_the_code_computes() -> None:
     from pathlib import Path
 
-    from chorus_collector.shuffling import central_table
+    from chorus_collector.ingest.shuffling import central_table
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "shuffler.md").read_text()
     assert central_table() in docs
-    assert "python -m chorus_collector.shuffling" in docs
+    assert "python -m chorus_collector.ingest.shuffling" in docs
 
 
 def test_the_shared_closed_form_does_not_import_numpy() -> None:

@@ -42,9 +42,9 @@ from chorus_collector.analysis.windows import (
     window_inputs,
 )
 from chorus_collector.estimators import Query
-from chorus_collector.folding import EstimateInputs
+from chorus_collector.jobs.folding import EstimateInputs
 from chorus_collector.problems import Problem
-from chorus_collector.results import CONFIDENCE, Z95, _CsvWriter
+from chorus_collector.results.estimates import CONFIDENCE, Z95, _CsvWriter
 from chorus_collector.storage import Storage, StoredCampaign
 
 __all__ = ["CORRECTIONS", "ComparisonResult", "ComparisonRow", "adjusted_p_values",

@@ -40,9 +40,9 @@ from chorus_collector.analysis.windows import (
     value_estimates,
 )
 from chorus_collector.estimators import Query, estimator_for
-from chorus_collector.folding import map_payloads
+from chorus_collector.jobs.folding import map_payloads
 from chorus_collector.problems import Problem
-from chorus_collector.results import CONFIDENCE, _CsvWriter
+from chorus_collector.results.estimates import CONFIDENCE, _CsvWriter
 from chorus_collector.storage import Storage, StoredCampaign, state_array
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import PrefixDiscovery

@@ -24,11 +24,11 @@ import numpy as np
 
 from chorus_collector.estimators import Query, QueryError, estimator_for
 from chorus_collector.estimators.base import DEFAULT_QUANTILES
-from chorus_collector.folding import EstimateInputs, estimate_inputs
+from chorus_collector.jobs.folding import EstimateInputs, estimate_inputs
 from chorus_collector.problems import Problem
-from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
-from chorus_collector.results_distribution import DistributionEstimate, quantile_label
-from chorus_collector.results_record import RecordEstimate
+from chorus_collector.results.distribution import DistributionEstimate, quantile_label
+from chorus_collector.results.estimates import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
+from chorus_collector.results.record import RecordEstimate
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.campaign import Campaign
 from chorus_shared.domain import Record

@@ -26,8 +26,8 @@ from chorus_collector.cli.timespec import (
     requested_window,
     window_options,
 )
-from chorus_collector.formatting import format_instant
-from chorus_collector.formatting_analysis import format_comparison, format_series
+from chorus_collector.results.formatting import format_instant
+from chorus_collector.results.formatting_analysis import format_comparison, format_series
 
 STEP_NAMES = ("bucket", "day", "week")
 DAY, WEEK = 86_400, 604_800

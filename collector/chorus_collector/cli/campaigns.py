@@ -17,7 +17,7 @@ from chorus_collector.cli.common import (
 )
 from chorus_collector.cli.root import main
 from chorus_collector.cli.timespec import campaign_window, requested_window, window_options
-from chorus_collector.formatting import format_estimates
+from chorus_collector.results.formatting import format_estimates
 
 
 @main.group()

@@ -37,7 +37,7 @@ scheduler_option = click.option(
 
 def open_database(database: str) -> Storage:
     from chorus_collector.storage import open_storage
-    from chorus_collector.storage_postgres import is_postgres_url
+    from chorus_collector.storage.postgres import is_postgres_url
 
     if not is_postgres_url(database) and not Path(database).exists():
         raise click.ClickException(f"{database}: no such database")

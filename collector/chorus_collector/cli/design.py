@@ -1,4 +1,4 @@
-"""``chorus design``: the campaign designer in a terminal (:mod:`chorus_collector.designer`).
+"""``chorus design``: the campaign designer in a terminal (:mod:`chorus_collector.design.designer`).
 
 Prints each mechanism's standard error and interval for the planned campaign, the report size
 and the privacy spent over time; with ``--distribution``, one simulated window; with
@@ -17,7 +17,7 @@ import click
 from chorus_collector.cli.campaigns import worst_case_line
 from chorus_collector.cli.common import call_collector, collector_api, token_option, url_option
 from chorus_collector.cli.root import main
-from chorus_collector.design_request import KINDS
+from chorus_collector.design.request import KINDS
 
 
 @main.command("design")
@@ -61,7 +61,7 @@ def design_command(kind: str, categories: str | None, domain_size: int | None,
                    create_name: str | None, description: str, accept_weak_privacy: bool,
                    output: str, url: str, token: str | None) -> None:
     """Compare mechanisms for a planned campaign; simulate it; create it."""
-    from chorus_collector.designer import design, simulate_design, spec
+    from chorus_collector.design.designer import design, simulate_design, spec
     from chorus_shared.errors import CampaignError
 
     request: dict[str, Any] = {"kind": kind, "epsilon": epsilon, "users": users}

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import click
 
 from chorus_collector.cli.common import database_option, open_database, scheduler_option
+from chorus_collector.cli.progress import progress_bar
 from chorus_collector.cli.root import main
-from chorus_collector.progress import progress_bar
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -33,7 +33,7 @@ def gc(database: str, margin: int) -> None:
     """
     import time
 
-    from chorus_collector.folding import fold
+    from chorus_collector.jobs.folding import fold
 
     storage = open_database(database)
     fold(storage)  # only folded reports are dropped: fold what is pending first
@@ -46,8 +46,8 @@ def _cluster(scheduler: str | None) -> Iterator[Client | None]:
     if scheduler is None:
         yield None
         return
-    from chorus_collector.distributed import connect
     from chorus_collector.extras import ExtraMissing
+    from chorus_collector.jobs.distributed import connect
 
     with contextlib.ExitStack() as stack:
         try:
@@ -80,7 +80,7 @@ def aggregate(database: str, follow: bool, interval: float, scheduler: str | Non
     import functools
     import time
 
-    from chorus_collector.folding import BackgroundFolder
+    from chorus_collector.jobs.folding import BackgroundFolder
 
     if parquet is not None:
         _aggregate_parquet(parquet, scheduler)
@@ -90,7 +90,7 @@ def aggregate(database: str, follow: bool, interval: float, scheduler: str | Non
         if client is None:
             run = BackgroundFolder(storage, interval).run_once
         else:
-            from chorus_collector.distributed import fold_with_cluster
+            from chorus_collector.jobs.distributed import fold_with_cluster
 
             run = functools.partial(fold_with_cluster, storage, client)
         while True:
@@ -103,8 +103,8 @@ def aggregate(database: str, follow: bool, interval: float, scheduler: str | Non
 
 
 def _aggregate_parquet(directory: Path, scheduler: str | None) -> None:
-    from chorus_collector.distributed import aggregate_parquet
     from chorus_collector.extras import ExtraMissing
+    from chorus_collector.jobs.distributed import aggregate_parquet
 
     with _cluster(scheduler) as client:
         try:
@@ -126,8 +126,8 @@ def export_command(name: str, directory: Path, database: str) -> None:
     """Write a campaign's reports at or below the fold watermark (seq, time bucket,
     payload) as Parquet files, with a sidecar holding its public config and the watermark
     (docs/spark.md). Needs the dask extra (pyarrow)."""
-    from chorus_collector.export import export_parquet
     from chorus_collector.extras import ExtraMissing
+    from chorus_collector.jobs.export import export_parquet
 
     storage = open_database(database)
     try:
@@ -151,7 +151,7 @@ def check_aggregates_command(name: str, database: str, workers: int | None,
     """Recompute a campaign's statistics from its raw reports (on every core, or on a Dask
     cluster) and compare them with the folded ones, bucket by bucket. Exit status 1 on
     any mismatch."""
-    from chorus_collector.aggregate import check_aggregates
+    from chorus_collector.jobs.aggregate import check_aggregates
 
     if workers is not None and workers < 1:
         raise click.ClickException("--workers must be at least 1")
@@ -159,7 +159,7 @@ def check_aggregates_command(name: str, database: str, workers: int | None,
     with _cluster(scheduler) as client:
         recompute_with = None
         if client is not None:
-            from chorus_collector.distributed import cluster_recompute
+            from chorus_collector.jobs.distributed import cluster_recompute
 
             recompute_with = cluster_recompute(client)
         try:

@@ -15,8 +15,8 @@ from chorus_collector.cli.common import (
     token_option,
     url_option,
 )
+from chorus_collector.cli.progress import progress_bar
 from chorus_collector.cli.root import main
-from chorus_collector.progress import progress_bar
 
 
 @main.group()
@@ -29,7 +29,7 @@ def rappor() -> None:
 @click.option("--name", required=True, help="Name of the campaign to define.")
 def rappor_params(params_csv: Path, name: str) -> None:
     """Print a campaign definition for google/rappor's k,h,m,p,q,f parameter CSV."""
-    from chorus_collector.rappor_compat import CompatError, spec_from_google_params
+    from chorus_collector.ingest.rappor_compat import CompatError, spec_from_google_params
 
     try:
         # utf-8-sig: a byte-order mark (spreadsheets write one) is not part of the header.
@@ -55,7 +55,7 @@ def rappor_import(name: str, reports_csv: Path, when: int | None, dry_run: bool,
     there (duplicate) and rejected, with each reason; exit status 1 if any was rejected."""
     import time
 
-    from chorus_collector.rappor_compat import CompatError, reports_from_google_csv
+    from chorus_collector.ingest.rappor_compat import CompatError, reports_from_google_csv
     from chorus_shared.campaign import campaign_from_config
 
     api = collector_api(url, token)

@@ -19,7 +19,7 @@ from chorus_collector.cli.root import main
 @click.option("--workers", type=int, default=None, help="Worker processes.")
 def serve(bind: str | None, database: str | None, workers: int | None) -> None:
     """Run the collector with the production WSGI server (gunicorn)."""
-    from chorus_collector.server import serve as run_server
+    from chorus_collector.server.gunicorn import serve as run_server
 
     overrides = {k: v for k, v in (("BIND", bind), ("DATABASE", database),
                                    ("WORKERS", workers)) if v is not None}
@@ -40,13 +40,13 @@ def shuffler(bind: str | None, database: str | None, flush: bool) -> None:
     overrides = {k: v for k, v in (("BIND", bind), ("DATABASE", database)) if v is not None}
     try:
         if flush:
-            from chorus_collector.shuffler import create_shuffler_app
+            from chorus_collector.shuffler.app import create_shuffler_app
 
             app = create_shuffler_app(overrides)
             report = app.extensions["chorus.shuffler.forwarder"].flush()
             click.echo(json.dumps(report.to_json()))
             return
-        from chorus_collector.shuffler_server import serve_shuffler
+        from chorus_collector.shuffler.server import serve_shuffler
 
         serve_shuffler(overrides)
     except SettingsError as error:

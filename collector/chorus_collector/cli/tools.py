@@ -22,7 +22,7 @@ from chorus_collector.cli.root import main
 def demo(users: int, seed: int, serve: bool, port: int | None) -> None:
     """Start a collector, create three campaigns, simulate users, print the estimates and
     the dashboard's address; with --serve, keep serving until Ctrl-C."""
-    from chorus_collector.demo import run_demo
+    from chorus_collector.cli.demo import run_demo
 
     if port is not None and not _port_is_free(port):
         raise click.ClickException(f"port {port} on 127.0.0.1 is in use: choose another, or "

@@ -20,9 +20,9 @@ from typing import Any
 from flask import Flask
 from flask_wtf.csrf import CSRFProtect
 
-from chorus_collector.auth import TokenVerifier
 from chorus_collector.dashboard.views import dashboard
-from chorus_collector.ratelimit import RateLimiter
+from chorus_collector.http.auth import TokenVerifier
+from chorus_collector.http.ratelimit import RateLimiter
 
 __all__ = ["init_dashboard"]
 

@@ -1,4 +1,5 @@
-"""The designer page's form, read into the designer's request (``chorus_collector.designer``):
+"""The designer page's form, read into the designer's request
+(``chorus_collector.design.designer``):
 the same fields the ``chorus design`` command and its JSON take."""
 
 from __future__ import annotations

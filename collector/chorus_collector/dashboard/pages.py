@@ -28,7 +28,7 @@ from chorus_collector.dashboard.charts import (
 from chorus_collector.estimators import Query, estimator_for
 from chorus_collector.estimators.base import DEFAULT_QUANTILES
 from chorus_collector.problems import Problem
-from chorus_collector.results_distribution import quantile_label
+from chorus_collector.results.distribution import quantile_label
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.domain import Record
 from chorus_shared.mechanisms import DISCOVERY_MECHANISMS

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from flask import current_app, redirect, request, session, url_for
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from chorus_collector.auth import Role, TokenVerifier
+from chorus_collector.http.auth import Role, TokenVerifier
 from chorus_collector.problems import Problem
 
 __all__ = ["current_role", "local_target", "require_role", "sign_in", "sign_out"]

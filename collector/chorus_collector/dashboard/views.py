@@ -20,7 +20,6 @@ from flask import (
 from flask_wtf.csrf import CSRFError, CSRFProtect
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from chorus_collector import designer
 from chorus_collector.dashboard import designing, pages
 from chorus_collector.dashboard.charts import sparkline
 from chorus_collector.dashboard.signin import (
@@ -30,10 +29,11 @@ from chorus_collector.dashboard.signin import (
     sign_in,
     sign_out,
 )
+from chorus_collector.design import designer
 from chorus_collector.estimators import estimator_for
-from chorus_collector.formatting import shown_value
+from chorus_collector.http.ratelimit import RateLimiter
 from chorus_collector.problems import Problem
-from chorus_collector.ratelimit import RateLimiter
+from chorus_collector.results.formatting import shown_value
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.campaign import campaign_from_spec
 from chorus_shared.errors import CampaignError

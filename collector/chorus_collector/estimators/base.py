@@ -17,9 +17,9 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import numpy as np
 
-from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
-from chorus_collector.results_distribution import DistributionEstimate
-from chorus_collector.results_record import RecordEstimate
+from chorus_collector.results.distribution import DistributionEstimate
+from chorus_collector.results.estimates import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
+from chorus_collector.results.record import RecordEstimate
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import Mechanism
 

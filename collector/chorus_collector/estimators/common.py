@@ -24,7 +24,7 @@ from chorus_collector.estimators.consistency import (
     norm_sub,
     simplex_projection,
 )
-from chorus_collector.results import FrequencyEstimate, MeanEstimate, frequency_rows
+from chorus_collector.results.estimates import FrequencyEstimate, MeanEstimate, frequency_rows
 from chorus_shared.campaign import Campaign
 from chorus_shared.domain import NumericRange
 from chorus_shared.errors import ValueDomainError

@@ -41,7 +41,7 @@ from scipy import sparse
 
 from chorus_collector.estimators.base import Estimator, MechanismTypes, Query, QueryError
 from chorus_collector.estimators.common import check_candidates
-from chorus_collector.results import FrequencyEstimate, frequency_rows
+from chorus_collector.results.estimates import FrequencyEstimate, frequency_rows
 from chorus_shared import prefix_hash
 from chorus_shared.campaign import Campaign
 from chorus_shared.domain import OpenStrings

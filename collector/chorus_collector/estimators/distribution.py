@@ -36,8 +36,8 @@ from threadpoolctl import threadpool_limits
 
 from chorus_collector.estimators.base import Estimator, M, Query, QueryError
 from chorus_collector.estimators.consistency import LABELS
-from chorus_collector.results import Z95
-from chorus_collector.results_distribution import DistributionEstimate, Statistic
+from chorus_collector.results.distribution import DistributionEstimate, Statistic
+from chorus_collector.results.estimates import Z95
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms.distribution import DistributionMechanism
 

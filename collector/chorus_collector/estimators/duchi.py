@@ -19,7 +19,7 @@ import numpy as np
 
 from chorus_collector.estimators.base import Estimator, MechanismTypes, Query
 from chorus_collector.estimators.common import mean_estimate, sample_std_error
-from chorus_collector.results import MeanEstimate
+from chorus_collector.results.estimates import MeanEstimate
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import Duchi
 

@@ -22,7 +22,7 @@ import numpy as np
 from chorus_collector.estimators.base import Estimator, MechanismTypes, Query
 from chorus_collector.estimators.common import frequency_estimate, pure_frequencies
 from chorus_collector.estimators.consistency import KRRChannel
-from chorus_collector.results import FrequencyEstimate
+from chorus_collector.results.estimates import FrequencyEstimate
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import KRR
 

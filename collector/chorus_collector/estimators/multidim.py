@@ -22,7 +22,7 @@ from chorus_collector.estimators.base import Estimator, MechanismTypes, Query
 from chorus_collector.estimators.common import MEAN_VARIANCE_MODEL, sample_std_error
 from chorus_collector.estimators.duchi import DuchiEstimator
 from chorus_collector.estimators.piecewise import HybridEstimator, PiecewiseEstimator
-from chorus_collector.results import MeanRow, VectorMeanEstimate
+from chorus_collector.results.estimates import MeanRow, VectorMeanEstimate
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import DuchiMultidim, SampledAttributes
 

@@ -53,7 +53,7 @@ from chorus_collector.estimators.common import (
     unpack_bits,
 )
 from chorus_collector.estimators.rappor_fit import constrained_fit, lasso_select
-from chorus_collector.results import FrequencyEstimate, FrequencyRow
+from chorus_collector.results.estimates import FrequencyEstimate, FrequencyRow
 from chorus_shared.campaign import Campaign
 from chorus_shared.hashing import bloom_bits, google_bloom_bits
 from chorus_shared.mechanisms import BasicRappor, BooleanRappor, OpenRR, Rappor

@@ -48,8 +48,8 @@ from chorus_collector.estimators.consistency import (
 )
 from chorus_collector.estimators.krr import KRREstimator
 from chorus_collector.estimators.unary import UnaryEstimator
-from chorus_collector.results import FrequencyRow
-from chorus_collector.results_record import (
+from chorus_collector.results.estimates import FrequencyRow
+from chorus_collector.results.record import (
     Cell,
     Conditional,
     IndependenceTest,

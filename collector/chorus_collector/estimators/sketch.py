@@ -29,7 +29,7 @@ from chorus_collector.estimators.common import (
     unpack_bits,
     walsh_hadamard,
 )
-from chorus_collector.results import FrequencyEstimate, FrequencyRow
+from chorus_collector.results.estimates import FrequencyEstimate, FrequencyRow
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import CountMeanSketch, HadamardCountMeanSketch
 

@@ -26,14 +26,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from chorus_collector.design_request import KINDS, DesignRequest
-from chorus_collector.design_simulation import (
+from chorus_collector.design.request import KINDS, DesignRequest
+from chorus_collector.design.simulation import (
     estimate_rows,
     simulate_window,
     true_values,
     unit_points,
 )
-from chorus_collector.results import CONFIDENCE, Z95
+from chorus_collector.results.estimates import CONFIDENCE, Z95
 from chorus_shared.campaign import campaign_from_spec, privacy_warnings
 from chorus_shared.compare import FREQUENCY_ORACLES, MEAN_MECHANISMS, VECTOR_MECHANISMS
 from chorus_shared.domain import Categories, NumericRange, NumericVector

@@ -13,7 +13,7 @@ budget does not cover, and a request's rows are appended in the order of their r
 
 Ingest only appends (``insert_reports``): every report gets the next ``seq``, and the write
 transaction holds nothing but the request's own rows. The per-bucket statistics are folded
-from the appended reports later, by a resumable job (``chorus_collector.folding``) that moves
+from the appended reports later, by a resumable job (``chorus_collector.jobs.folding``) that moves
 one watermark: the statistics and the watermark change in one transaction, so a crash at any
 step leaves both as they were. A read of a window (``window_snapshot``) takes the folded
 statistics, the watermark and the not-yet-folded tail in one snapshot.
@@ -940,7 +940,7 @@ class Storage:
                     dropped += len(times)
         return dropped
 
-    # -- reads for jobs that run elsewhere (chorus_collector.distributed) ----------------------
+    # -- reads for jobs that run elsewhere (chorus_collector.jobs.distributed) -----------------
 
     def report_range(self, after_seq: int, through_seq: int, campaign_id: int | None = None,
                      limit: int | None = None) -> list[tuple[int, int, int, str]]:
@@ -966,7 +966,7 @@ def _seq_range(after_seq: int, through_seq: int,
 
 def open_storage(database: str, *, synchronous: str = "FULL") -> Storage:
     """The storage a database setting names: a ``postgresql://`` URL, or a SQLite file."""
-    from chorus_collector.storage_postgres import PostgresStorage, is_postgres_url
+    from chorus_collector.storage.postgres import PostgresStorage, is_postgres_url
 
     if is_postgres_url(database):
         return PostgresStorage(database, synchronous=synchronous)

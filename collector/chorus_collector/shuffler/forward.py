@@ -30,8 +30,8 @@ from typing import Any, Protocol
 import requests
 
 from chorus_client.transport import Response
-from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER, SHUFFLED_SENDERS_HEADER
-from chorus_collector.shuffler_pool import ShufflerPool
+from chorus_collector.ingest.shuffled_batches import SHUFFLED_BATCH_HEADER, SHUFFLED_SENDERS_HEADER
+from chorus_collector.shuffler.pool import ShufflerPool
 
 __all__ = ["SHUFFLED_BATCH_HEADER", "SHUFFLED_SENDERS_HEADER", "BackgroundForwarder",
            "FlushReport", "Forwarder", "RequestsUpstream", "Upstream", "UpstreamError",

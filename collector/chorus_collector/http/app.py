@@ -17,13 +17,13 @@ from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.middleware.proxy_fix import ProxyFix
 
-from chorus_collector.api import api
-from chorus_collector.auth import TokenVerifier
 from chorus_collector.dashboard import init_dashboard
-from chorus_collector.folding import BackgroundFolder
-from chorus_collector.metrics import Metrics
+from chorus_collector.http.api import api
+from chorus_collector.http.auth import TokenVerifier
+from chorus_collector.http.metrics import Metrics
+from chorus_collector.http.ratelimit import RateLimiter
+from chorus_collector.jobs.folding import BackgroundFolder
 from chorus_collector.problems import Problem, problem_response
-from chorus_collector.ratelimit import RateLimiter
 from chorus_collector.settings import SETTINGS, resolve_settings
 from chorus_collector.storage import open_storage
 

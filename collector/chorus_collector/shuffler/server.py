@@ -2,7 +2,7 @@
 
 The app is created once in the master (migrating the pool there) and forked into the
 workers; each worker then starts its own forwarding thread, and a file lock lets only one
-pass run at a time (:mod:`chorus_collector.shuffler_forward`). No access log: it would record
+pass run at a time (:mod:`chorus_collector.shuffler.forward`). No access log: it would record
 the client addresses and arrival times the shuffler exists to drop.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from chorus_collector.logs import configure_logging
-from chorus_collector.server import GunicornApp, gunicorn_options
-from chorus_collector.shuffler import create_shuffler_app, start_background_forwarder
-from chorus_collector.shuffler_forward import BackgroundForwarder
-from chorus_collector.shuffler_settings import resolve_shuffler_settings
+from chorus_collector.server.gunicorn import GunicornApp, gunicorn_options
+from chorus_collector.server.logs import configure_logging
+from chorus_collector.shuffler.app import create_shuffler_app, start_background_forwarder
+from chorus_collector.shuffler.forward import BackgroundForwarder
+from chorus_collector.shuffler.settings import resolve_shuffler_settings
 
 __all__ = ["SHUFFLER_COMMAND", "serve_shuffler"]
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chorus_collector.shuffling import central_privacy
+from chorus_collector.ingest.shuffling import central_privacy
 from chorus_collector.storage import Storage, StoredCampaign
 
 __all__ = ["NO_INJECTION", "SHUFFLED_BATCH_HEADER", "SHUFFLED_SENDERS_HEADER", "ShuffledTotals",

@@ -1,12 +1,12 @@
 """Batch aggregation on every core: map in a process pool, merge by addition.
 
 The collector's statistics are folded incrementally from the appended reports
-(``chorus_collector.folding``). This module recomputes them from the stored raw reports
+(``chorus_collector.jobs.folding``). This module recomputes them from the stored raw reports
 (re-analysis, or checking that the folded statistics are exactly what the reports at or
 below the watermark give) with the same map / merge core the estimators define: a pure
 ``map`` from a chunk of payloads to an additive int64 vector, summed per time bucket. The
 chunks run in a process pool (one process per core by default). The same map and sum run on
-a Dask cluster in ``chorus_collector.distributed``, and on Spark over a Parquet export
+a Dask cluster in ``chorus_collector.jobs.distributed``, and on Spark over a Parquet export
 (docs/spark.md).
 
 Memory stays bounded: reports are streamed from SQLite in chunks and at most two chunks per
@@ -25,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 
 from chorus_collector.estimators import estimator_for
-from chorus_collector.folding import map_payloads
+from chorus_collector.jobs.folding import map_payloads
 from chorus_collector.storage import Storage, state_array
 from chorus_shared.campaign import Campaign, campaign_from_config
 

@@ -33,18 +33,18 @@ from typing import Any, TypeVar
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from chorus_collector.analysis import compare_windows, estimate_series, estimate_window
-from chorus_collector.auth import Role, TokenVerifier
-from chorus_collector.ingest import ReportStatus, batch_answer, ingest_reports, parse_body
-from chorus_collector.metrics import Metrics
-from chorus_collector.openapi import openapi_document
-from chorus_collector.problems import Problem
-from chorus_collector.query_args import compare_query, estimate_query, series_query
-from chorus_collector.ratelimit import RateLimiter
-from chorus_collector.shuffled_batches import (
+from chorus_collector.http.auth import Role, TokenVerifier
+from chorus_collector.http.metrics import Metrics
+from chorus_collector.http.openapi import openapi_document
+from chorus_collector.http.query_args import compare_query, estimate_query, series_query
+from chorus_collector.http.ratelimit import RateLimiter
+from chorus_collector.ingest.reports import ReportStatus, batch_answer, ingest_reports, parse_body
+from chorus_collector.ingest.shuffled_batches import (
     SHUFFLED_BATCH_HEADER,
     SHUFFLED_SENDERS_HEADER,
     shuffling_summary,
 )
+from chorus_collector.problems import Problem
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_collector.version import VERSION
 from chorus_shared.campaign import campaign_from_spec

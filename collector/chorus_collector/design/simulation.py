@@ -2,8 +2,8 @@
 reports, and the real estimator's answer (``map`` then ``finalize``, as the fold and the API
 run them).
 
-Reports come from the vectorized simulator (:mod:`chorus_collector.simulate`) where it has the
-mechanism, else from the client's own randomizer in Python, which is slower: so at most
+Reports come from the vectorized simulator (:mod:`chorus_collector.design.simulate`) where it
+has the mechanism, else from the client's own randomizer in Python, which is slower: so at most
 :data:`MAX_SIMULATED_USERS` users (and :data:`MAX_SIMULATED_BITS` reported bits) are
 simulated with the first and :data:`MAX_RANDOMIZER_USERS` with the second, and the answer
 says how many.
@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from chorus_collector.design_request import DesignRequest, Distribution
+from chorus_collector.design.request import DesignRequest, Distribution
+from chorus_collector.design.simulate import SIMULATORS, simulate
 from chorus_collector.estimators import Query, estimator_for
-from chorus_collector.results import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
-from chorus_collector.results_distribution import DistributionEstimate
-from chorus_collector.results_record import RecordEstimate
-from chorus_collector.simulate import SIMULATORS, simulate
+from chorus_collector.results.distribution import DistributionEstimate
+from chorus_collector.results.estimates import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
+from chorus_collector.results.record import RecordEstimate
 from chorus_shared.campaign import Campaign
 from chorus_shared.domain import Categories, NumericRange, NumericVector
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from chorus_collector.ingest.shuffled_batches import SHUFFLED_BATCH_HEADER, SHUFFLED_SENDERS_HEADER
 from chorus_collector.problems import KINDS, MEDIA_TYPE, PROBLEM_BASE
-from chorus_collector.shuffled_batches import SHUFFLED_BATCH_HEADER, SHUFFLED_SENDERS_HEADER
 from chorus_collector.version import VERSION
 
 __all__ = ["openapi_document"]

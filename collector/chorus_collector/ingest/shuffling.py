@@ -256,5 +256,6 @@ def central_table(sizes: tuple[int, ...] = TABLE_SIZES,
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m chorus_collector.shuffling: the table of docs/shuffler.md
+# python -m chorus_collector.ingest.shuffling: the table of docs/shuffler.md
+if __name__ == "__main__":
     print(central_table())

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from chorus_collector.results import (
+from chorus_collector.results.estimates import (
     CONFIDENCE,
     Z95,
     FrequencyRow,

@@ -4,14 +4,14 @@ The map step runs as Dask tasks, and the merge is an addition in the driver, don
 completes. There are three jobs:
 
 * ``fold_with_cluster`` (``chorus aggregate --scheduler``): the fold of
-  ``chorus_collector.folding`` over every report past the watermark, split into seq ranges
+  ``chorus_collector.jobs.folding`` over every report past the watermark, split into seq ranges
   and committed with the same compare-and-set (``Storage.commit_fold``). The statistics are
   the ones the in-process fold gives (int64 sums: order and chunking do not matter), and a
   fold that races it in a server cannot make a report count twice;
 * ``recompute_on_cluster`` (``chorus check-aggregates --scheduler``): ``aggregate.recompute``
   of one campaign;
 * ``aggregate_parquet`` (``chorus aggregate --from-parquet``): the same per-bucket statistics
-  from a Parquet export (``chorus_collector.export``).
+  from a Parquet export (``chorus_collector.jobs.export``).
 
 Each task gets the database path (a string) and opens its own ``Storage``: a connection cannot
 travel to another process, and no payload passes through the driver, which only adds vectors
@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from chorus_collector.aggregate import Buckets, Recompute
-from chorus_collector.export import ParquetExport, map_row_group, read_export, row_groups
 from chorus_collector.extras import require
-from chorus_collector.folding import LEASE_SECONDS, Partials, map_groups
+from chorus_collector.jobs.aggregate import Buckets, Recompute
+from chorus_collector.jobs.export import ParquetExport, map_row_group, read_export, row_groups
+from chorus_collector.jobs.folding import LEASE_SECONDS, Partials, map_groups
 from chorus_collector.storage import Storage, open_storage
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from chorus_collector.results_distribution import quantile_label
+from chorus_collector.results.distribution import quantile_label
 
 __all__ = ["MAX_VALUE_WIDTH", "describe_window", "discovery_lines", "format_estimates",
            "format_instant", "shown_value", "shuffling_lines"]
@@ -56,7 +56,9 @@ def format_estimates(result: dict[str, Any], truth: dict[str, float] | None = No
             line = f"  true mean {truth['mean']:.4f}   estimated" + line[6:]
         return "\n".join([*lines, line])
     if result["kind"] == "record":
-        from chorus_collector.formatting_record import record_lines  # it imports this module
+        from chorus_collector.results.formatting_record import (
+            record_lines,  # it imports this module
+        )
 
         lines += record_lines(result, truth)
         lines.extend(f"  warning: {warning}" for warning in result.get("warnings", []))

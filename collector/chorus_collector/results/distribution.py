@@ -12,7 +12,7 @@ import io
 from dataclasses import dataclass, field
 from typing import Any
 
-from chorus_collector.results import CONFIDENCE, _clean, _context, _CsvWriter
+from chorus_collector.results.estimates import CONFIDENCE, _clean, _context, _CsvWriter
 
 __all__ = ["DistributionEstimate", "Statistic", "quantile_label"]
 

@@ -33,11 +33,11 @@ from urllib.parse import quote
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
-from chorus_collector.api import report_body
-from chorus_collector.app import register_error_handlers
-from chorus_collector.auth import TokenVerifier
+from chorus_collector.http.api import report_body
+from chorus_collector.http.app import register_error_handlers
+from chorus_collector.http.auth import TokenVerifier
 from chorus_collector.problems import Problem
-from chorus_collector.shuffler_forward import (
+from chorus_collector.shuffler.forward import (
     USER_AGENT,
     BackgroundForwarder,
     Forwarder,
@@ -45,8 +45,8 @@ from chorus_collector.shuffler_forward import (
     UpstreamError,
     UpstreamReply,
 )
-from chorus_collector.shuffler_pool import Outcome, PooledReport, ShufflerPool
-from chorus_collector.shuffler_settings import resolve_shuffler_settings
+from chorus_collector.shuffler.pool import Outcome, PooledReport, ShufflerPool
+from chorus_collector.shuffler.settings import resolve_shuffler_settings
 from chorus_shared.admission import AdmissionError, verify_admission_credential
 from chorus_shared.campaign import canonical_json
 from chorus_shared.wire import MAX_TIME, REPORT_FIELDS

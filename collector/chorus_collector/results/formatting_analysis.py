@@ -1,6 +1,6 @@
 """Series and comparisons as terminal tables, for ``chorus series`` and ``chorus compare``.
 
-The same rules as :mod:`chorus_collector.formatting`: a value is never cut (a long one
+The same rules as :mod:`chorus_collector.results.formatting`: a value is never cut (a long one
 continues on the lines below its row, marked ``↳``), a value that could be mistaken for
 another is printed as a JSON string, and a header line says what the numbers are.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from chorus_collector.formatting import (
+from chorus_collector.results.formatting import (
     _ALGORITHMS,
     _column_width,
     _pad,

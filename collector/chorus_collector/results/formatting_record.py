@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from chorus_collector.formatting import _column_width, _number, _pad, _row, _shown, _wrap_note
+from chorus_collector.results.formatting import (
+    _column_width,
+    _number,
+    _pad,
+    _row,
+    _shown,
+    _wrap_note,
+)
 
 __all__ = ["record_lines"]
 

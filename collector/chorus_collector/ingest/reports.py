@@ -1,7 +1,7 @@
 """Report ingest: validate, deduplicate and append, in one short transaction.
 
 No statistics are computed here: the reports are folded into them later, outside any request
-(``chorus_collector.folding``), so a request holds the write lock only while its own rows are
+(``chorus_collector.jobs.folding``), so a request holds the write lock only while its own rows are
 inserted, whatever the campaign's mechanism or domain.
 
 A report is *accepted* (stored and counted once), a *duplicate* (the same report ID with the
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple, TypeVar
 
-from chorus_collector.shuffled_batches import vouched_senders
+from chorus_collector.ingest.shuffled_batches import vouched_senders
 from chorus_collector.storage import Storage, StoredCampaign, StoredReport
 from chorus_shared.campaign import Campaign, canonical_json
 from chorus_shared.errors import DigestMismatch, WireError

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chorus_collector.aggregate import Buckets, map_chunk
 from chorus_collector.extras import require
+from chorus_collector.jobs.aggregate import Buckets, map_chunk
 from chorus_collector.storage import Storage
 
 __all__ = ["SIDECAR", "ParquetExport", "export_parquet", "map_row_group", "read_export",

@@ -1,0 +1,70 @@
+"""The collector's module paths before it was split into packages (0.x), kept importable.
+
+Each old path is an alias of the module that now holds the code: ``import
+chorus_collector.simulate`` gives the very module object ``chorus_collector.design.simulate``
+(so a monkeypatch through either name is seen by both), with a :class:`DeprecationWarning`
+naming the new path. ``storage``, ``results`` and ``shuffler`` became packages of the same
+name that export what the old modules did, so they need no alias.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import warnings
+from types import ModuleType
+
+__all__ = ["MOVED", "install_aliases"]
+
+#: Old module (under ``chorus_collector.``) → where it lives now.
+MOVED: dict[str, str] = {
+    "api": "http.api", "app": "http.app", "auth": "http.auth", "openapi": "http.openapi",
+    "query_args": "http.query_args", "ratelimit": "http.ratelimit", "metrics": "http.metrics",
+    "ingest": "ingest.reports", "shuffled_batches": "ingest.shuffled_batches",
+    "shuffling": "ingest.shuffling", "rappor_compat": "ingest.rappor_compat",
+    "storage_postgres": "storage.postgres", "folding": "jobs.folding",
+    "aggregate": "jobs.aggregate", "distributed": "jobs.distributed", "export": "jobs.export",
+    "results_distribution": "results.distribution", "results_record": "results.record",
+    "formatting": "results.formatting", "formatting_analysis": "results.formatting_analysis",
+    "formatting_record": "results.formatting_record", "designer": "design.designer",
+    "design_request": "design.request", "design_simulation": "design.simulation",
+    "simulate": "design.simulate", "shuffler_server": "shuffler.server",
+    "shuffler_forward": "shuffler.forward", "shuffler_pool": "shuffler.pool",
+    "shuffler_settings": "shuffler.settings", "server": "server.gunicorn",
+    "logs": "server.logs", "process": "server.process", "demo": "cli.demo",
+    "progress": "cli.progress",
+}
+
+_PACKAGE = __name__.rpartition(".")[0]
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        warnings.warn(f"{spec.name} moved to {self.target}; import it from there",
+                      DeprecationWarning, stacklevel=2)
+        return importlib.import_module(self.target)
+
+    def exec_module(self, module: ModuleType) -> None:
+        # The target module ran when it was imported; importing the alias must not run it
+        # again (module-level state, such as a Flask blueprint, exists once).
+        pass
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname: str, path: object = None,
+                  target: object = None) -> importlib.machinery.ModuleSpec | None:
+        package, _, name = fullname.rpartition(".")
+        if package != _PACKAGE or name not in MOVED:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(f"{_PACKAGE}.{MOVED[name]}"))
+
+
+def install_aliases() -> None:
+    """Make the old paths importable (once per process)."""
+    if not any(isinstance(finder, _AliasFinder) for finder in sys.meta_path):
+        sys.meta_path.append(_AliasFinder())

@@ -1,0 +1,8 @@
+"""Ingest: validating reports against their campaign and appending them to storage.
+
+* ``reports``: one request's reports, validated, deduplicated by report ID and appended in
+  one transaction (the acknowledgement is the commit);
+* ``shuffled_batches``: batches from the shuffler, recorded per campaign and bucket, and the
+  central (ε, δ) they are stated with (``shuffling``: the amplification bound);
+* ``rappor_compat``: reports and parameters from google/rappor's files.
+"""
