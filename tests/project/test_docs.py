@@ -189,3 +189,50 @@ def test_the_python_blocks_of_the_docs_run(page: str, index: int, code: str, ske
         for value in namespace.values():
             if isinstance(value, Client):
                 value.close(timeout=1)
+
+
+def test_the_readme_stays_a_short_start() -> None:
+    """The README starts a user; the reference lives in docs/."""
+    assert len(README.splitlines()) < 300
+
+
+FENCED = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?: \"[^\"]*\")?\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """The heading anchors GitHub gives a page: lower case, punctuation dropped, spaces to
+    hyphens, a repeated heading numbered (-1, -2, ...)."""
+    text = FENCED.sub("", page.read_text())
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} +(.+?)[ #]*$", text, re.M):
+        heading = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        if seen[slug]:
+            seen[f"{slug}-{seen[slug]}"] = 0
+    return set(seen)
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(page: Path) -> None:
+    """Links to files that exist, and anchors to headings that exist (code is skipped)."""
+    text = re.sub(r"`[^`\n]*`", "", FENCED.sub("", page.read_text()))
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z][a-z+.-]*:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        missing_anchor = bool(anchor) and linked.suffix == ".md" and linked.exists() \
+            and anchor not in _anchors(linked)
+        if not linked.exists() or missing_anchor:
+            broken.append(target)
+    assert not broken, broken
+
+
+def test_the_docs_index_lists_every_page() -> None:
+    index = (DOCS / "README.md").read_text()
+    linked = {(DOCS / target).resolve() for target in LINK.findall(index)}
+    pages = {page.resolve() for page in DOCS.rglob("*.md") if page != DOCS / "README.md"}
+    assert not pages - linked, sorted(str(p.relative_to(ROOT)) for p in pages - linked)
