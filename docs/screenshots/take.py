@@ -1,4 +1,4 @@
-"""Screenshots of the dashboard's main pages, for the README: ``docs/screenshots/*.png``.
+"""Screenshots of the dashboard's main pages, for docs/dashboard.md: ``docs/screenshots/*.png``.
 
     .venv/bin/python docs/screenshots/take.py [--out DIR]
 
@@ -51,7 +51,7 @@ DESIGN = urlencode({"kind": "categories", "categories": "\n".join(BROWSERS), "ep
                     "users": "200000", "time_precision": "86400",
                     "distribution": "\n".join(f"{b} = {s}" for b, s in
                                               zip(BROWSERS, BROWSER_SHARES, strict=True))})
-# (file name, path, signed in): the pages the README shows.
+# (file name, path, signed in): the pages docs/dashboard.md and the README show.
 PAGES = [
     ("login", "/login", False),
     ("campaigns", "/", True),

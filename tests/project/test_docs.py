@@ -1,4 +1,5 @@
-"""The README is the manual: settings, quick start and the API table stay true."""
+"""The README starts a user and docs/ is the manual: the quick start, the settings, the
+mechanisms, the API and error tables stay true, every example runs and every link resolves."""
 
 from __future__ import annotations
 
@@ -10,14 +11,19 @@ import pytest
 from chorus_collector.http.api import api
 from chorus_collector.settings import SETTINGS, SettingsError, resolve_settings
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+README = (ROOT / "README.md").read_text()
+DEPLOYMENT = (DOCS / "deployment.md").read_text()
+MECHANISMS = (DOCS / "mechanisms" / "README.md").read_text()
+HTTP_API = (DOCS / "http-api.md").read_text()
 
 
 def test_every_setting_is_documented_with_its_default() -> None:
     for setting in SETTINGS:
-        row = next((line for line in README.splitlines()
+        row = next((line for line in DEPLOYMENT.splitlines()
                     if line.startswith(f"| `CHORUS_{setting.name}` |")), None)
-        assert row is not None, f"CHORUS_{setting.name} is not in the README"
+        assert row is not None, f"CHORUS_{setting.name} is not in docs/deployment.md"
         default = "unset" if setting.default is None else str(setting.default)
         assert default in row
 
@@ -25,11 +31,10 @@ def test_every_setting_is_documented_with_its_default() -> None:
 def test_every_mechanism_is_in_the_mechanisms_table() -> None:
     from chorus_shared import REGISTRY
 
-    section = README.split("## Mechanisms", 1)[1].split("\n## ", 1)[0]
+    section = MECHANISMS.split("\n## Every mechanism\n", 1)[1].split("\n## ", 1)[0]
     table = "\n".join(line for line in section.splitlines() if line.startswith("|"))
-    family_pages = "\n".join(page.read_text() for page in
-                              (Path(__file__).resolve().parents[2] / "docs" / "mechanisms")
-                              .glob("*.md") if page.name != "README.md")
+    family_pages = "\n".join(page.read_text() for page in (DOCS / "mechanisms").glob("*.md")
+                              if page.name != "README.md")
     for name in REGISTRY:
         assert re.search(rf"^\| [^|]*`{re.escape(name)}`", table, re.M), name
         assert re.search(rf"^\| `{re.escape(name)}` \|", family_pages, re.M), name
@@ -49,7 +54,7 @@ def test_every_route_is_in_the_api_table(app: object) -> None:
         if rule.endpoint == "static" or not rule.endpoint.startswith(api.name):
             continue
         path = re.sub(r"<(\w+)>", r"{\1}", rule.rule)
-        assert f"`{path}`" in README or f"{path}`" in README, path
+        assert f"`{path}`" in HTTP_API or f"{path}`" in HTTP_API, path
 
 
 def test_unknown_settings_fail_with_a_hint() -> None:
@@ -62,7 +67,7 @@ def test_unknown_settings_fail_with_a_hint() -> None:
     assert resolve_settings({"WORKERS": 3}, environ={"CHORUS_WORKERS": "5"})["WORKERS"] == 3
 
 
-THREAT_MODEL = (Path(__file__).resolve().parents[2] / "docs" / "threat-model.md").read_text()
+THREAT_MODEL = (DOCS / "threat-model.md").read_text()
 WORST_CASE_ROWS = [
     ("k-RR, ε = 1, default policy", {"epsilon": 1.0}),
     ("k-RR, ε = 1, lifetime budget 4", {"epsilon": 1.0, "privacy": {"budget": 4.0}}),
@@ -94,15 +99,15 @@ def test_the_threat_model_worst_case_table_is_computed(label: str,
 
 
 def test_every_problem_kind_is_documented_and_every_raised_kind_is_catalogued() -> None:
-    """One catalogue of error kinds: the README lists each with its status and title, and
+    """One catalogue of error kinds: docs/http-api.md lists each with its status and title, and
     no code path raises a kind that is not in it (a scan of every literal kind)."""
     import ast
 
     from chorus_collector.problems import KINDS
 
     for kind, spec in KINDS.items():
-        assert f"| `{kind}` | {spec.status} | {spec.title} |" in README, kind
-    root = Path(__file__).resolve().parents[2] / "collector" / "chorus_collector"
+        assert f"| `{kind}` | {spec.status} | {spec.title} |" in HTTP_API, kind
+    root = ROOT / "collector" / "chorus_collector"
     raised: set[str] = set()
     for path in root.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -119,8 +124,7 @@ def test_every_problem_kind_is_documented_and_every_raised_kind_is_catalogued() 
     assert raised <= set(KINDS), sorted(raised - set(KINDS))
 
 
-ROOT = Path(__file__).resolve().parents[2]
-DOC_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+DOC_PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 SKELETON = "<!-- a skeleton: checked for syntax, not run -->"
 
 
@@ -185,3 +189,50 @@ def test_the_python_blocks_of_the_docs_run(page: str, index: int, code: str, ske
         for value in namespace.values():
             if isinstance(value, Client):
                 value.close(timeout=1)
+
+
+def test_the_readme_stays_a_short_start() -> None:
+    """The README starts a user; the reference lives in docs/."""
+    assert len(README.splitlines()) < 300
+
+
+FENCED = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?: \"[^\"]*\")?\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """The heading anchors GitHub gives a page: lower case, punctuation dropped, spaces to
+    hyphens, a repeated heading numbered (-1, -2, ...)."""
+    text = FENCED.sub("", page.read_text())
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} +(.+?)[ #]*$", text, re.M):
+        heading = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        if seen[slug]:
+            seen[f"{slug}-{seen[slug]}"] = 0
+    return set(seen)
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(page: Path) -> None:
+    """Links to files that exist, and anchors to headings that exist (code is skipped)."""
+    text = re.sub(r"`[^`\n]*`", "", FENCED.sub("", page.read_text()))
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z][a-z+.-]*:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        missing_anchor = bool(anchor) and linked.suffix == ".md" and linked.exists() \
+            and anchor not in _anchors(linked)
+        if not linked.exists() or missing_anchor:
+            broken.append(target)
+    assert not broken, broken
+
+
+def test_the_docs_index_lists_every_page() -> None:
+    index = (DOCS / "README.md").read_text()
+    linked = {(DOCS / target).resolve() for target in LINK.findall(index)}
+    pages = {page.resolve() for page in DOCS.rglob("*.md") if page != DOCS / "README.md"}
+    assert not pages - linked, sorted(str(p.relative_to(ROOT)) for p in pages - linked)
