@@ -34,7 +34,7 @@ _REJECTED = "Report rejected"
 _UNANSWERABLE = "Query cannot be answered"
 
 #: Every error the collector and the shuffler answer, by the kind in its ``type`` URI. The
-#: README's error table lists them all (a test checks it).
+#: docs/http-api.md's error table lists them all (a test checks it).
 KINDS: Mapping[str, Kind] = MappingProxyType({
     # The request as a whole.
     "malformed-json": Kind(400, "Malformed JSON", "the body is not JSON"),

@@ -2,7 +2,7 @@
 
 ``create_app(config)`` applies the defaults, then ``CHORUS_<NAME>`` environment variables,
 then the ``config`` mapping. Unknown keys and values of the wrong type fail at startup with a
-hint, and a test checks that every setting is documented in the README.
+hint, and a test checks that every setting is documented in docs/deployment.md.
 """
 
 from __future__ import annotations

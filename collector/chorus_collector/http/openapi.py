@@ -101,7 +101,7 @@ _SCHEMAS: dict[str, Any] = {
     },
     "CampaignSpec": {
         "type": "object",
-        "description": "A campaign definition (README, 'Campaigns'); the collector resolves "
+        "description": "A campaign definition (docs/campaigns.md); the collector resolves "
                        "and validates it, mechanism by mechanism.",
         "required": ["name", "mechanism", "domain"],
         "properties": {
