@@ -136,7 +136,7 @@ def test_no_change_is_not_flagged(page: Page, live_collector: LiveCollector,
                                   seeded: dict[str, SeededCampaign]) -> None:
     # The same distribution in both halves: with BH at 5%, a false flag on this seeded run
     # would happen with probability at most 0.05 (the rate itself is checked over many
-    # repetitions in tests/collector/test_compare.py).
+    # repetitions in tests/shared/test_compare.py).
     sign_in(page, live_collector, path="/campaigns/browser")
     rows = page.locator("#comparison-table tbody tr")
     assert rows.count() == 5

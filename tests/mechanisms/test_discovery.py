@@ -226,7 +226,7 @@ def test_the_published_prefix_hash_vectors_hold_for_both_implementations() -> No
 
 # -- the client's randomizer and the simulator draw the declared distribution --------------------
 
-# The registry's examples (tests/mechanisms/test_privacy.py, tests/collector/test_simulate.py)
+# The registry's examples (tests/mechanisms/test_privacy.py, tests/collector/design/test_simulate.py)
 # are one-byte values with no assignment; these are values of two 64-bit words, multibyte text,
 # and the group fixed by the assignment, as the client fixes it for a period.
 SAMPLING_CASES: list[tuple[str, float, int, str, dict[str, int]]] = [
@@ -359,7 +359,7 @@ def test_discovered_values_estimates_are_unbiased_calibrated_and_cover(
     values = population(DISCOVERED, TAIL, 20_000)
     tracked = list(DISCOVERED)
     # top = keep: every survivor is listed, so this checks the estimates of what was found,
-    # whatever the listing rule (tests/collector/test_discovery_selection.py checks that).
+    # whatever the listing rule (tests/collector/analysis/test_discovery_selection.py checks that).
     params = {"cohorts": 64, "top": 8, "keep": 8, "first_bits": 8, "step_bits": 8}
     estimates, errors, answers = repeat(name, epsilon, 3, params, values, 200, tracked, seed=2)
     assert not np.isnan(estimates).any()  # found every time

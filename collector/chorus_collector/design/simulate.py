@@ -3,7 +3,7 @@
 The client perturbs one value at a time in pure Python; to simulate millions of users, this
 module draws the same reports in bulk, in the wire format the collector ingests. Each sampler
 is tested against the mechanism's exact output distribution
-(tests/collector/test_simulate.py), the same check the client's randomizer passes, so both
+(tests/collector/design/test_simulate.py), the same check the client's randomizer passes, so both
 produce the same distribution.
 
 Supported: ``rr``, ``krr``, ``sue``, ``oue``, ``olh``, ``blh``, ``hr``, ``dbitflip``,

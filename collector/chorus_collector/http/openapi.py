@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 description of the collector's HTTP API, served at ``GET /openapi.json``.
 
 Kept true by the tests: every route of the app is described here and every path described
-here is a route (``tests/collector/test_openapi.py``), and schemathesis sends generated
+here is a route (``tests/collector/http/test_openapi.py``), and schemathesis sends generated
 requests to every operation, checking each answer against its description.
 """
 

@@ -385,7 +385,7 @@ def test_the_version_is_everywhere_an_operator_looks(make_app: Callable[..., Fla
 def test_the_license_file_matches_the_declared_license() -> None:
     import tomllib
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
     assert "Apache License" in (root / "LICENSE").read_text()[:200]

@@ -1219,7 +1219,7 @@ def test_shuffler_settings_from_the_environment_and_their_checks() -> None:
 def test_every_shuffler_setting_is_documented_with_its_default() -> None:
     from chorus_collector.shuffler.settings import SHUFFLER_SETTINGS
 
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "shuffler.md").read_text()
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "shuffler.md").read_text()
     for setting in SHUFFLER_SETTINGS:
         row = next((line for line in docs.splitlines()
                     if line.startswith(f"| `CHORUS_SHUFFLER_{setting.name}` |")), None)
@@ -1315,7 +1315,7 @@ def test_over_real_http_the_background_thread_forwards_a_full_batch(
     assert body["shuffling"]["smallest_batch"] == 4
     assert body["shuffling"]["reports_direct"] == 0
     # The compose healthcheck of the shuffler passes against it.
-    compose = yaml.safe_load((Path(__file__).resolve().parents[2] / "docker-compose.yml")
+    compose = yaml.safe_load((Path(__file__).resolve().parents[3] / "docker-compose.yml")
                              .read_text())
     check = compose["services"]["shuffler"]["healthcheck"]["test"]
     command = [sys.executable if c == "python" else
