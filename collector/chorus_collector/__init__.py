@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 from chorus_collector.compat import install_aliases
 
 if TYPE_CHECKING:
-    from chorus_collector.http.app import create_app
+    from chorus_collector.app import create_app
     from chorus_collector.settings import SETTINGS, SettingsError
     from chorus_collector.shuffler.app import create_shuffler_app
     from chorus_collector.storage import SchemaError
 
 __all__ = ["SETTINGS", "SchemaError", "SettingsError", "create_app", "create_shuffler_app"]
 
-_WHERE = {"create_app": "http.app", "SETTINGS": "settings", "SettingsError": "settings",
+_WHERE = {"create_app": "app", "SETTINGS": "settings", "SettingsError": "settings",
           "SchemaError": "storage", "create_shuffler_app": "shuffler.app"}
 
 install_aliases()

@@ -20,7 +20,7 @@ __all__ = ["MOVED", "install_aliases"]
 
 #: Old module (under ``chorus_collector.``) → where it lives now.
 MOVED: dict[str, str] = {
-    "api": "http.api", "app": "http.app", "auth": "http.auth", "openapi": "http.openapi",
+    "api": "http.api", "auth": "http.auth", "openapi": "http.openapi",
     "query_args": "http.query_args", "ratelimit": "http.ratelimit", "metrics": "http.metrics",
     "ingest": "ingest.reports", "shuffled_batches": "ingest.shuffled_batches",
     "shuffling": "ingest.shuffling", "rappor_compat": "ingest.rappor_compat",

@@ -1,5 +1,5 @@
 """WSGI entry point for any WSGI server: ``gunicorn chorus_collector.wsgi:app``."""
 
-from chorus_collector.http.app import create_app
+from chorus_collector.app import create_app
 
 app = create_app()

@@ -24,8 +24,8 @@ import numpy as np
 from flask import Flask
 from werkzeug.serving import WSGIRequestHandler, make_server
 
+from chorus_collector.app import start_background_work
 from chorus_collector.design.simulate import simulate
-from chorus_collector.http.app import start_background_work
 from chorus_collector.jobs.folding import BackgroundFolder
 from chorus_shared import campaign_from_config, new_report_id
 from helpers.support import ADMIN, ANALYST, FakeClock

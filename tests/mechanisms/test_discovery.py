@@ -226,9 +226,10 @@ def test_the_published_prefix_hash_vectors_hold_for_both_implementations() -> No
 
 # -- the client's randomizer and the simulator draw the declared distribution --------------------
 
-# The registry's examples (tests/mechanisms/test_privacy.py, tests/collector/design/test_simulate.py)
-# are one-byte values with no assignment; these are values of two 64-bit words, multibyte text,
-# and the group fixed by the assignment, as the client fixes it for a period.
+# The registry's examples (tests/mechanisms/test_privacy.py,
+# tests/collector/design/test_simulate.py) are one-byte values with no assignment; these are
+# values of two 64-bit words, multibyte text, and the group fixed by the assignment, as the
+# client fixes it for a period.
 SAMPLING_CASES: list[tuple[str, float, int, str, dict[str, int]]] = [
     ("pem", 1.5, 12, "日本語!", {"top": 1, "keep": 1, "cohorts": 2, "bins": 3}),
     ("treehist", 2.0, 11, "café 😀", {"top": 1, "keep": 1, "cohorts": 2, "bins": 2,

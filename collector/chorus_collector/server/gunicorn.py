@@ -19,7 +19,7 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
-from chorus_collector.http.app import create_app, start_background_work
+from chorus_collector.app import create_app, start_background_work
 from chorus_collector.server.logs import configure_logging, logging_config
 from chorus_collector.settings import resolve_settings
 

@@ -34,8 +34,8 @@ from urllib.parse import quote
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from chorus_collector.http.api import report_body
-from chorus_collector.http.app import register_error_handlers
 from chorus_collector.http.auth import TokenVerifier
+from chorus_collector.http.handlers import register_error_handlers
 from chorus_collector.problems import Problem
 from chorus_collector.shuffler.forward import (
     USER_AGENT,

@@ -1,8 +1,10 @@
-"""The Flask app factory.
+"""The Flask app factory: where the collector is put together.
 
 ``create_app(config=None)`` resolves the settings (defaults, then ``CHORUS_*`` environment
 variables, then ``config``), migrates the database (refusing one it does not understand) and
-registers the API. Tests build their own app on a temporary database.
+registers the API (``http``) and the dashboard (``dashboard``) with the request handlers they
+share. It is the composition root, above both: neither imports it. Tests build their own app
+on a temporary database.
 """
 
 from __future__ import annotations
@@ -13,32 +15,20 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from flask import Flask, Response, g, request
-from werkzeug.exceptions import HTTPException
+from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from chorus_collector.dashboard import init_dashboard
 from chorus_collector.http.api import api
 from chorus_collector.http.auth import TokenVerifier
+from chorus_collector.http.handlers import register_error_handlers, register_request_log
 from chorus_collector.http.metrics import Metrics
 from chorus_collector.http.ratelimit import RateLimiter
 from chorus_collector.jobs.folding import BackgroundFolder
-from chorus_collector.problems import Problem, problem_response
 from chorus_collector.settings import SETTINGS, resolve_settings
 from chorus_collector.storage import open_storage
 
 __all__ = ["create_app", "start_background_work"]
-
-log = logging.getLogger("chorus.collector")
-
-# Problems that refuse a whole report request; counted as chorus_requests_rejected{reason}.
-REQUEST_LEVEL_REJECTIONS = frozenset({
-    "malformed-json", "invalid-request", "too-many-reports", "body-too-large",
-    "unsupported-media-type", "rate-limited", "unauthorized", "forbidden", "unknown-campaign",
-})
-
-_HTTP_KINDS = {400: "bad-request", 404: "not-found", 405: "method-not-allowed",
-               413: "body-too-large", 415: "unsupported-media-type"}
 
 
 def create_app(config: Mapping[str, Any] | None = None, *,
@@ -78,7 +68,7 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     app.register_blueprint(api)
     init_dashboard(app, verifier, settings)
     register_error_handlers(app)
-    _register_request_log(app)
+    register_request_log(app)
     return app
 
 
@@ -87,52 +77,3 @@ def start_background_work(app: Flask) -> None:
     statistics. Call it in each server process after any fork."""
     folder: BackgroundFolder = app.extensions["chorus.folder"]
     folder.start()
-
-
-def register_error_handlers(app: Flask) -> None:
-    @app.errorhandler(Problem)
-    def on_problem(problem: Problem) -> Response:
-        return problem_response(problem)
-
-    @app.errorhandler(HTTPException)
-    def on_http_exception(error: HTTPException) -> Response:
-        status = error.code or 500
-        detail = error.description or ""
-        if status == 413:
-            detail = (f"request body is larger than {app.config['MAX_CONTENT_LENGTH']} bytes; "
-                      "send fewer reports per request")
-        # Keep Werkzeug's headers that matter to the client, e.g. Allow on a 405.
-        headers = {k: v for k, v in error.get_headers() if k.lower() in ("allow",
-                                                                           "retry-after")}
-        return problem_response(Problem(_HTTP_KINDS.get(status, "http-error"), detail,
-                                        status=status, headers=headers))
-
-    @app.errorhandler(Exception)
-    def on_unexpected(error: Exception) -> Response:
-        # Never leak internals: log the traceback (no request body), answer a generic 500.
-        log.exception("unhandled error in %s %s", request.method, request.path)
-        return problem_response(Problem("internal-error"))
-
-
-def _register_request_log(app: Flask) -> None:
-    # Method, path, status and latency only: no client address, no body, no headers.
-    @app.before_request
-    def start_timer() -> None:
-        g.chorus_started = time.perf_counter()
-
-    @app.after_request
-    def log_request(response: Response) -> Response:
-        elapsed = time.perf_counter() - g.get("chorus_started", time.perf_counter())
-        route = request.url_rule.rule if request.url_rule is not None else "unmatched"
-        metrics: Metrics = app.extensions["chorus.metrics"]
-        metrics.observe_latency(request.method, route, response.status_code, elapsed)
-        if response.status_code >= 400 and request.path.endswith("/reports"):
-            kind = (response.get_json(silent=True) or {}).get("type", "")
-            reason = kind.rsplit("/", 1)[-1] or str(response.status_code)
-            if reason in REQUEST_LEVEL_REJECTIONS:
-                metrics.count_rejected_request(reason)
-        log.info("%s %s %d %.1fms", request.method, request.path, response.status_code,
-                 elapsed * 1000)
-        # Every answer is what its Content-Type says: never sniffed into HTML or script.
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        return response

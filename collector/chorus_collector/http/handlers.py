@@ -1,0 +1,81 @@
+"""What every request to a Chorus Flask app shares: errors as problem documents, and the
+request log and latency metrics.
+
+Any exception answers ``application/problem+json``: a :class:`Problem` as itself, Werkzeug's
+HTTP errors under their own kind, anything else a generic 500 whose traceback is logged.
+The collector and the shuffler register these on their apps.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from flask import Flask, Response, g, request
+from werkzeug.exceptions import HTTPException
+
+from chorus_collector.http.metrics import Metrics
+from chorus_collector.problems import Problem, problem_response
+
+__all__ = ["REQUEST_LEVEL_REJECTIONS", "register_error_handlers", "register_request_log"]
+
+log = logging.getLogger("chorus.collector")
+
+
+# Problems that refuse a whole report request; counted as chorus_requests_rejected{reason}.
+REQUEST_LEVEL_REJECTIONS = frozenset({
+    "malformed-json", "invalid-request", "too-many-reports", "body-too-large",
+    "unsupported-media-type", "rate-limited", "unauthorized", "forbidden", "unknown-campaign",
+})
+
+_HTTP_KINDS = {400: "bad-request", 404: "not-found", 405: "method-not-allowed",
+               413: "body-too-large", 415: "unsupported-media-type"}
+
+
+def register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(Problem)
+    def on_problem(problem: Problem) -> Response:
+        return problem_response(problem)
+
+    @app.errorhandler(HTTPException)
+    def on_http_exception(error: HTTPException) -> Response:
+        status = error.code or 500
+        detail = error.description or ""
+        if status == 413:
+            detail = (f"request body is larger than {app.config['MAX_CONTENT_LENGTH']} bytes; "
+                      "send fewer reports per request")
+        # Keep Werkzeug's headers that matter to the client, e.g. Allow on a 405.
+        headers = {k: v for k, v in error.get_headers() if k.lower() in ("allow",
+                                                                           "retry-after")}
+        return problem_response(Problem(_HTTP_KINDS.get(status, "http-error"), detail,
+                                        status=status, headers=headers))
+
+    @app.errorhandler(Exception)
+    def on_unexpected(error: Exception) -> Response:
+        # Never leak internals: log the traceback (no request body), answer a generic 500.
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return problem_response(Problem("internal-error"))
+
+
+def register_request_log(app: Flask) -> None:
+    # Method, path, status and latency only: no client address, no body, no headers.
+    @app.before_request
+    def start_timer() -> None:
+        g.chorus_started = time.perf_counter()
+
+    @app.after_request
+    def log_request(response: Response) -> Response:
+        elapsed = time.perf_counter() - g.get("chorus_started", time.perf_counter())
+        route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+        metrics: Metrics = app.extensions["chorus.metrics"]
+        metrics.observe_latency(request.method, route, response.status_code, elapsed)
+        if response.status_code >= 400 and request.path.endswith("/reports"):
+            kind = (response.get_json(silent=True) or {}).get("type", "")
+            reason = kind.rsplit("/", 1)[-1] or str(response.status_code)
+            if reason in REQUEST_LEVEL_REJECTIONS:
+                metrics.count_rejected_request(reason)
+        log.info("%s %s %d %.1fms", request.method, request.path, response.status_code,
+                 elapsed * 1000)
+        # Every answer is what its Content-Type says: never sniffed into HTML or script.
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
