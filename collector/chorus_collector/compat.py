@@ -29,7 +29,7 @@ MOVED: dict[str, str] = {
     "aggregate": "jobs.aggregate", "distributed": "jobs.distributed", "export": "jobs.export",
     "results_distribution": "results.distribution", "results_record": "results.record",
     "formatting": "results.formatting", "formatting_analysis": "results.formatting_analysis",
-    "formatting_record": "results.formatting_record", "designer": "design.designer",
+    "formatting_record": "kinds.record", "designer": "design.designer",
     "design_request": "design.request", "design_simulation": "design.simulation",
     "simulate": "design.simulate", "shuffler_server": "shuffler.server",
     "shuffler_forward": "shuffler.forward", "shuffler_pool": "shuffler.pool",

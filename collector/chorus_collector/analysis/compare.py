@@ -35,7 +35,6 @@ from chorus_collector.analysis.windows import (
     check_window,
     discover,
     discovers,
-    estimate_kind,
     finalize,
     query_labels,
     value_estimates,
@@ -43,6 +42,7 @@ from chorus_collector.analysis.windows import (
 )
 from chorus_collector.estimators import Query
 from chorus_collector.jobs.folding import EstimateInputs
+from chorus_collector.kinds import kind_of
 from chorus_collector.problems import Problem
 from chorus_collector.results.estimates import CONFIDENCE, Z95, _CsvWriter
 from chorus_collector.storage import Storage, StoredCampaign
@@ -155,7 +155,7 @@ def compare_windows(storage: Storage, stored: StoredCampaign, *, baseline: Windo
         row.significant = row.adjusted_p_value is not None and row.adjusted_p_value < alpha
     return ComparisonResult(
         campaign=campaign.name, mechanism=campaign.mechanism.name,
-        epsilon=campaign.mechanism.epsilon, estimate_kind=estimate_kind(campaign),
+        epsilon=campaign.mechanism.epsilon, estimate_kind=kind_of(campaign).name,
         baseline={"start": baseline[0], "end": baseline[1], "n": before.n},
         current={"start": current[0], "end": current[1], "n": after.n},
         correction=correction, alpha=float(alpha),

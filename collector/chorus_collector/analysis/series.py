@@ -34,13 +34,13 @@ from chorus_collector.analysis.windows import (
     check_window,
     discover,
     discovers,
-    estimate_kind,
     finalize,
     query_labels,
     value_estimates,
 )
 from chorus_collector.estimators import Query, estimator_for
 from chorus_collector.jobs.folding import map_payloads
+from chorus_collector.kinds import kind_of
 from chorus_collector.problems import Problem
 from chorus_collector.results.estimates import CONFIDENCE, _CsvWriter
 from chorus_collector.storage import Storage, StoredCampaign, state_array
@@ -217,7 +217,7 @@ def estimate_series(storage: Storage, stored: StoredCampaign, *, start: int | No
             one.points.append(_point(a, b, n, estimates, result, one.value))
     return SeriesResult(
         campaign=campaign.name, mechanism=campaign.mechanism.name,
-        epsilon=campaign.mechanism.epsilon, estimate_kind=estimate_kind(campaign),
+        epsilon=campaign.mechanism.epsilon, estimate_kind=kind_of(campaign).name,
         step=grid.seconds, step_name=grid.name, window={"start": start, "end": end},
         variance_model=f"{model}. {INDEPENDENCE}" if model else INDEPENDENCE,
         min_batch_size=campaign.min_batch_size, series=series,
@@ -231,7 +231,7 @@ def _check_selection(campaign: Campaign, labels: list[str], values: Sequence[str
         raise Problem("invalid-query", "ask for named values or the top k, not both")
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise Problem("invalid-query", "top must be a whole number of at least 1")
-    if top is not None and estimate_kind(campaign) != "frequency":
+    if top is not None and not kind_of(campaign).ranked:
         raise Problem("invalid-query", "top applies to frequencies; this campaign estimates "
                                        "means")
     known = set(labels)

@@ -23,34 +23,22 @@ from typing import Any
 import numpy as np
 
 from chorus_collector.estimators import Query, QueryError, estimator_for
-from chorus_collector.estimators.base import DEFAULT_QUANTILES
 from chorus_collector.jobs.folding import EstimateInputs, estimate_inputs
+from chorus_collector.kinds import ValueEstimate, kind_of, kind_of_answer
+from chorus_collector.kinds.record import record_label
 from chorus_collector.problems import Problem
-from chorus_collector.results.distribution import DistributionEstimate, quantile_label
-from chorus_collector.results.estimates import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
-from chorus_collector.results.record import RecordEstimate
+from chorus_collector.results.answer import Answer
+from chorus_collector.results.estimates import FrequencyEstimate
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.campaign import Campaign
-from chorus_shared.domain import Record
 from chorus_shared.mechanisms import DISCOVERY_MECHANISMS, STRING_MECHANISMS
 
 __all__ = ["Discovered", "Estimate", "ValueEstimate", "check_window", "discover", "discovers",
            "estimate_kind", "estimate_window", "finalize", "query_labels", "record_label",
            "series_labels", "value_estimates", "window_inputs"]
 
-Estimate = (FrequencyEstimate | MeanEstimate | VectorMeanEstimate | DistributionEstimate
-            | RecordEstimate)
-
-
-@dataclass(frozen=True, slots=True)
-class ValueEstimate:
-    """One value's unbiased estimate in one window (a frequency is a fraction of n)."""
-
-    estimate: float
-    std_error: float
-    ci_low: float
-    ci_high: float
-    detected: bool | None = None
+#: What an estimator's finalize returns (the answer type of the campaign's kind).
+Estimate = Answer
 
 
 def check_window(start: int | None, end: int | None, precision: int,
@@ -101,34 +89,13 @@ def finalize(campaign: Campaign, n: int, state: np.ndarray, query: Query) -> Est
 
 
 def estimate_kind(campaign: Campaign) -> str:
-    """"frequency" (categories, or candidates of open strings), "mean", "means",
-    "distribution" or "record"."""
-    if campaign.mechanism.estimate_kind in ("distribution", "record"):
-        return campaign.mechanism.estimate_kind
-    kind = campaign.domain.kind
-    return {"numeric": "mean", "vector": "means"}.get(kind, "frequency")
+    """The name of the campaign's kind (:func:`chorus_collector.kinds.kind_of`)."""
+    return kind_of(campaign).name
 
 
 def series_labels(campaign: Campaign, candidates: tuple[str, ...]) -> list[str]:
     """The values a campaign's estimates are given for, in the estimator's order."""
-    domain = campaign.domain
-    if campaign.mechanism.estimate_kind == "distribution":
-        return [*(quantile_label(q) for q in DEFAULT_QUANTILES), "mean"]
-    if domain.kind == "categories":
-        return list(domain.values)  # type: ignore[union-attr]
-    if domain.kind == "vector":
-        return list(domain.names)  # type: ignore[union-attr]
-    if isinstance(domain, Record):
-        return [record_label(name, value) for name, attribute in
-                zip(domain.names, domain.attributes, strict=True) for value in attribute.values]
-    if domain.kind == "numeric":
-        return ["mean"]
-    return list(candidates)
-
-
-def record_label(attribute: str, value: str) -> str:
-    """How series and comparisons name one value of one attribute of a record: os=linux."""
-    return f"{attribute}={value}"
+    return kind_of(campaign).labels(campaign, candidates)
 
 
 def discovers(campaign: Campaign, candidates: tuple[str, ...]) -> bool:
@@ -171,12 +138,12 @@ def query_labels(campaign: Campaign, candidates: tuple[str, ...]) -> list[str]:
     """The values a query's answer is given for; candidates are required for open strings
     (except discovery campaigns, whose values :func:`discover` finds) and refused
     elsewhere."""
-    strings = campaign.domain.kind == "strings"
-    if strings and not candidates and campaign.mechanism.name not in DISCOVERY_MECHANISMS:
+    kind = kind_of(campaign)
+    if not candidates and kind.needs_candidates(campaign):
         raise Problem("candidates-required",
                       "estimates over open strings need a candidate list (candidate=... or "
                       "a JSON body with \"candidates\")")
-    if candidates and not strings:
+    if candidates and "candidates" not in kind.query_parameters(campaign):
         raise Problem("invalid-query", "candidates apply to campaigns over open strings ("
                       f"{', '.join(STRING_MECHANISMS)}) only")
     if len(set(candidates)) != len(candidates):
@@ -185,26 +152,6 @@ def query_labels(campaign: Campaign, candidates: tuple[str, ...]) -> list[str]:
 
 
 def value_estimates(result: Estimate) -> dict[str, ValueEstimate]:
-    """Each value's unbiased estimate in ``result`` (which must not be post-processed); a
-    distribution's quantiles (p50, p95, p99) and mean, the quantiles with the standard error
-    their interval implies (half its width over z)."""
-    if isinstance(result, DistributionEstimate):
-        out = {quantile_label(row.q or 0.0): ValueEstimate(row.value, row.std_error,
-                                                            row.ci_low, row.ci_high)
-               for row in result.quantiles}
-        mean = result.mean
-        out["mean"] = ValueEstimate(mean.value, mean.std_error, mean.ci_low, mean.ci_high)
-        return out
-    if isinstance(result, RecordEstimate):
-        return {record_label(m.attribute, row.value):
-                ValueEstimate(row.frequency, row.frequency_std_error, row.frequency_ci_low,
-                              row.frequency_ci_high) for m in result.marginals for row in m.rows}
-    if isinstance(result, MeanEstimate):
-        return {"mean": ValueEstimate(result.mean, result.std_error, result.ci_low,
-                                      result.ci_high)}
-    if isinstance(result, VectorMeanEstimate):
-        return {row.attribute: ValueEstimate(row.mean, row.std_error, row.ci_low, row.ci_high)
-                for row in result.rows}
-    return {row.value: ValueEstimate(row.frequency, row.frequency_std_error,
-                                     row.frequency_ci_low, row.frequency_ci_high, row.detected)
-            for row in result.rows}
+    """Each value's unbiased estimate in ``result`` (which must not be post-processed), as
+    its kind reads it (:meth:`chorus_collector.kinds.EstimateKind.value_estimates`)."""
+    return kind_of_answer(result).value_estimates(result)

@@ -13,7 +13,6 @@ from typing import Any, Protocol
 from markupsafe import Markup
 
 from chorus_collector.analysis import compare_windows, estimate_series, estimate_window
-from chorus_collector.analysis.windows import record_label
 from chorus_collector.dashboard.charts import (
     Bucket,
     HeatCell,
@@ -27,8 +26,8 @@ from chorus_collector.dashboard.charts import (
 )
 from chorus_collector.estimators import Query, estimator_for
 from chorus_collector.estimators.base import DEFAULT_QUANTILES
+from chorus_collector.kinds import KINDS, MAX_CHART_BARS, Bars, Chart, Histogram, kind_of
 from chorus_collector.problems import Problem
-from chorus_collector.results.distribution import quantile_label
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.domain import Record
 from chorus_shared.mechanisms import DISCOVERY_MECHANISMS
@@ -37,7 +36,6 @@ __all__ = ["MAX_CHART_BARS", "RESULTS", "CampaignView", "PageParameters", "Resul
            "campaign_view", "discovers", "domain_summary", "joint_pairs", "joint_views",
            "needs_candidates", "parse_time", "read_parameters"]
 
-MAX_CHART_BARS = 40  # more categories: the chart shows the largest, the table all of them
 SERIES_SHOWN = 6  # lines drawn by default; the rest are in the table and the downloads
 WEEK = 7 * 86400
 
@@ -135,8 +133,9 @@ def read_parameters(values: Mapping[str, str], uploaded: str | None,
               for name in ("baseline_start", "baseline_end", "current_start", "current_end")]
     if all(b is None for b in bounds) and extent is not None:
         bounds = list(default_comparison(extent, precision))
+    asks = kind_of(stored.campaign).query_parameters(stored.campaign)
     quantiles, ranges = _distribution_questions(values) \
-        if stored.campaign.mechanism.estimate_kind == "distribution" else (DEFAULT_QUANTILES, ())
+        if "quantiles" in asks else (DEFAULT_QUANTILES, ())
     return PageParameters(start=start, end=end, postprocessing=postprocessing,
                           candidates=candidates, step=step, top=int(top_text),
                           baseline=(bounds[0], bounds[1]), current=(bounds[2], bounds[3]),
@@ -308,7 +307,7 @@ def discovers(stored: StoredCampaign) -> bool:
 
 def needs_candidates(stored: StoredCampaign) -> bool:
     """Open strings decoded only against a list the analyst gives (RAPPOR, CMS, …)."""
-    return stored.campaign.domain.kind == "strings" and not discovers(stored)
+    return kind_of(stored.campaign).needs_candidates(stored.campaign)
 
 
 def campaign_view(storage: Storage, stored: StoredCampaign,
@@ -323,8 +322,7 @@ def campaign_view(storage: Storage, stored: StoredCampaign,
     def estimates() -> None:
         view.estimates.json = estimates_result(storage, stored, parameters).to_json()
         view.estimates.chart = estimate_chart(view.estimates.json)
-        if view.estimates.json["kind"] == "record":
-            view.estimates.joints = joint_views(view.estimates.json)
+        view.estimates.joints = joint_views(view.estimates.json)
 
     def series() -> None:
         view.series.json = series_result(storage, stored, parameters).to_json()
@@ -341,64 +339,27 @@ def campaign_view(storage: Storage, stored: StoredCampaign,
 
 
 def estimate_chart(body: Mapping[str, Any]) -> Markup:
-    if body["kind"] == "distribution":
-        return distribution_chart(body)
-    title = f"Estimates of {body['campaign']} with 95% intervals"
-    if body["kind"] == "record":
-        # Each attribute's marginal, labelled as the series and comparisons label them.
-        items = [Interval(record_label(m["attribute"], r["value"]), r["frequency"],
-                          r["ci_low"], r["ci_high"]) for m in body["marginals"]
-                 for r in m["rows"]]
-        description = (f"{len(items)} bars, one per value of each of the "
-                       f"{len(body['marginals'])} attributes, from n = {body['n']} reports; "
-                       "each whisker spans the 95% interval. The tables below give every "
-                       "value.")
-        return interval_chart(items, title=f"Marginals of {body['campaign']} with 95% "
-                                            "intervals", description=description)
-    found = (body.get("extra") or {}).get("discovery")
-    if body["kind"] == "mean":
-        items = [Interval("mean", body["mean"], body["ci_low"], body["ci_high"])]
-    elif body["kind"] == "means":
-        items = [Interval(r["attribute"], r["mean"], r["ci_low"], r["ci_high"])
-                 for r in body["rows"]]
-    else:
-        rows = body["rows"]
-        if found is not None and found.get("stage") == "discovery":
-            title = f"Values discovered in {body['campaign']}, with 95% intervals"
-        if len(rows) > MAX_CHART_BARS:
-            rows = sorted(rows, key=lambda r: -(r["frequency"] or 0.0))[:MAX_CHART_BARS]
-            title += f" (the {MAX_CHART_BARS} largest of {len(body['rows'])}; the table lists all)"
-        # A discovery campaign's detected values are drawn in the accent colour.
-        items = [Interval(r["value"], r["frequency"], _if_se(r, "frequency_ci_low"),
-                          _if_se(r, "frequency_ci_high"),
-                          flagged=found is not None and bool(r.get("detected")))
-                 for r in rows]
-    what = {"frequency": "value" if found is not None else "category"}.get(body["kind"], "mean")
-    description = (f"{len(items)} bars, one per {what}, from n = {body['n']} reports; each "
-                   "whisker spans the 95% interval."
-                   + (" Bars in the accent colour are detected (Holm, family-wise 5%)."
-                      if found is not None else "")
-                   + " The table below gives every value.")
-    return interval_chart(items, title=title, description=description)
+    """What the answer's kind draws of it (:meth:`chorus_collector.kinds.EstimateKind.chart`)."""
+    spec = KINDS[body["kind"]].chart(body)
+    return _DRAW[type(spec)](spec)
 
 
-def distribution_chart(body: Mapping[str, Any]) -> Markup:
-    """The histogram with its interval band, and the quantiles over it."""
-    buckets = [Bucket(b["lo"], b["hi"], b["value"], b["ci_low"], b["ci_high"])
-               for b in body["histogram"]]
-    edges = body["edges"]
-    markers = [Marker(quantile_label(q["q"]), q["value"], q["ci_low"], q["ci_high"],
-                      _position(edges, q["value"], body["scale"]),
-                      _position(edges, q["ci_low"], body["scale"]),
-                      _position(edges, q["ci_high"], body["scale"])) for q in body["quantiles"]]
-    title = (f"Distribution of {body['campaign']}: {len(buckets)} buckets on a {body['scale']} "
-             "scale, with 95% bands and quantiles")
-    said = "; ".join(f"{m.label} {m.value:.4g} (95% interval {m.low:.4g} to {m.high:.4g})"
-                     for m in markers)
-    description = (f"Bars are each bucket's share of n = {body['n']} reports, the shaded band "
-                   f"their 95% intervals; vertical lines mark the quantiles: {said}. The tables "
-                   "below give every number.")
-    return histogram_chart(buckets, markers, title=title, description=description)
+def _bars(spec: Chart) -> Markup:
+    assert isinstance(spec, Bars)
+    return interval_chart([Interval(b.label, b.estimate, b.low, b.high, flagged=b.flagged)
+                           for b in spec.bars], title=spec.title, description=spec.description)
+
+
+def _histogram(spec: Chart) -> Markup:
+    assert isinstance(spec, Histogram)
+    return histogram_chart([Bucket(b.lo, b.hi, b.share, b.low, b.high) for b in spec.buckets],
+                           [Marker(m.label, m.value, m.low, m.high, m.position, m.low_position,
+                                   m.high_position) for m in spec.markers],
+                           title=spec.title, description=spec.description)
+
+
+#: How each form of chart a kind asks for is drawn.
+_DRAW: dict[type, Callable[[Chart], Markup]] = {Bars: _bars, Histogram: _histogram}
 
 
 def joint_views(body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -406,7 +367,7 @@ def joint_views(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     columns (the second attribute's values) and each conditional's columns; a larger joint is
     a long table of its cells."""
     views = []
-    for joint in body["joints"]:
+    for joint in body.get("joints", ()):
         view: dict[str, Any] = {"joint": joint, "chart": None}
         if len(joint["attributes"]) == 2:
             first, second = joint["attributes"]
@@ -435,23 +396,6 @@ def joint_views(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _labels(joint: Mapping[str, Any], axis: int) -> list[str]:
     """The values of the joint's ``axis``-th attribute, in the cells' order."""
     return list(dict.fromkeys(c["values"][axis] for c in joint["cells"]))
-
-
-def _position(edges: list[float], value: float, scale: str) -> float:
-    """Where ``value`` lies in bucket units (bucket j spans [j, j + 1)), on the scale."""
-    j = max(0, min(len(edges) - 2, next((i for i in range(len(edges) - 1)
-                                         if value < edges[i + 1]), len(edges) - 2)))
-    low, high = edges[j], edges[j + 1]
-    if scale == "log":
-        inside = math.log(value / low) / math.log(high / low) if value > 0 else 0.0
-    else:
-        inside = (value - low) / (high - low)
-    return j + min(max(inside, 0.0), 1.0)
-
-
-def _if_se(row: Mapping[str, Any], key: str) -> float | None:
-    # A value not selected by a constrained fit has no standard error and no interval.
-    return None if row.get("frequency_std_error") is None else row.get(key)
 
 
 def series_chart(body: Mapping[str, Any]) -> Markup:

@@ -32,6 +32,7 @@ from chorus_collector.dashboard.signin import (
 from chorus_collector.design import designer
 from chorus_collector.estimators import estimator_for
 from chorus_collector.http.ratelimit import RateLimiter
+from chorus_collector.kinds import kind_of
 from chorus_collector.problems import Problem
 from chorus_collector.results.formatting import shown_value
 from chorus_collector.storage import Storage, StoredCampaign
@@ -202,12 +203,12 @@ def campaign(name: str) -> str:
     view = _gated(lambda: pages.campaign_view(_storage(), stored, parameters))
     config = stored.campaign.public_config()
     retired_at = _storage().retired_at(stored.id)
+    kind = kind_of(stored.campaign)
     return render_template(
         "campaign.html", stored=stored, config=config, view=view,
         domain=pages.domain_summary(config), form=parameters.form_values(),
         strings=stored.campaign.domain.kind == "strings", discovery=pages.discovers(stored),
-        distribution=stored.campaign.mechanism.estimate_kind == "distribution",
-        record=stored.campaign.mechanism.estimate_kind == "record",
+        kind=kind, asks=kind.query_parameters(stored.campaign),
         pairs=pages.joint_pairs(stored),
         postprocessing=estimator_for(stored.campaign.mechanism.name).postprocessing,
         retired_at=retired_at, max_bars=pages.MAX_CHART_BARS)

@@ -20,9 +20,8 @@ import numpy as np
 from chorus_collector.design.request import DesignRequest, Distribution
 from chorus_collector.design.simulate import SIMULATORS, simulate
 from chorus_collector.estimators import Query, estimator_for
-from chorus_collector.results.distribution import DistributionEstimate
+from chorus_collector.kinds import kind_of_answer
 from chorus_collector.results.estimates import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
-from chorus_collector.results.record import RecordEstimate
 from chorus_shared.campaign import Campaign
 from chorus_shared.domain import Categories, NumericRange, NumericVector
 
@@ -92,7 +91,8 @@ def simulate_window(request: DesignRequest, campaign: Campaign, distribution: Di
     query = Query(candidates=tuple(distribution.values)) if request.kind == "strings" \
         else Query()
     result = estimator.finalize(campaign, users, state, query)
-    if isinstance(result, DistributionEstimate | RecordEstimate):  # not offered by the designer
+    # Distributions and records are not offered by the designer.
+    if not isinstance(result, FrequencyEstimate | MeanEstimate | VectorMeanEstimate):
         raise TypeError("the designer does not simulate distribution or record campaigns")
     return SimulatedWindow(users=users, simulator="vectorized" if vectorized
                            else "client randomizer", cap=cap, result=result)
@@ -109,12 +109,6 @@ def _python_values(inputs: np.ndarray) -> list[Any]:
 def estimate_rows(result: FrequencyEstimate | MeanEstimate | VectorMeanEstimate,
                   ) -> list[dict[str, Any]]:
     """label, estimate, std_error, ci_low, ci_high per category, mean or attribute."""
-    if isinstance(result, FrequencyEstimate):
-        return [{"label": r.value, "estimate": r.frequency, "std_error": r.frequency_std_error,
-                 "ci_low": r.frequency_ci_low, "ci_high": r.frequency_ci_high}
-                for r in result.rows]
-    if isinstance(result, MeanEstimate):
-        return [{"label": "mean", "estimate": result.mean, "std_error": result.std_error,
-                 "ci_low": result.ci_low, "ci_high": result.ci_high}]
-    return [{"label": r.attribute, "estimate": r.mean, "std_error": r.std_error,
-             "ci_low": r.ci_low, "ci_high": r.ci_high} for r in result.rows]
+    return [{"label": label, "estimate": one.estimate, "std_error": one.std_error,
+             "ci_low": one.ci_low, "ci_high": one.ci_high}
+            for label, one in kind_of_answer(result).value_estimates(result).items()]

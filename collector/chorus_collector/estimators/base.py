@@ -17,9 +17,7 @@ from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import numpy as np
 
-from chorus_collector.results.distribution import DistributionEstimate
-from chorus_collector.results.estimates import FrequencyEstimate, MeanEstimate, VectorMeanEstimate
-from chorus_collector.results.record import RecordEstimate
+from chorus_collector.results.answer import Answer
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import Mechanism
 
@@ -96,5 +94,6 @@ class Estimator(ABC, Generic[M]):
 
     @abstractmethod
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
-                 query: Query) -> (FrequencyEstimate | MeanEstimate | VectorMeanEstimate
-                                   | DistributionEstimate | RecordEstimate): ...
+                 query: Query) -> Answer:
+        """The estimates: an instance of the answer type of the campaign's kind
+        (``chorus_collector.kinds.kind_of(campaign).answer_type``)."""

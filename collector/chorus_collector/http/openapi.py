@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from chorus_collector.ingest.shuffled_batches import SHUFFLED_BATCH_HEADER, SHUFFLED_SENDERS_HEADER
+from chorus_collector.kinds import KINDS as ESTIMATE_KINDS
 from chorus_collector.problems import KINDS, MEDIA_TYPE, PROBLEM_BASE
 from chorus_collector.version import VERSION
 
@@ -40,6 +41,15 @@ def _problems(*statuses: int) -> dict[str, Any]:
             "content": {MEDIA_TYPE: {"schema": _ref("Problem")}}}
     return answers
 
+
+#: The estimate kinds whose answers share the one-table envelope ``Estimate``; the others
+#: have a schema of their own (``EstimateKind.answer_schema``).
+_ENVELOPED = [kind.name for kind in ESTIMATE_KINDS.values()
+              if kind.answer_schema == "Estimate"]
+#: What an estimates route answers: each kind's answer schema, once.
+_ANSWERS = [_ref(name) for name in dict.fromkeys(kind.answer_schema
+                                                 for kind in ESTIMATE_KINDS.values())]
+_ESTIMATE_KINDS = {"enum": list(ESTIMATE_KINDS)}
 
 # Answers any route can give: a missing or wrong token where one is needed, a proxy's limits
 # and a busy database.
@@ -181,7 +191,7 @@ _SCHEMAS: dict[str, Any] = {
                        "and a 95% confidence interval.",
         "required": ["kind", "campaign", "mechanism", "n"],
         "properties": {
-            "kind": {"enum": ["frequency", "mean", "means", "distribution"]},
+            "kind": {"enum": _ENVELOPED},
             "campaign": {"type": "string"},
             "mechanism": {"type": "string"},
             "epsilon": {"type": "number"},
@@ -208,186 +218,6 @@ _SCHEMAS: dict[str, Any] = {
             "mean": {"oneOf": [{"type": "number"}, {"$ref": "#/components/schemas/Statistic"}],
                      "description": "a number for kind 'mean'; a statistic for a distribution"},
         },
-    },
-    "FrequencyRow": {
-        "type": "object",
-        "description": "one category's, candidate's or discovered value's estimate "
-                       "(frequencies are fractions of n, counts n × frequency)",
-        "required": ["value", "frequency", "frequency_std_error", "frequency_ci_low",
-                     "frequency_ci_high"],
-        "properties": {
-            "value": {"type": "string"},
-            **{name: {"type": ["number", "null"]} for name in (
-                "count", "count_std_error", "count_ci_low", "count_ci_high", "frequency",
-                "frequency_std_error", "frequency_ci_low", "frequency_ci_high")},
-            "detected": {"type": ["boolean", "null"],
-                         "description": "open strings: whether the value passes the "
-                                        "estimator's test of f > 0 (discovery campaigns: "
-                                        "Holm's one-sided z-tests, family-wise error 0.05 "
-                                        "over the rows); null elsewhere"},
-        },
-    },
-    "MeanRow": {
-        "type": "object",
-        "description": "one attribute's mean (kind 'means')",
-        "required": ["attribute", "mean", "std_error", "ci_low", "ci_high"],
-        "properties": {"attribute": {"type": "string"},
-                       **{name: {"type": ["number", "null"]}
-                          for name in ("mean", "std_error", "ci_low", "ci_high")}},
-    },
-    "Discovery": {
-        "type": "object",
-        "description": "A discovery campaign's (mechanism pem or treehist) answer: without "
-                       "candidates (stage 'discovery') the rows are the top values the walk "
-                       "down the prefixes found, each re-fit jointly in the final table (PEM's "
-                       "estimation group, TreeHist's whole-string reports); with candidates "
-                       "(stage 're-estimate', the second stage) the rows are the candidates, "
-                       "estimated from the final table beside what the walk found (fit, not "
-                       "reported: also_fit), so a frequent value left off the list biases none.",
-        "required": ["stage", "algorithm", "steps", "final_reports", "values_tested",
-                     "detection"],
-        "properties": {
-            "stage": {"enum": ["discovery", "re-estimate"]},
-            "algorithm": {"enum": ["pem", "treehist"]},
-            "steps": {"type": "array", "description": "the walk's steps (it also runs "
-                                                      "when re-estimating)", "items": {
-                "type": "object",
-                "required": ["prefix_bits", "reports", "candidates", "kept"],
-                "properties": {
-                    "prefix_bits": {"type": "integer", "minimum": 1,
-                                    "description": "the prefix length this step ranks"},
-                    "reports": {"type": "integer", "minimum": 0,
-                                "description": "the reports of the step's group"},
-                    "candidates": {"type": "integer", "minimum": 0,
-                                   "description": "prefixes evaluated"},
-                    "kept": {"type": "integer", "minimum": 0,
-                             "description": "prefixes carried to the next step"}}}},
-            "final_reports": {"type": "integer", "minimum": 0,
-                              "description": "the reports the rows' frequencies rest on"},
-            "values_tested": {"type": "integer", "minimum": 0,
-                              "description": "the values fit and tested, the family of the "
-                                             "detected flags: every survivor of the walk that "
-                                             "is a string (at least the rows), or the "
-                                             "candidates"},
-            "also_fit": {"type": "integer", "minimum": 0,
-                         "description": "values the walk found that were fit beside the "
-                                        "candidates and not reported (0 in discovery)"},
-            "detection": {"type": "object", "required": ["method", "alpha", "family_wise"],
-                          "properties": {"method": {"const": "holm"},
-                                         "alpha": {"type": "number"},
-                                         "family_wise": {"type": "boolean"}}},
-        },
-    },
-    "TrackedValues": {
-        "type": "object",
-        "description": "A series or comparison of a discovery campaign asked without "
-                       "candidates: the values it tracks, found once by the walk over all "
-                       "the query covers (the series' whole window; both windows of a "
-                       "comparison), then re-estimated in each point or window.",
-        "allOf": [_ref("Discovery")],
-        "required": ["values", "n", "windows"],
-        "properties": {
-            "values": {"type": "array", "items": {"type": "string"}},
-            "n": {"type": "integer", "minimum": 0,
-                  "description": "the reports the walk read"},
-            "windows": {"type": "array", "items": {"type": "object"}},
-            "warnings": {"type": "array", "items": {"type": "string"}},
-        },
-    },
-    "RecordEstimate": {
-        "type": "object",
-        "description": "kind 'record': a record campaign's answer. Every attribute's marginal; "
-                       "for mechanism 'marginals' also joint distributions (cells in row-major "
-                       "order, the first attribute varying slowest), both conditionals of a "
-                       "pair and a test of its independence. Unknown shares are null.",
-        "required": ["kind", "campaign", "mechanism", "epsilon", "n", "window", "attributes",
-                     "marginals", "joints", "postprocessing", "method", "variance_model"],
-        "properties": {
-            "kind": {"const": "record"},
-            "campaign": {"type": "string"},
-            "mechanism": {"enum": ["smp", "spl", "rsfd", "marginals"]},
-            "epsilon": {"type": "number"},
-            "n": {"type": "integer", "minimum": 0},
-            "window": {"type": "object"},
-            "confidence": {"type": "number"},
-            "attributes": {"type": "array", "items": {"type": "string"}},
-            "method": {"type": "string"},
-            "variance_model": {"type": "string"},
-            "postprocessing": {"type": "string"},
-            "marginals": {"type": "array", "items": _ref("RecordMarginal")},
-            "joints": {"type": "array", "items": _ref("RecordJoint")},
-            "extra": {"type": "object"},
-            "warnings": {"type": "array", "items": {"type": "string"}},
-            "freshness": {"type": "object"},
-            "shuffling": {
-                "type": "object",
-                "description": "with shuffled reports in the window: the central (ε, δ) of "
-                               "shuffling. n_basis 'vouched-senders': n is the fewest "
-                               "distinct senders the shuffler's admission control vouched for; "
-                               "'reports-assuming-no-injection': n counts reports and the "
-                               "figure assumes no injected reports (see its notes)"},
-        },
-    },
-    "RecordMarginal": {
-        "type": "object",
-        "required": ["attribute", "reports", "rows"],
-        "properties": {
-            "attribute": {"type": "string"},
-            "reports": {"type": "integer", "minimum": 0,
-                        "description": "the reports this marginal rests on"},
-            "rows": {"type": "array", "items": _ref("RecordShare")},
-        },
-    },
-    "RecordShare": {
-        "type": "object",
-        "description": "one share with its standard error and 95% interval: a marginal's "
-                       "value, a joint's cell (values) or a conditional's (given_value, value)",
-        "required": ["frequency", "std_error", "ci_low", "ci_high"],
-        "properties": {
-            "value": {"type": "string"},
-            "values": {"type": "array", "items": {"type": "string"}},
-            "given_value": {"type": "string"},
-            **{name: {"type": ["number", "null"]}
-               for name in ("frequency", "std_error", "ci_low", "ci_high")},
-        },
-    },
-    "RecordJoint": {
-        "type": "object",
-        "required": ["attributes", "shape", "reports", "cells", "conditionals",
-                     "independence"],
-        "properties": {
-            "attributes": {"type": "array", "items": {"type": "string"}},
-            "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}},
-            "reports": {"type": "integer", "minimum": 0},
-            "cells": {"type": "array", "items": _ref("RecordShare")},
-            "conditionals": {"type": "array", "items": {
-                "type": "object", "required": ["of", "given", "cells"],
-                "description": "P(of = value | given = given_value) for every cell",
-                "properties": {"of": {"type": "string"}, "given": {"type": "string"},
-                               "cells": {"type": "array", "items": _ref("RecordShare")}}}},
-            "independence": {"oneOf": [{"type": "null"}, _ref("IndependenceTest")]},
-        },
-    },
-    "IndependenceTest": {
-        "type": "object",
-        "description": "a chi-square test of H0: the pair is independent, computed on the "
-                       "reports; method says which",
-        "required": ["statistic", "df", "p_value", "method", "reject_at_0.05"],
-        "properties": {
-            "statistic": {"type": ["number", "null"]},
-            "df": {"type": "integer", "minimum": 0},
-            "p_value": {"type": ["number", "null"]},
-            "method": {"type": "string"},
-            "reject_at_0.05": {"type": "boolean"},
-        },
-    },
-    "Statistic": {
-        "type": "object",
-        "description": "one number of a distribution with its standard error and 95% interval; "
-                       "lo/hi bound the bucket or range, q is a quantile's level",
-        "required": ["value", "std_error", "ci_low", "ci_high"],
-        "properties": {name: {"type": "number"} for name in
-                       ("lo", "hi", "q", "value", "std_error", "ci_low", "ci_high")},
     },
     "SeriesQuery": {
         "type": "object",
@@ -419,8 +249,7 @@ _SCHEMAS: dict[str, Any] = {
             "campaign": {"type": "string"},
             "mechanism": {"type": "string"},
             "epsilon": {"type": "number"},
-            "estimate_kind": {"enum": ["frequency", "mean", "means", "distribution",
-                                       "record"]},
+            "estimate_kind": _ESTIMATE_KINDS,
             "step": {"type": "integer"},
             "step_name": {"type": "string"},
             "window": {"type": "object"},
@@ -459,8 +288,7 @@ _SCHEMAS: dict[str, Any] = {
             "campaign": {"type": "string"},
             "mechanism": {"type": "string"},
             "epsilon": {"type": "number"},
-            "estimate_kind": {"enum": ["frequency", "mean", "means", "distribution",
-                                       "record"]},
+            "estimate_kind": _ESTIMATE_KINDS,
             "baseline": {"type": "object"},
             "current": {"type": "object"},
             "correction": {"enum": ["benjamini-hochberg", "bonferroni"]},
@@ -470,6 +298,9 @@ _SCHEMAS: dict[str, Any] = {
             "discovery": _ref("TrackedValues"),
         },
     },
+    # Each estimate kind's own schemas (its rows, statistics, or whole answer).
+    **{name: schema for kind in ESTIMATE_KINDS.values()
+       for name, schema in kind.schemas.items()},
 }
 
 _NAME_PARAMETER = {"name": "name", "in": "path", "required": True,
@@ -531,7 +362,7 @@ def openapi_document() -> dict[str, Any]:
     ]
     estimate_answers = {"200": {
         "description": "the estimates of the window (JSON, or CSV with format=csv)",
-        "content": {JSON: {"schema": {"oneOf": [_ref("Estimate"), _ref("RecordEstimate")]}},
+        "content": {JSON: {"schema": {"oneOf": _ANSWERS}},
                     "text/csv": {"schema": {"type": "string"}}}}}
     estimate_problems = (*_COMMON, 409, 422)
     time_parameter = {"type": "integer", "minimum": 0}

@@ -18,6 +18,7 @@ from flask import request
 from chorus_collector.analysis.windows import check_window
 from chorus_collector.estimators import Query, estimator_for
 from chorus_collector.estimators.base import DEFAULT_QUANTILES
+from chorus_collector.kinds import kind_of
 from chorus_collector.problems import Problem
 from chorus_collector.storage import StoredCampaign
 from chorus_shared.mechanisms import STRING_MECHANISMS
@@ -93,7 +94,7 @@ def _int_arg(source: Mapping[str, Any], name: str) -> int | None:
 
 
 def _candidates(stored: StoredCampaign, candidates: list[str], limit: int) -> tuple[str, ...]:
-    if candidates and stored.campaign.domain.kind != "strings":
+    if candidates and not _accepts(stored, "candidates"):
         raise Problem("invalid-query", "candidates apply to campaigns over open strings ("
                       f"{', '.join(STRING_MECHANISMS)}) only")
     if len(candidates) > limit:
@@ -136,7 +137,7 @@ def _joints(stored: StoredCampaign, raw: list[Any]) -> tuple[tuple[str, ...], ..
     distributions a record campaign is asked for (the estimator checks the names)."""
     if not raw:
         return ()
-    if stored.campaign.domain.kind != "record":
+    if not _accepts(stored, "joints"):
         raise Problem("invalid-query", "joints apply to record campaigns only")
     if not isinstance(raw, list):
         raise Problem("invalid-query", 'joints is a list of attribute lists: "joints": '
@@ -153,11 +154,17 @@ def _joints(stored: StoredCampaign, raw: list[Any]) -> tuple[tuple[str, ...], ..
     return tuple(out)
 
 
+def _accepts(stored: StoredCampaign, parameter: str) -> bool:
+    """Whether the campaign's kind takes the question (candidates, quantiles, ranges,
+    joints)."""
+    return parameter in kind_of(stored.campaign).query_parameters(stored.campaign)
+
+
 def _distribution_only(stored: StoredCampaign, what: str) -> None:
-    kind = stored.campaign.mechanism.estimate_kind
-    if kind != "distribution":
+    if not _accepts(stored, what):
         raise Problem("invalid-query", f"{what} apply to distribution campaigns (sw, hh) "
-                                       f"only; this one estimates a {kind}")
+                                       f"only; this one estimates a "
+                                       f"{kind_of(stored.campaign).name}")
 
 
 def _number(text: object, what: str) -> float:

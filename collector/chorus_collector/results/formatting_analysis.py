@@ -10,15 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from chorus_collector.results.formatting import (
-    _ALGORITHMS,
-    _column_width,
-    _pad,
-    _row,
-    _shown,
-    _wrap_note,
+from chorus_collector.kinds import KINDS
+from chorus_collector.results.tables import (
+    ALGORITHMS,
+    column_width,
     describe_window,
     format_instant,
+    pad,
+    shown_value,
+    table_row,
+    wrap_note,
 )
 
 __all__ = ["format_comparison", "format_series"]
@@ -30,8 +31,8 @@ _CORRECTIONS = {"benjamini-hochberg": "Benjamini–Hochberg (false discovery rat
 def format_series(result: Mapping[str, Any]) -> str:
     """One row per (value, point): the value on its first point's row, the point's start in
     UTC, n, the estimate, its standard error and 95% interval; a suppressed point says so."""
-    kind = result["estimate_kind"]
-    spec = ".4f" if kind == "frequency" else ".4g"
+    kind = KINDS[result["estimate_kind"]]
+    spec = kind.number_format
     step = (f"{result['step_name']}" if result["step_name"].endswith("s")
             else f"{result['step_name']} ({_seconds_in_words(result['step'])})")
     lines = ["; ".join([
@@ -44,17 +45,17 @@ def format_series(result: Mapping[str, Any]) -> str:
     series = result["series"]
     if not series:
         return "\n".join([*lines, "  (no series: no values to show)"])
-    labels = [_shown(s["value"]) for s in series]
-    title = "value" if kind == "frequency" else "attribute"
-    width = _column_width(title, labels)
+    labels = [shown_value(s["value"]) for s in series]
+    title = kind.value_title
+    width = column_width(title, labels)
     instant = max((len(format_instant(p["start"])) for s in series for p in s["points"]),
                   default=len("start"))
-    lines.append(f"  {_pad(title, width)}{'start':<{instant}}{'n':>8}{'estimate':>11}"
+    lines.append(f"  {pad(title, width)}{'start':<{instant}}{'n':>8}{'estimate':>11}"
                  f"{'std err':>10}   95% interval")
     suppressed = 0
     for entry, label in zip(series, labels, strict=True):
         if not entry["points"]:
-            lines += _row(label, width, "(no points in the window)")
+            lines += table_row(label, width, "(no points in the window)")
         for index, point in enumerate(entry["points"]):
             numbers = f"{format_instant(point['start']):<{instant}}{point['n']:>8}"
             # A window that cuts the grid makes its first or last point shorter than a step.
@@ -71,8 +72,8 @@ def format_series(result: Mapping[str, Any]) -> str:
                             f"{_cell(point['std_error'], spec, 10)}   "
                             f"[{_cell(point['ci_low'], spec)}, "
                             f"{_cell(point['ci_high'], spec)}]{flag}{partial}")
-            lines += _row(label if index == 0 else "", width, numbers)
-    lines += _wrap_note(labels, width)
+            lines += table_row(label if index == 0 else "", width, numbers)
+    lines += wrap_note(labels, width)
     if suppressed:
         lines.append(f"  {suppressed} point(s) suppressed: fewer reports than the campaign's "
                      f"min_batch_size ({result['min_batch_size']}); no estimate is shown for them")
@@ -82,8 +83,8 @@ def format_series(result: Mapping[str, Any]) -> str:
 def format_comparison(result: Mapping[str, Any]) -> str:
     """One row per value: the baseline and current estimates, the change with its 95%
     interval, p, the adjusted p and ``*`` on the rows significant after the correction."""
-    kind = result["estimate_kind"]
-    spec = ".4f" if kind == "frequency" else ".4g"
+    kind = KINDS[result["estimate_kind"]]
+    spec = kind.number_format
     baseline, current = result["baseline"], result["current"]
     correction = _CORRECTIONS.get(result["correction"], result["correction"])
     rows = result["rows"]
@@ -98,10 +99,10 @@ def format_comparison(result: Mapping[str, Any]) -> str:
     if result.get("discovery"):
         lines.append(_tracked(result["discovery"], "over both windows together",
                               "re-estimated in each"))
-    labels = [_shown(row["value"]) for row in rows]
-    title = "value" if kind == "frequency" else "attribute"
-    width = _column_width(title, labels)
-    lines.append(f"  {_pad(title, width)}{'baseline':>10}{'current':>10}{'change':>10}"
+    labels = [shown_value(row["value"]) for row in rows]
+    title = kind.value_title
+    width = column_width(title, labels)
+    lines.append(f"  {pad(title, width)}{'baseline':>10}{'current':>10}{'change':>10}"
                  f"   {'95% interval':<22}{'p':>10}{'adjusted p':>12}")
     for row, label in zip(rows, labels, strict=True):
         interval = f"[{_cell(row['ci_low'], '+' + spec)}, {_cell(row['ci_high'], '+' + spec)}]"
@@ -110,8 +111,8 @@ def format_comparison(result: Mapping[str, Any]) -> str:
                    f"{_cell(row['difference'], '+' + spec, 10)}   {interval:<22}"
                    f"{_cell(row['p_value'], '.3g', 10)}{_cell(row['adjusted_p_value'], '.3g', 12)}"
                    f"{'  * significant' if row['significant'] else ''}")
-        lines += _row(label, width, numbers)
-    lines += _wrap_note(labels, width)
+        lines += table_row(label, width, numbers)
+    lines += wrap_note(labels, width)
     significant = sum(bool(row["significant"]) for row in rows)
     lines.append(f"  {significant} of {len(rows)} values changed significantly "
                  f"({result['correction']}, α = {result['alpha']:g})")
@@ -123,7 +124,7 @@ def format_comparison(result: Mapping[str, Any]) -> str:
 
 def _tracked(discovery: Mapping[str, Any], where: str, how: str) -> str:
     """Which values a discovery campaign's series or comparison follows, and whence."""
-    algorithm = _ALGORITHMS.get(discovery["algorithm"], discovery["algorithm"])
+    algorithm = ALGORITHMS.get(discovery["algorithm"], discovery["algorithm"])
     return (f"  values: the {len(discovery['values'])} that {algorithm}'s walk "
             f"discovers {where} ({discovery['n']:,} reports), {how}")
 
