@@ -28,7 +28,7 @@ MOVED: dict[str, str] = {
     "storage_postgres": "storage.postgres", "folding": "jobs.folding",
     "aggregate": "jobs.aggregate", "distributed": "jobs.distributed", "export": "jobs.export",
     "results_distribution": "results.distribution", "results_record": "results.record",
-    "formatting": "results.formatting", "formatting_analysis": "results.formatting_analysis",
+    "formatting": "cli.formatting", "formatting_analysis": "cli.formatting_analysis",
     "formatting_record": "kinds.record", "designer": "design.designer",
     "design_request": "design.request", "design_simulation": "design.simulation",
     "simulate": "design.simulate", "shuffler_server": "shuffler.server",

@@ -168,7 +168,8 @@ def test_no_estimate_kind_chains_outside_the_kinds_package() -> None:
     designer's one refusal of the kinds it does not simulate."""
     package = ROOT / "collector" / "chorus_collector"
     allowed = {("design/simulation.py", 3),  # the refusal: one isinstance, no chain
-               ("cli/demo.py", 1)}  # the demo's coverage count per kind: still to move
+               # the demo checks its own simulated truth (quantiles, conditionals), not a kind
+               ("cli/demo.py", 1)}
     offenders = []
     for path in [*package.rglob("*.py"), *package.rglob("*.html")]:
         relative = path.relative_to(package)

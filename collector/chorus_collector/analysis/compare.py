@@ -44,7 +44,8 @@ from chorus_collector.estimators import Query
 from chorus_collector.jobs.folding import EstimateInputs
 from chorus_collector.kinds import kind_of
 from chorus_collector.problems import Problem
-from chorus_collector.results.estimates import CONFIDENCE, Z95, _CsvWriter
+from chorus_collector.results.encoding import CsvWriter
+from chorus_collector.results.estimates import CONFIDENCE, Z95
 from chorus_collector.storage import Storage, StoredCampaign
 
 __all__ = ["CORRECTIONS", "ComparisonResult", "ComparisonRow", "adjusted_p_values",
@@ -107,7 +108,7 @@ class ComparisonResult:
 
     def to_csv(self) -> str:
         buffer = io.StringIO()
-        writer = _CsvWriter(buffer)
+        writer = CsvWriter(buffer)
         windows = ["baseline_start", "baseline_end", "baseline_n", "current_start",
                    "current_end", "current_n", "epsilon"]
         writer.writerow([*_ROW_FIELDS, *windows])

@@ -42,7 +42,8 @@ from chorus_collector.estimators import Query, estimator_for
 from chorus_collector.jobs.folding import map_payloads
 from chorus_collector.kinds import kind_of
 from chorus_collector.problems import Problem
-from chorus_collector.results.estimates import CONFIDENCE, _CsvWriter
+from chorus_collector.results.encoding import CsvWriter
+from chorus_collector.results.estimates import CONFIDENCE
 from chorus_collector.storage import Storage, StoredCampaign, state_array
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import PrefixDiscovery
@@ -131,7 +132,7 @@ class SeriesResult:
 
     def to_csv(self) -> str:
         buffer = io.StringIO()
-        writer = _CsvWriter(buffer)
+        writer = CsvWriter(buffer)
         header = ["value", "start", "end", "start_iso", "n", "estimate", "std_error", "ci_low",
                   "ci_high", "suppressed", "epsilon"]
         writer.writerow([*header, "detected"] if self.detects else header)

@@ -17,6 +17,7 @@ from chorus_collector.cli.common import (
     token_option,
     url_option,
 )
+from chorus_collector.cli.formatting_analysis import format_comparison, format_series
 from chorus_collector.cli.root import main
 from chorus_collector.cli.timespec import (
     INSTANT,
@@ -26,8 +27,7 @@ from chorus_collector.cli.timespec import (
     requested_window,
     window_options,
 )
-from chorus_collector.results.formatting import format_instant
-from chorus_collector.results.formatting_analysis import format_comparison, format_series
+from chorus_collector.results.tables import format_instant
 
 STEP_NAMES = ("bucket", "day", "week")
 DAY, WEEK = 86_400, 604_800

@@ -15,9 +15,9 @@ from chorus_collector.cli.common import (
     token_option,
     url_option,
 )
+from chorus_collector.cli.formatting import format_estimates
 from chorus_collector.cli.root import main
 from chorus_collector.cli.timespec import campaign_window, requested_window, window_options
-from chorus_collector.results.formatting import format_estimates
 
 
 @main.group()

@@ -27,9 +27,10 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from chorus_client import Client, CollectorAPI, RequestsTransport
+from chorus_collector.cli.formatting import format_estimates
 from chorus_collector.cli.progress import progress_bar
 from chorus_collector.results.distribution import quantile_label
-from chorus_collector.results.formatting import format_estimates, shown_value
+from chorus_collector.results.tables import shown_value
 from chorus_collector.server.process import CollectorProcess
 from chorus_shared.campaign import Campaign, campaign_from_config
 

@@ -30,7 +30,7 @@ import click
 
 from chorus_client.api import CollectorAPI
 from chorus_collector.cli.common import call_collector
-from chorus_collector.results.formatting import describe_window, format_instant
+from chorus_collector.results.tables import describe_window, format_instant
 
 __all__ = ["DURATION", "INSTANT", "Duration", "Instant", "Window", "campaign_window",
            "parse_duration", "parse_instant", "requested_window", "window_options"]

@@ -34,7 +34,7 @@ from chorus_collector.estimators import estimator_for
 from chorus_collector.http.ratelimit import RateLimiter
 from chorus_collector.kinds import kind_of
 from chorus_collector.problems import Problem
-from chorus_collector.results.formatting import shown_value
+from chorus_collector.results.tables import shown_value
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.campaign import campaign_from_spec
 from chorus_shared.errors import CampaignError

@@ -1,5 +1,6 @@
 """What an estimate answers: the result types (``estimates``, ``distribution``, ``record``),
-each with its JSON and CSV rendering, and the terminal tables (``formatting*``)."""
+each with its JSON and CSV rendering, the ``Answer`` protocol they share (``answer``), and the
+building blocks of terminal tables (``tables``: the kinds build their tables from them)."""
 
 from __future__ import annotations
 

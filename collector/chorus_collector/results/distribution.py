@@ -12,7 +12,8 @@ import io
 from dataclasses import dataclass, field
 from typing import Any
 
-from chorus_collector.results.estimates import CONFIDENCE, _clean, _context, _CsvWriter
+from chorus_collector.results.encoding import CsvWriter, context_values, json_safe
+from chorus_collector.results.estimates import CONFIDENCE
 
 __all__ = ["DistributionEstimate", "Statistic", "quantile_label"]
 
@@ -81,15 +82,15 @@ class DistributionEstimate:
             "mean": self.mean.to_json(),
             "extra": self.extra, "warnings": self.warnings,
         }
-        cleaned: dict[str, Any] = _clean(body)
+        cleaned: dict[str, Any] = json_safe(body)
         return cleaned
 
     def to_csv(self) -> str:
         buffer = io.StringIO()
-        writer = _CsvWriter(buffer)
+        writer = CsvWriter(buffer)
         writer.writerow(["statistic", "lo", "hi", "q", "value", "std_error", "ci_low",
                          "ci_high", "window_start", "window_end", "n", "epsilon"])
-        context = _context(self.window, self.n, self.epsilon)
+        context = context_values(self.window, self.n, self.epsilon)
         for name, rows in (("bucket", self.histogram), ("cdf", self.cdf),
                            ("quantile", self.quantiles), ("range", self.ranges),
                            ("mean", [self.mean])):

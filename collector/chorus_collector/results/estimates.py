@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import csv
 import io
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
@@ -12,38 +10,19 @@ from typing import Any
 
 import numpy as np
 
+from chorus_collector.results.encoding import (
+    CONTEXT_COLUMNS,
+    CsvWriter,
+    context_values,
+    finite_or_none,
+    json_safe,
+)
+
 __all__ = ["CONFIDENCE", "Z95", "FrequencyEstimate", "FrequencyRow", "MeanEstimate", "MeanRow",
            "VectorMeanEstimate", "frequency_rows"]
 
 CONFIDENCE = 0.95
 Z95 = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)  # 1.959963984540054
-
-
-# A spreadsheet runs a cell that starts with one of these as a formula (OWASP, CSV injection):
-# a label or candidate string is one the reports' senders may have chosen.
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-class _CsvWriter:
-    """RFC 4180 CSV (CRLF rows, so a CR or LF inside a field is quoted) whose text cells can
-    never run as formulas: one that starts like a formula gets a leading apostrophe. Numbers
-    stay numbers, booleans are ``true``/``false``, missing values (None, NaN) are empty."""
-
-    def __init__(self, buffer: io.StringIO) -> None:
-        self._writer = csv.writer(buffer, lineterminator="\r\n")
-
-    def writerow(self, cells: Sequence[object]) -> None:
-        self._writer.writerow([_cell(cell) for cell in cells])
-
-
-def _cell(value: object) -> object:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return ""  # missing, as in the JSON answer's null
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
-        return "'" + value
-    return value
 
 
 @dataclass(slots=True)  # not frozen: a frozen init costs 1.5 µs a row, 10 ms per 10⁴ rows
@@ -114,17 +93,17 @@ class FrequencyEstimate:
     def to_json(self) -> dict[str, Any]:
         # Field by field, not asdict(): asdict deep-copies every row (twice, with the rows
         # added again), which made a 65,536-category answer take seconds (issue 13 #6).
-        body = {name: _clean(getattr(self, name)) for name in _FIELDS if name != "rows"}
+        body = {name: json_safe(getattr(self, name)) for name in _FIELDS if name != "rows"}
         body["kind"] = "frequency"
-        body["rows"] = [{name: _clean_number(getattr(row, name)) for name in _ROW_FIELDS}
+        body["rows"] = [{name: finite_or_none(getattr(row, name)) for name in _ROW_FIELDS}
                         for row in self.rows]
         return body
 
     def to_csv(self) -> str:
         buffer = io.StringIO()
-        writer = _CsvWriter(buffer)
-        writer.writerow([*_ROW_FIELDS, *_CONTEXT_COLUMNS])
-        context = _context(self.window, self.n, self.epsilon)
+        writer = CsvWriter(buffer)
+        writer.writerow([*_ROW_FIELDS, *CONTEXT_COLUMNS])
+        context = context_values(self.window, self.n, self.epsilon)
         for row in self.rows:
             writer.writerow([*(getattr(row, name) for name in _ROW_FIELDS), *context])
         return buffer.getvalue()
@@ -153,16 +132,16 @@ class MeanEstimate:
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
         body["kind"] = "mean"
-        cleaned: dict[str, Any] = _clean(body)
+        cleaned: dict[str, Any] = json_safe(body)
         return cleaned
 
     def to_csv(self) -> str:
         buffer = io.StringIO()
-        writer = _CsvWriter(buffer)
+        writer = CsvWriter(buffer)
         # n stays where it was (fifth) for the readers of the earlier columns.
         writer.writerow(["mean", "std_error", "ci_low", "ci_high", "n", "window_start",
                          "window_end", "epsilon"])
-        window_start, window_end, n, epsilon = _context(self.window, self.n, self.epsilon)
+        window_start, window_end, n, epsilon = context_values(self.window, self.n, self.epsilon)
         writer.writerow([self.mean, self.std_error, self.ci_low, self.ci_high, n,
                          window_start, window_end, epsilon])
         return buffer.getvalue()
@@ -202,15 +181,15 @@ class VectorMeanEstimate:
         body = asdict(self)
         body["kind"] = "means"
         body["rows"] = [asdict(r) for r in self.rows]
-        cleaned: dict[str, Any] = _clean(body)
+        cleaned: dict[str, Any] = json_safe(body)
         return cleaned
 
     def to_csv(self) -> str:
         buffer = io.StringIO()
-        writer = _CsvWriter(buffer)
+        writer = CsvWriter(buffer)
         writer.writerow(["attribute", "mean", "std_error", "ci_low", "ci_high", "n",
                          "window_start", "window_end", "epsilon"])
-        window_start, window_end, n, epsilon = _context(self.window, self.n, self.epsilon)
+        window_start, window_end, n, epsilon = context_values(self.window, self.n, self.epsilon)
         for row in self.rows:
             writer.writerow([row.attribute, row.mean, row.std_error, row.ci_low, row.ci_high,
                              n, window_start, window_end, epsilon])
@@ -221,28 +200,6 @@ _ROW_FIELDS = tuple(FrequencyRow.__dataclass_fields__)
 #: What every CSV row says beside its numbers, after the estimate's own columns (so readers of
 #: the earlier columns keep working): the window (Unix seconds, end excluded; empty where
 #: unbounded), the reports it holds and the ε of each.
-_CONTEXT_COLUMNS = ("window_start", "window_end", "n", "epsilon")
 
 
 _FIELDS = tuple(FrequencyEstimate.__dataclass_fields__)
-
-
-def _context(window: dict[str, int | None], n: int,
-             epsilon: float) -> tuple[int | None, int | None, int, float]:
-    """The values of ``_CONTEXT_COLUMNS``."""
-    return window.get("start"), window.get("end"), n, epsilon
-
-
-def _clean_number(value: Any) -> Any:
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
-def _clean(obj: Any) -> Any:
-    """JSON has no NaN or infinity: map them to null."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_clean(v) for v in obj]
-    return obj

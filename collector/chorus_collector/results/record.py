@@ -15,15 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from chorus_collector.results.estimates import (
-    CONFIDENCE,
-    Z95,
-    FrequencyRow,
-    _clean,
-    _clean_number,
-    _context,
-    _CsvWriter,
-)
+from chorus_collector.results.encoding import CsvWriter, context_values, finite_or_none, json_safe
+from chorus_collector.results.estimates import CONFIDENCE, Z95, FrequencyRow
 
 __all__ = ["Cell", "Conditional", "IndependenceTest", "Joint", "Marginal", "RecordEstimate"]
 
@@ -52,9 +45,9 @@ class Cell:
         return Cell(self.values, frequency, self.std_error, low, high)
 
     def to_json(self) -> dict[str, Any]:
-        return {"values": list(self.values), "frequency": _clean_number(self.frequency),
-                "std_error": _clean_number(self.std_error),
-                "ci_low": _clean_number(self.ci_low), "ci_high": _clean_number(self.ci_high)}
+        return {"values": list(self.values), "frequency": finite_or_none(self.frequency),
+                "std_error": finite_or_none(self.std_error),
+                "ci_low": finite_or_none(self.ci_low), "ci_high": finite_or_none(self.ci_high)}
 
 
 @dataclass(frozen=True)
@@ -67,10 +60,10 @@ class Marginal:
 
     def to_json(self) -> dict[str, Any]:
         return {"attribute": self.attribute, "reports": self.reports,
-                "rows": [{"value": r.value, "frequency": _clean_number(r.frequency),
-                          "std_error": _clean_number(r.frequency_std_error),
-                          "ci_low": _clean_number(r.frequency_ci_low),
-                          "ci_high": _clean_number(r.frequency_ci_high)} for r in self.rows]}
+                "rows": [{"value": r.value, "frequency": finite_or_none(r.frequency),
+                          "std_error": finite_or_none(r.frequency_std_error),
+                          "ci_low": finite_or_none(r.frequency_ci_low),
+                          "ci_high": finite_or_none(r.frequency_ci_high)} for r in self.rows]}
 
 
 @dataclass(frozen=True)
@@ -97,8 +90,8 @@ class IndependenceTest:
     method: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"statistic": _clean_number(self.statistic), "df": self.df,
-                "p_value": _clean_number(self.p_value), "method": self.method,
+        return {"statistic": finite_or_none(self.statistic), "df": self.df,
+                "p_value": finite_or_none(self.p_value), "method": self.method,
                 "reject_at_0.05": bool(self.p_value < 0.05)}
 
 
@@ -148,15 +141,15 @@ class RecordEstimate:
                 "postprocessing": self.postprocessing,
                 "marginals": [m.to_json() for m in self.marginals],
                 "joints": [j.to_json() for j in self.joints],
-                "extra": _clean(self.extra), "warnings": self.warnings}
+                "extra": json_safe(self.extra), "warnings": self.warnings}
 
     def to_csv(self) -> str:
         buffer = io.StringIO()
-        writer = _CsvWriter(buffer)
+        writer = CsvWriter(buffer)
         writer.writerow(["statistic", "attributes", "values", "given", "estimate",
                          "std_error", "ci_low", "ci_high", "df", "p_value",
                          "window_start", "window_end", "n", "epsilon"])
-        context = _context(self.window, self.n, self.epsilon)
+        context = context_values(self.window, self.n, self.epsilon)
         for marginal in self.marginals:
             for row in marginal.rows:
                 writer.writerow(["marginal", marginal.attribute, row.value, None,

@@ -22,7 +22,7 @@ from chorus_collector.cli import campaigns as campaigns_cli
 from chorus_collector.cli import main as cli
 from chorus_collector.cli import timespec
 from chorus_collector.cli.timespec import Window, parse_duration, parse_instant
-from chorus_collector.results.formatting import MAX_VALUE_WIDTH
+from chorus_collector.results.tables import MAX_VALUE_WIDTH
 from helpers.support import ADMIN_HEADERS, ANALYST, NOW, FakeClock, campaign_spec, make_report
 
 Chorus = Callable[..., Result]

@@ -18,7 +18,7 @@ from chorus_client import CollectorAPI, WSGITransport
 from chorus_collector.cli import analysis as analysis_cli
 from chorus_collector.cli import campaigns as campaigns_cli
 from chorus_collector.cli import main as cli
-from chorus_collector.results.formatting import format_instant, shown_value
+from chorus_collector.results.tables import format_instant, shown_value
 from chorus_collector.storage import Storage
 from helpers.discoveryseed import HOUR, SPEC, T0, WORDS, seed_folded
 from helpers.support import ADMIN_HEADERS, ANALYST, ANALYST_HEADERS

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
+from chorus_collector.cli.formatting import format_estimates
 from chorus_collector.dashboard.pages import estimate_chart
 from chorus_collector.estimators import Query, estimator_for
 from chorus_collector.http.openapi import openapi_document
 from chorus_collector.kinds import KINDS, Bars, EstimateKind, Histogram, kind_of, kind_of_answer
-from chorus_collector.results.formatting import format_estimates
 from chorus_shared import REGISTRY, Campaign, campaign_from_spec
 from helpers.examples import EXAMPLES
 from helpers.support import ADMIN_HEADERS, ANALYST_HEADERS, NOW, make_report

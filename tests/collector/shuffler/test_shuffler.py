@@ -28,9 +28,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from chorus_collector import create_app
+from chorus_collector.cli.formatting import format_estimates
 from chorus_collector.ingest.shuffled_batches import NO_INJECTION
 from chorus_collector.ingest.shuffling import ASSUMPTIONS, central_privacy
-from chorus_collector.results.formatting import format_estimates
 from chorus_collector.server.process import CollectorProcess, free_port
 from chorus_collector.settings import SettingsError, resolve_settings
 from chorus_collector.shuffler.app import create_shuffler_app

@@ -14,15 +14,10 @@ from typing import Any
 
 from chorus_collector.kinds import KINDS
 from chorus_collector.results.tables import (
-    MAX_VALUE_WIDTH,
     describe_window,
-    discovery_lines,
-    format_instant,
-    shown_value,
 )
 
-__all__ = ["MAX_VALUE_WIDTH", "describe_window", "discovery_lines", "format_estimates",
-           "format_instant", "shown_value", "shuffling_lines"]
+__all__ = ["format_estimates", "shuffling_lines"]
 
 
 def format_estimates(result: dict[str, Any], truth: dict[str, float] | None = None) -> str:

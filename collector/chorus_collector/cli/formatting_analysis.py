@@ -1,6 +1,6 @@
 """Series and comparisons as terminal tables, for ``chorus series`` and ``chorus compare``.
 
-The same rules as :mod:`chorus_collector.results.formatting`: a value is never cut (a long one
+The same rules as :mod:`chorus_collector.cli.formatting`: a value is never cut (a long one
 continues on the lines below its row, marked ``↳``), a value that could be mistaken for
 another is printed as a JSON string, and a header line says what the numbers are.
 """
