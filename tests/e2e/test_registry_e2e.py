@@ -19,8 +19,8 @@ from flask import Flask
 
 from chorus_client import Client, CollectorAPI
 from chorus_client.transport import WSGITransport
+from chorus_collector.cli.formatting import format_estimates
 from chorus_collector.estimators import estimator_for
-from chorus_collector.results.formatting import format_estimates
 from chorus_shared import REGISTRY
 from helpers.examples import EXAMPLES
 from helpers.support import ADMIN, ANALYST, FakeClock

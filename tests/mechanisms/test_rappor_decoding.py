@@ -179,7 +179,7 @@ def test_a_fit_that_does_not_explain_the_reports_says_so_in_words() -> None:
     """Regression (issue 13 #10): χ²/dof of 42.9 and every decoy "detected", with no warning.
     All candidates: no warning; 10% of the values missing: the χ² warning; and the CLI's
     table prints it."""
-    from chorus_collector.results.formatting import format_estimates
+    from chorus_collector.cli.formatting import format_estimates
 
     exact, _, _ = _decode("exact", "none")
     assert exact.warnings == []
