@@ -17,7 +17,7 @@ contract, whatever the engine:
   not-yet-folded tail in one snapshot: a fold committing meanwhile neither double-counts nor
   hides a report.
 * ``migrate`` brings the schema up to date, and refuses (``SchemaError``) a database written
-  by a newer version or by something else.
+  by a newer version.
 
 Raw SQL never leaves the package: ``connect`` and ``write`` hand out a :class:`Connection`
 that the collector passes back to the storage's own methods (ingest's statements run in the
@@ -88,8 +88,9 @@ class Storage(ABC):
 
     @abstractmethod
     def migrate(self) -> None:
-        """Apply pending migrations; raise ``SchemaError`` for a database with migrations
-        this version does not know, or one that is not a Chorus database."""
+        """Apply pending migrations (once, however many collectors start together); raise
+        ``SchemaError`` for a database with migrations this version does not know (a newer
+        version wrote it). SQLite also refuses a file another application wrote."""
 
     @abstractmethod
     def maintain(self, now: float) -> None:
