@@ -54,10 +54,10 @@ BUILD_CHUNK = 100_000
 def build(path: Path, name: str, reports: int) -> None:
     """A database holding ``reports`` unfolded reports of campaign ``name``."""
     from chorus_collector.design.simulate import simulate
-    from chorus_collector.storage import Storage, StoredReport
+    from chorus_collector.storage import SQLiteStorage, StoredReport
     from chorus_shared import campaign_from_spec
 
-    storage = Storage(str(path), synchronous="OFF")  # a benchmark's scratch file
+    storage = SQLiteStorage(str(path), synchronous="OFF")  # a benchmark's scratch file
     storage.migrate()
     campaign = campaign_from_spec({"name": name, **SPECS[name]}, warn=False)
     stored, _ = storage.insert_campaign(campaign)
@@ -100,7 +100,7 @@ def run(name: str, reports: int, workers: int, repeat: int, workdir: Path) -> di
         recompute_on_cluster,
     )
     from chorus_collector.jobs.folding import fold
-    from chorus_collector.storage import Storage
+    from chorus_collector.storage import SQLiteStorage
 
     db = workdir / "bench.db"
     _, build_s = _timed(lambda: build(db, name, reports))
@@ -110,7 +110,7 @@ def run(name: str, reports: int, workers: int, repeat: int, workdir: Path) -> di
     with contextlib.closing(sqlite3.connect(db)) as src, \
             contextlib.closing(sqlite3.connect(twin)) as dst:
         src.backup(dst)
-    storage = Storage(str(db))
+    storage = SQLiteStorage(str(db))
     # At least 4 tasks per worker, so that small runs keep every worker busy too.
     task_reports = min(TASK_REPORTS, max(1, math.ceil(reports / (4 * workers))))
     out: dict[str, Any] = {"mechanism": name, "reports": reports, "workers": workers,
@@ -138,12 +138,12 @@ def run(name: str, reports: int, workers: int, repeat: int, workdir: Path) -> di
         out["pool_recompute_s"], out["dask_recompute_s"] = min(pool_s), min(dask_s)
         out["pool_recompute_runs_s"], out["dask_recompute_runs_s"] = pool_s, dask_s
         folded, out["dask_fold_s"] = _timed(lambda: fold_with_cluster(
-            Storage(str(twin)), client, task_reports=task_reports))
+            SQLiteStorage(str(twin)), client, task_reports=task_reports))
     assert folded == reports
     local, out["in_process_fold_s"] = _timed(lambda: fold(storage))
     assert local == reports
-    assert Storage(str(db)).folded_statistics(1).buckets == \
-        Storage(str(twin)).folded_statistics(1).buckets, "the folds differ"
+    assert SQLiteStorage(str(db)).folded_statistics(1).buckets == \
+        SQLiteStorage(str(twin)).folded_statistics(1).buckets, "the folds differ"
     out["recompute_ratio_dask_to_pool"] = out["dask_recompute_s"] / out["pool_recompute_s"]
     out["fold_ratio_dask_to_in_process"] = out["dask_fold_s"] / out["in_process_fold_s"]
     return out

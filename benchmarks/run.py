@@ -294,9 +294,9 @@ def _series_campaign(campaign: Campaign, reports: int, workdir: Path) -> tuple[A
     """A database holding ``reports`` simulated k-RR reports over SERIES_BUCKETS hourly
     buckets, appended as ingest would and folded, as the server's folders keep it."""
     from chorus_collector.design.simulate import simulate
-    from chorus_collector.storage import Storage, StoredReport
+    from chorus_collector.storage import SQLiteStorage, StoredReport
 
-    storage = Storage(str(workdir / f"series-{reports}.db"), synchronous="NORMAL")
+    storage = SQLiteStorage(str(workdir / f"series-{reports}.db"), synchronous="NORMAL")
     storage.migrate()
     stored, _ = storage.insert_campaign(campaign)
     rng = np.random.default_rng(11)
@@ -420,7 +420,7 @@ def bench_http(camps: dict[str, Campaign], batches: int, singles: int, seconds: 
     ``seconds``, whichever comes first. Every acknowledged report ID is checked against the
     database afterwards: lost and duplicated reports and 5xx answers must all be zero.
     """
-    from chorus_collector.storage import Storage
+    from chorus_collector.storage import SQLiteStorage, Storage
 
     campaign = camps["krr"]
     admin = secrets.token_hex(8)
@@ -455,7 +455,7 @@ def bench_http(camps: dict[str, Campaign], batches: int, singles: int, seconds: 
                           json={"name": "krr", "min_batch_size": 1, **SPECS["krr"]},
                           headers={"Authorization": f"Bearer {admin}"}, timeout=10)
             ours = int(server.url.rsplit(":", 1)[1])
-            storage = Storage(str(database))
+            storage = SQLiteStorage(str(database))
             for label, count, size in sections:
                 for _ in range(rounds):
                     answers, elapsed = _load(ours, [body(size) for _ in range(count)], seconds)
@@ -492,7 +492,7 @@ def bench_http(camps: dict[str, Campaign], batches: int, singles: int, seconds: 
         out[label] = mine
     # The server's folders stop with it, a few seconds' reports behind: fold the rest as
     # `chorus aggregate` would, so that every stored report must be counted exactly once.
-    fold(Storage(str(database)))
+    fold(SQLiteStorage(str(database)))
     with sqlite3.connect(database) as conn:
         stored = [r[0] for r in conn.execute("SELECT lower(hex(report_id)) FROM reports")]
         counted = conn.execute("SELECT coalesce(sum(n), 0) FROM aggregates").fetchone()[0]

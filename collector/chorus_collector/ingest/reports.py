@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import sqlite3
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +23,7 @@ from functools import lru_cache
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from chorus_collector.ingest.shuffled_batches import vouched_senders
-from chorus_collector.storage import Storage, StoredCampaign, StoredReport
+from chorus_collector.storage import Connection, Storage, StoredCampaign, StoredReport
 from chorus_shared.campaign import Campaign, canonical_json
 from chorus_shared.errors import DigestMismatch, WireError
 from chorus_shared.wire import Report, parse_batch, parse_report
@@ -191,7 +190,7 @@ class _BatchRecord(NamedTuple):
     size: int
     senders: int | None
 
-    def record(self, storage: Storage, conn: sqlite3.Connection, campaign_id: int,
+    def record(self, storage: Storage, conn: Connection, campaign_id: int,
                new_by_time: Mapping[int, int]) -> None:
         storage.record_shuffled_batch(conn, campaign_id, new_by_time,
                                       vouched_senders(new_by_time, self.senders, self.size))
@@ -230,7 +229,7 @@ def _ingest_uniform(storage: Storage, raw_reports: Sequence[object], now: float,
         return None
     rows = list(map(StoredReport, map(bytes.fromhex, columns.report_ids), columns.times, texts))
 
-    def work(conn: sqlite3.Connection) -> bool:
+    def work(conn: Connection) -> bool:
         if not storage.insert_new_reports(conn, stored.id, rows):
             return False
         if batch is not None:
@@ -321,7 +320,7 @@ def _store(storage: Storage, fresh: dict[tuple[int, bytes], Fresh],
     for (campaign_id, key), item in fresh.items():
         by_campaign[campaign_id].append((key, item))
 
-    def work(conn: sqlite3.Connection) -> None:
+    def work(conn: Connection) -> None:
         for campaign_id, items in by_campaign.items():
             if _append_all_new(storage, conn, campaign_id, items, statuses, batch):
                 continue
@@ -349,7 +348,7 @@ ATTEMPTS = 5
 T = TypeVar("T")
 
 
-def _write(storage: Storage, work: Callable[[sqlite3.Connection], T]) -> T:
+def _write(storage: Storage, work: Callable[[Connection], T]) -> T:
     """Run ``work`` in a write transaction, retried if another collector got in the way.
 
     Concurrent requests share one transaction and one fsync (group commit); this returns
@@ -368,7 +367,7 @@ def _write(storage: Storage, work: Callable[[sqlite3.Connection], T]) -> T:
     raise AssertionError("unreachable")
 
 
-def _append_all_new(storage: Storage, conn: sqlite3.Connection, campaign_id: int,
+def _append_all_new(storage: Storage, conn: Connection, campaign_id: int,
                     items: list[tuple[bytes, Fresh]],
                     statuses: list[ReportStatus | None], batch: _BatchRecord | None) -> bool:
     """The usual case, in one statement: every report is new. Returns False, having changed

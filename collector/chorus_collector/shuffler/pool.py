@@ -14,7 +14,7 @@ sender differ, so the pool holds no ID that links an install's reports over camp
 hours. The tag is never forwarded. NULL: the report came in without admission.
 
 Durability: WAL, ``synchronous=FULL`` and every write in a ``BEGIN IMMEDIATE`` transaction
-(through the collector's :class:`~chorus_collector.storage.Storage`, which also gives group
+(through the collector's :class:`~chorus_collector.storage.SQLiteStorage`, which also gives group
 commit). A batch keeps its membership until the collector has acknowledged it, so a retry
 after a crash sends the same set of reports again, which the collector counts as duplicates.
 """
@@ -32,7 +32,7 @@ from typing import Literal
 import sqlite_utils
 from sqlite_utils.migrations import Migrations
 
-from chorus_collector.storage import SchemaError, Storage
+from chorus_collector.storage import SchemaError, SQLiteStorage
 
 __all__ = ["PoolCounts", "PooledReport", "ShufflerPool", "pool_migrations"]
 
@@ -103,7 +103,7 @@ class ShufflerPool:
     def __init__(self, path: str, *, max_reports_per_sender: int = 1) -> None:
         self.path = path
         self.max_reports_per_sender = max_reports_per_sender
-        self._storage = Storage(path, synchronous="FULL")
+        self._storage = SQLiteStorage(path, synchronous="FULL")
         self._tag_key: bytes | None = None
 
     def migrate(self) -> None:

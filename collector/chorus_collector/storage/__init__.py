@@ -1,26 +1,43 @@
 """Storage: campaigns, appended reports and folded statistics, behind one interface.
 
 ``open_storage(url)`` opens the engine a URL names: a SQLite file (the embedded default) or
-PostgreSQL (replicas). Everything above this package uses :class:`Storage` only."""
+PostgreSQL (replicas). Everything above this package uses :class:`Storage` only.
+
+The package, one module per job (after Django's database backends):
+
+* ``interface``: :class:`Storage`, the interface (every operation and its contract);
+* ``values``: what goes in and out (``StoredCampaign``, snapshots, ``SchemaError`` …);
+* ``sql``: the SQL both engines share, the base each engine subclasses;
+* ``sqlite``, ``postgres``: one engine each, with its schema and migrations. Neither
+  imports the other.
+"""
 
 from __future__ import annotations
 
-from chorus_collector.storage.sqlite import (
+from chorus_collector.storage.interface import Connection, Storage
+from chorus_collector.storage.postgres import PostgresStorage, is_postgres_url
+from chorus_collector.storage.sqlite import SQLiteStorage, migrations
+from chorus_collector.storage.values import (
     BucketSnapshot,
     FoldedStatistics,
     FoldStatus,
     PayloadGroup,
     SchemaError,
-    Storage,
     StoredCampaign,
     StoredReport,
     WindowSnapshot,
-    migrations,
-    open_storage,
     report_rows,
     state_array,
 )
 
-__all__ = ["BucketSnapshot", "FoldStatus", "FoldedStatistics", "PayloadGroup", "SchemaError",
-           "Storage", "StoredCampaign", "StoredReport", "WindowSnapshot", "migrations",
-           "open_storage", "report_rows", "state_array"]
+__all__ = ["BucketSnapshot", "Connection", "FoldStatus", "FoldedStatistics", "PayloadGroup",
+           "PostgresStorage", "SQLiteStorage", "SchemaError", "Storage", "StoredCampaign",
+           "StoredReport", "WindowSnapshot", "is_postgres_url", "migrations", "open_storage",
+           "report_rows", "state_array"]
+
+
+def open_storage(database: str, *, synchronous: str = "FULL") -> Storage:
+    """The storage a database setting names: a ``postgresql://`` URL, or a SQLite file."""
+    if is_postgres_url(database):
+        return PostgresStorage(database, synchronous=synchronous)
+    return SQLiteStorage(database, synchronous=synchronous)

@@ -3,8 +3,8 @@
 Several collector replicas share one database: report-ID uniqueness is the table's primary
 key, acknowledgement is the commit of the request's transaction (grouped per process, as on
 SQLite), and the fold job's compare-and-set on the watermark keeps folds exact whichever
-replica runs them. Everything else is ``Storage``'s engine-neutral code; this module holds
-what PostgreSQL does differently:
+replica runs them. The SQL it shares with SQLite is in :mod:`chorus_collector.storage.sql`;
+this module holds what PostgreSQL does its own way:
 
 * Reports are partitioned by day of their time bucket, so ``gc`` drops a day whose reports
   are all expired and folded as one table (``DROP TABLE``), not row by row; rows that land
@@ -30,10 +30,12 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from chorus_collector.storage import SchemaError, Storage, report_rows
+from chorus_collector.storage.interface import Connection
+from chorus_collector.storage.sql import SQLStorage
+from chorus_collector.storage.values import SchemaError, StoredReport, report_rows
 
 __all__ = ["PostgresStorage", "is_postgres_url"]
 
@@ -111,6 +113,12 @@ def is_postgres_url(database: str) -> bool:
 _PLACEHOLDER = re.compile(r"\?")
 
 
+def _raw(conn: Connection) -> Any:
+    """The psycopg connection under one of this engine's connections."""
+    assert isinstance(conn, _Connection), conn
+    return conn.raw
+
+
 class _Connection:
     """A psycopg connection that speaks the storage's SQL: ``?`` placeholders, and the
     ``BEGIN`` variants the engine-neutral code issues."""
@@ -122,7 +130,7 @@ class _Connection:
     def execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
         return self.raw.execute(_PLACEHOLDER.sub("%s", sql), tuple(args))
 
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> Any:
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
         cursor = self.raw.cursor()
         cursor.executemany(_PLACEHOLDER.sub("%s", sql), rows)
         return cursor
@@ -142,7 +150,7 @@ class _Connection:
             self.raw.close()
 
 
-class PostgresStorage(Storage):
+class PostgresStorage(SQLStorage["_Connection"]):
     """One PostgreSQL database; a connection per thread, opened lazily."""
 
     def __init__(self, url: str, *, synchronous: str = "FULL") -> None:
@@ -162,7 +170,7 @@ class PostgresStorage(Storage):
         self._raw_connections: list[Any] = []
         weakref.finalize(self, _close_all, self._raw_connections)
 
-    def connect(self) -> Any:
+    def connect(self) -> _Connection:
         conn: _Connection | None = getattr(self._local, "conn", None)
         if conn is None or conn.raw.closed:
             import psycopg
@@ -180,20 +188,22 @@ class PostgresStorage(Storage):
             self._local.conn = conn
         return conn
 
-    def db(self) -> Any:
-        # sqlite-utils (SQLite's migrations, the shuffler's own pool) has no PostgreSQL side.
-        raise TypeError("a sqlite-utils Database exists for SQLite storage only")
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
 
-    _joined_payloads = "string_agg(payload, ',')"
+    joined_payloads = "string_agg(payload, ',')"
 
     def _writer_turn(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()  # PostgreSQL's writers do not take turns
 
-    def _begin_write(self, conn: Any) -> None:
+    def _begin_write(self, conn: _Connection) -> None:
         conn.execute("BEGIN")
         conn.execute("SELECT pg_advisory_xact_lock_shared(?)", (APPEND_LOCK,))
 
-    def _begin_read(self, conn: Any) -> None:
+    def _begin_read(self, conn: _Connection) -> None:
         # One snapshot for every statement of the read, as SQLite's WAL read gives.
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 
@@ -259,25 +269,27 @@ class PostgresStorage(Storage):
             with self._partitions_lock:
                 self._partitions.add(day)
 
-    def existing_reports(self, conn: Any, campaign_id: int,
+    def existing_reports(self, conn: Connection, campaign_id: int,
                          report_ids: Sequence[bytes]) -> dict[bytes, tuple[int, str]]:
         # One array parameter, not an IN list of hundreds: planned once for every partition.
-        rows = conn.raw.execute(
+        rows = _raw(conn).execute(
             "SELECT report_id, time, payload FROM reports "
             "WHERE campaign_id = %s AND report_id = ANY(%s)", (campaign_id, list(report_ids)))
         return {bytes(report_id): (time, payload) for report_id, time, payload in rows}
 
-    def insert_reports(self, conn: Any, campaign_id: int, reports: Sequence[Any]) -> None:
+    def insert_reports(self, conn: Connection, campaign_id: int,
+                       reports: Sequence[StoredReport]) -> None:
         # COPY: one stream for the whole batch instead of a statement per report. A report ID
         # another replica inserted since the lookup fails the COPY with a unique violation,
         # which ingest answers by looking again (as for INSERT).
         # Ordered by the random IDs: the order within a request is not kept.
-        with conn.raw.cursor() as cursor, cursor.copy(
+        with _raw(conn).cursor() as cursor, cursor.copy(
                 "COPY reports (campaign_id, report_id, time, payload) FROM STDIN") as copy:
             for row in report_rows(campaign_id, reports):
                 copy.write_row(row)
 
     def maintain(self, now: float) -> None:
+        """Partitions ahead (the days to come)."""
         self.ensure_partitions(now)
 
     def drop_expired(self, now: float, margin: float, batch: int = 10_000) -> int:
@@ -285,7 +297,7 @@ class PostgresStorage(Storage):
         campaign's expiry plus ``margin``; then the generic row-by-row pass for the rest
         (the default partition, and days that still hold younger reports)."""
         dropped = self._drop_partitions(now, margin)
-        return dropped + super().drop_expired(now, margin, batch)
+        return dropped + self._drop_expired_rows(now, margin, batch)
 
     def _drop_partitions(self, now: float, margin: float) -> int:
         expiry = {stored.id: stored.campaign.report_expiry for stored in self.list_campaigns()}

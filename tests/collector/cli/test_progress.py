@@ -35,13 +35,13 @@ def test_no_bar_when_the_output_is_not_a_terminal() -> None:
 
 
 def test_check_aggregates_prints_no_bar_into_a_pipe(tmp_path: Path) -> None:
-    from chorus_collector.storage import Storage
+    from chorus_collector.storage import SQLiteStorage
 
     database = tmp_path / "x.db"
-    Storage(str(database)).migrate()
+    SQLiteStorage(str(database)).migrate()
     from chorus_shared.campaign import campaign_from_spec
 
-    Storage(str(database)).insert_campaign(campaign_from_spec(
+    SQLiteStorage(str(database)).insert_campaign(campaign_from_spec(
         {"name": "k", "mechanism": "krr", "epsilon": 1.0, "domain": ["a", "b"]}))
     result = CliRunner().invoke(cli, ["check-aggregates", "k", "--database", str(database),
                                       "--workers", "1"])

@@ -218,9 +218,9 @@ def test_gc_command(tmp_path: Path) -> None:
     assert missing.exit_code != 0
     assert "no such database" in missing.output
     assert not (tmp_path / "x.db").exists()  # a wrong path does not create a database
-    from chorus_collector.storage import Storage
+    from chorus_collector.storage import SQLiteStorage
 
-    Storage(str(tmp_path / "x.db")).migrate()
+    SQLiteStorage(str(tmp_path / "x.db")).migrate()
     result = CliRunner().invoke(main, ["gc", "--database", str(tmp_path / "x.db")])
     assert result.exit_code == 0
     assert "dropped 0 expired reports" in result.output
@@ -230,7 +230,7 @@ def test_a_database_of_another_application_is_refused(tmp_path: Path) -> None:
     import sqlite_utils
     from sqlite_utils.migrations import Migrations
 
-    from chorus_collector.storage import SchemaError, Storage
+    from chorus_collector.storage import SchemaError, SQLiteStorage
 
     other = Migrations("someone-else")
 
@@ -241,7 +241,7 @@ def test_a_database_of_another_application_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
     other.apply(sqlite_utils.Database(path))
     with pytest.raises(SchemaError, match="not a Chorus database"):
-        Storage(str(path)).migrate()
+        SQLiteStorage(str(path)).migrate()
 
 
 def test_rate_limit_behind_a_proxy_uses_the_forwarded_address(
@@ -274,12 +274,12 @@ def test_campaigns_stored_with_memoization_are_migrated_and_keep_their_reports(
     still load after the upgrade, with their reports; listing and scrubbing work."""
     import json
 
-    from chorus_collector.storage import Storage
+    from chorus_collector.storage import SQLiteStorage
     from chorus_shared import campaign_from_spec
     from chorus_shared.campaign import canonical_json
 
     path = tmp_path / "old.db"
-    Storage(str(path)).migrate()
+    SQLiteStorage(str(path)).migrate()
     modern = campaign_from_spec({"name": "lat", "mechanism": "duchi", "epsilon": 1.0,
                                  "domain": {"kind": "numeric", "lo": 0, "hi": 10}})
     legacy = json.loads(canonical_json(modern.config))
@@ -292,7 +292,7 @@ def test_campaigns_stored_with_memoization_are_migrated_and_keep_their_reports(
                    "VALUES (7, x'00112233', 0, '1')")
         db.execute("DELETE FROM _sqlite_migrations WHERE name = "
                    "'m003_policies_without_memoization'")
-    storage = Storage(str(path))
+    storage = SQLiteStorage(str(path))
     storage.migrate()
     stored = storage.get_campaign("lat")
     assert stored is not None and stored.id == 7

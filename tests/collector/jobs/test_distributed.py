@@ -36,7 +36,7 @@ from chorus_collector.jobs.distributed import (
 )
 from chorus_collector.jobs.export import SIDECAR, export_parquet
 from chorus_collector.jobs.folding import fold
-from chorus_collector.storage import Storage, state_array
+from chorus_collector.storage import SQLiteStorage, state_array
 from helpers.support import ADMIN_HEADERS, FakeClock, make_report
 
 SPECS: list[dict[str, Any]] = [
@@ -94,7 +94,7 @@ def appended(make_app: Callable[..., Flask], clock: FakeClock, db_path: Path) ->
     for hour in range(3):
         for spec in SPECS:
             reports.send(spec["name"], PER_BUCKET, hours_ago=hour)
-    assert Storage(str(db_path)).fold_status().unfolded == TOTAL
+    assert SQLiteStorage(str(db_path)).fold_status().unfolded == TOTAL
     return reports
 
 
@@ -105,7 +105,7 @@ def _copy(source: Path, target: Path) -> Path:
 
 
 def _folded(db: Path) -> dict[str, list[tuple[int, int, np.ndarray]]]:
-    storage = Storage(str(db))
+    storage = SQLiteStorage(str(db))
     out = {}
     for spec in SPECS:
         stored = storage.get_campaign(spec["name"])
@@ -135,12 +135,13 @@ def _assert_same_buckets(a: Buckets, b: Buckets) -> None:
 def test_a_fold_on_the_cluster_leaves_the_statistics_of_the_in_process_fold(
         appended: Reports, tmp_path: Path, client: Client) -> None:
     twin = _copy(appended.db, tmp_path / "twin.db")
-    assert fold(Storage(str(appended.db)), limit=97) == TOTAL
-    storage = Storage(str(twin))
+    assert fold(SQLiteStorage(str(appended.db)), limit=97) == TOTAL
+    storage = SQLiteStorage(str(twin))
     # Ranges of 23 seqs: tasks cut across campaigns and buckets.
     assert fold_with_cluster(storage, client, task_reports=23) == TOTAL
     assert storage.fold_status().unfolded == 0
-    assert storage.fold_status().watermark == Storage(str(appended.db)).fold_status().watermark
+    original = SQLiteStorage(str(appended.db))
+    assert storage.fold_status().watermark == original.fold_status().watermark
     _assert_same_folds(_folded(appended.db), _folded(twin))
     assert storage.claim_fold("next", 1.0, 1.0)  # the lease was given back
     assert fold_with_cluster(storage, client) == 0  # nothing left: a no-op
@@ -149,12 +150,12 @@ def test_a_fold_on_the_cluster_leaves_the_statistics_of_the_in_process_fold(
 def test_a_fold_that_commits_first_makes_the_cluster_fold_discard_its_work(
         appended: Reports, tmp_path: Path, client: Client) -> None:
     twin = _copy(appended.db, tmp_path / "twin.db")
-    fold(Storage(str(twin)))
-    storage = Storage(str(appended.db))
+    fold(SQLiteStorage(str(twin)))
+    storage = SQLiteStorage(str(appended.db))
 
     def race(step: str) -> None:
         if step == "map":  # the tasks are planned: a server's folder commits meanwhile
-            assert fold(Storage(str(appended.db)), limit=50) == TOTAL
+            assert fold(SQLiteStorage(str(appended.db)), limit=50) == TOTAL
 
     assert fold_on_cluster(storage, client, task_reports=50, step=race) is None
     assert fold_with_cluster(storage, client) == 0
@@ -163,7 +164,7 @@ def test_a_fold_that_commits_first_makes_the_cluster_fold_discard_its_work(
 
 def test_reports_appended_during_a_cluster_fold_wait_for_the_next_one(
         appended: Reports, client: Client) -> None:
-    storage = Storage(str(appended.db))
+    storage = SQLiteStorage(str(appended.db))
 
     def ingest(step: str) -> None:
         if step == "map":
@@ -182,7 +183,7 @@ def test_reports_appended_during_a_cluster_fold_wait_for_the_next_one(
 
 def test_the_cluster_recomputes_exactly_what_the_process_pool_does(
         appended: Reports, client: Client) -> None:
-    storage = Storage(str(appended.db))
+    storage = SQLiteStorage(str(appended.db))
     fold(storage)
     for spec in SPECS:
         pool = recompute(storage, spec["name"], workers=2, chunk=33)
@@ -198,7 +199,7 @@ def test_the_cluster_recomputes_exactly_what_the_process_pool_does(
 
 def test_a_parquet_export_aggregates_to_the_recomputed_statistics(
         appended: Reports, tmp_path: Path, client: Client) -> None:
-    storage = Storage(str(appended.db))
+    storage = SQLiteStorage(str(appended.db))
     fold(storage)
     appended.send("k", 9)  # past the watermark: in no folded statistic, so not exported
     for spec in SPECS:
@@ -242,7 +243,7 @@ def test_the_cli_folds_checks_exports_and_aggregates_on_a_cluster(
     from_cli = {line["time"]: (line["n"], np.array(line["state"], dtype=np.int64))
                 for line in lines}
     assert {line["campaign"] for line in lines} == {"o"}
-    _assert_same_buckets(from_cli, recompute(Storage(str(appended.db)), "o", workers=1))
+    _assert_same_buckets(from_cli, recompute(SQLiteStorage(str(appended.db)), "o", workers=1))
     missing = runner.invoke(cli, ["aggregate", "--from-parquet", str(tmp_path)])
     assert missing.exit_code == 1 and "not a finished Chorus export" in missing.output
 
@@ -260,7 +261,7 @@ def test_without_the_dask_extra_the_commands_say_what_to_install(
         assert result.exit_code == 1, result.output
         assert "pip install 'chorus-ldp[dask]'" in result.output
         assert "Traceback" not in result.output
-    assert Storage(str(appended.db)).fold_status().unfolded == TOTAL  # nothing was folded
+    assert SQLiteStorage(str(appended.db)).fold_status().unfolded == TOTAL  # nothing was folded
 
 
 def test_an_unreachable_scheduler_is_named(appended: Reports,

@@ -33,7 +33,7 @@ from chorus_collector.jobs.folding import (
     fold,
     fold_once,
 )
-from chorus_collector.storage import Storage, migrations, open_storage
+from chorus_collector.storage import SQLiteStorage, migrations, open_storage
 from helpers.support import (
     ADMIN,
     ADMIN_HEADERS,
@@ -263,7 +263,7 @@ def test_a_database_of_the_previous_schema_keeps_its_statistics(
     database.execute("INSERT INTO aggregates VALUES (1, 3600, 3, ?)", [state])
     database.conn.commit()
     database.close()
-    storage = Storage(str(db))
+    storage = SQLiteStorage(str(db))
     storage.migrate()
     status = storage.fold_status()
     assert (status.watermark, status.unfolded) == (2, 0)

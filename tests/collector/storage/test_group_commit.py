@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from chorus_collector.storage import Storage
+from chorus_collector.storage import SQLiteStorage
 
 
 @pytest.fixture
-def storage(tmp_path: Path) -> Storage:
-    store = Storage(str(tmp_path / "g.db"))
+def storage(tmp_path: Path) -> SQLiteStorage:
+    store = SQLiteStorage(str(tmp_path / "g.db"))
     store.migrate()
     with store.write() as conn:
         conn.execute("CREATE TABLE t (writer INTEGER, item INTEGER)")
@@ -30,7 +30,7 @@ def _count(path: str) -> int:
         return int(conn.execute("SELECT COUNT(*) FROM t").fetchone()[0])
 
 
-def test_concurrent_writes_are_grouped_and_all_committed(storage: Storage,
+def test_concurrent_writes_are_grouped_and_all_committed(storage: SQLiteStorage,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     groups: list[int] = []
     original = storage._run_group
@@ -66,7 +66,7 @@ def test_concurrent_writes_are_grouped_and_all_committed(storage: Storage,
     assert not storage._group_leader and not storage._group_queue
 
 
-def test_a_failing_writer_rolls_back_alone(storage: Storage) -> None:
+def test_a_failing_writer_rolls_back_alone(storage: SQLiteStorage) -> None:
     barrier = threading.Barrier(3)
     outcomes: dict[str, object] = {}
 
@@ -99,7 +99,7 @@ def test_a_failing_writer_rolls_back_alone(storage: Storage) -> None:
         assert conn.execute("SELECT writer FROM t ORDER BY writer").fetchall() == [(1,), (1,)]
 
 
-def test_a_failed_commit_fails_every_writer_in_the_group(storage: Storage) -> None:
+def test_a_failed_commit_fails_every_writer_in_the_group(storage: SQLiteStorage) -> None:
     """If the shared transaction cannot commit, no caller may think its write is durable."""
     def work(conn: sqlite3.Connection) -> None:
         conn.execute("INSERT INTO t VALUES (3, 3)")
@@ -127,7 +127,7 @@ def _lock_is_free(path: str) -> bool:
     return True
 
 
-def test_writers_take_turns_on_a_lock_file_beside_the_database(storage: Storage) -> None:
+def test_writers_take_turns_on_a_lock_file_beside_the_database(storage: SQLiteStorage) -> None:
     # Blocked in the kernel, a waiting writer is woken as the last one commits, instead of
     # polling SQLite's lock with sleeps of milliseconds.
     lock = storage.path + "-writer.lock"
@@ -138,7 +138,7 @@ def test_writers_take_turns_on_a_lock_file_beside_the_database(storage: Storage)
     assert _lock_is_free(lock)
 
 
-def test_a_forked_process_does_not_share_its_parents_turn(storage: Storage) -> None:
+def test_a_forked_process_does_not_share_its_parents_turn(storage: SQLiteStorage) -> None:
     # A descriptor inherited through fork shares the parent's lock: the child must open its
     # own, or it would write while the parent does.
     turn = multiprocessing.get_context("fork").Event()
@@ -152,12 +152,12 @@ def test_a_forked_process_does_not_share_its_parents_turn(storage: Storage) -> N
     assert child.exitcode == 0
 
 
-def _take_a_turn(storage: Storage, turn: Any) -> None:
+def _take_a_turn(storage: SQLiteStorage, turn: Any) -> None:
     with storage._writer_turn():
         turn.set()
 
 
-def test_the_background_checkpoints_and_requests_only_as_a_backstop(storage: Storage) -> None:
+def test_the_background_checkpoints_and_requests_only_as_a_backstop(storage: SQLiteStorage) -> None:
     # A commit checkpoints only past 32 MB of WAL: below that, the database file grows
     # when the background upkeep copies the WAL back, not before.
     assert storage.connect().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 8192

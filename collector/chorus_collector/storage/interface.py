@@ -1,0 +1,295 @@
+"""The storage interface: what the rest of the collector may ask of a database.
+
+Every engine (:mod:`~chorus_collector.storage.sqlite`, :mod:`~chorus_collector.storage.postgres`)
+implements :class:`Storage`; nothing above the storage package knows which one it has. The
+contract, whatever the engine:
+
+* Campaigns are immutable once stored; a name names one configuration for good.
+* Ingest only appends. A report is stored once per (campaign, report ID): a report whose ID
+  is already stored is never counted twice. A write's rows are durable when ``write`` or
+  ``grouped_write`` returns, and not before.
+* Every report gets the next sequence number (``seq``) of one append order. Per-bucket
+  statistics are folded from the appended reports by a job that moves one watermark
+  (``commit_fold``): the statistics and the watermark change in one transaction, by
+  compare-and-set, so folds stay exact however many run and wherever they crash.
+* Reads of a window (``bucket_snapshot``, ``window_snapshot``, ``time_span``,
+  ``report_counts``, ``folded_statistics``) see the folded statistics, the watermark and the
+  not-yet-folded tail in one snapshot: a fold committing meanwhile neither double-counts nor
+  hides a report.
+* ``migrate`` brings the schema up to date, and refuses (``SchemaError``) a database written
+  by a newer version.
+
+Raw SQL never leaves the package: ``connect`` and ``write`` hand out a :class:`Connection`
+that the collector passes back to the storage's own methods (ingest's statements run in the
+transaction its caller opened).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from chorus_collector.storage.values import (
+    BucketSnapshot,
+    FoldChunk,
+    FoldedStatistics,
+    FoldStatus,
+    PayloadGroup,
+    StoredCampaign,
+    StoredReport,
+    WindowSnapshot,
+    state_array,
+)
+from chorus_shared.campaign import Campaign
+
+__all__ = ["Connection", "Storage"]
+
+T = TypeVar("T")
+
+
+class Connection(Protocol):
+    """A database connection as the storage's methods use it: DB-API statements with ``?``
+    placeholders (``sqlite3.Connection``, or PostgreSQL's adapter)."""
+
+    def execute(self, sql: str, args: Sequence[Any] = ..., /) -> Any: ...
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]], /) -> Any: ...
+
+    @property
+    def in_transaction(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class Storage(ABC):
+    """One database of campaigns, appended reports and folded statistics; a connection per
+    thread. Open one with :func:`chorus_collector.storage.open_storage`."""
+
+    #: The database setting it was opened with (a SQLite file, or a PostgreSQL URL).
+    path: str
+    #: "FULL": a commit returns once durable; "NORMAL"/"OFF": faster, less durable.
+    synchronous: str
+    #: What a concurrent writer can make an ingest attempt fail with, so that it is retried.
+    retryable_errors: tuple[type[Exception], ...]
+
+    # -- connections, schema and upkeep ------------------------------------------------------
+
+    @abstractmethod
+    def connect(self) -> Connection:
+        """This thread's connection (opened on first use)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close this thread's connection (a later call opens a new one)."""
+
+    @abstractmethod
+    def migrate(self) -> None:
+        """Apply pending migrations (once, however many collectors start together); raise
+        ``SchemaError`` for a database with migrations this version does not know (a newer
+        version wrote it). SQLite also refuses a file another application wrote."""
+
+    @abstractmethod
+    def maintain(self, now: float) -> None:
+        """Periodic upkeep the background folder runs, off the requests' path."""
+
+    @abstractmethod
+    def ping(self) -> None:
+        """A trivial read: raises if the database cannot be read."""
+
+    # -- transactions -----------------------------------------------------------------------
+
+    @abstractmethod
+    def write(self) -> contextlib.AbstractContextManager[Connection]:
+        """A write transaction: committed when the block ends, rolled back on any
+        exception."""
+
+    @abstractmethod
+    def grouped_write(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work(conn)`` in a write transaction shared with concurrent callers (group
+        commit): it returns once the shared commit succeeded. An exception in ``work`` rolls
+        back that caller's changes only and is raised to it; a failed commit is raised to
+        every caller of the group (nothing of theirs was acknowledged)."""
+
+    # -- campaigns ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def insert_campaign(self, campaign: Campaign) -> tuple[StoredCampaign, bool]:
+        """Store a new campaign. Returns (stored, created); an identical one is not an error.
+
+        Raises ``FileExistsError`` when the name is taken by a different configuration:
+        campaigns are immutable.
+        """
+
+    @abstractmethod
+    def get_campaign(self, name: str) -> StoredCampaign | None:
+        """The campaign of that name (None: none)."""
+
+    @abstractmethod
+    def get_campaign_by_digest(self, digest: str) -> StoredCampaign | None:
+        """The campaign whose configuration has that digest (None: none)."""
+
+    @abstractmethod
+    def get_campaign_by_id(self, campaign_id: int) -> StoredCampaign:
+        """The campaign a stored report belongs to; ``KeyError`` if there is none."""
+
+    @abstractmethod
+    def list_campaigns(self) -> list[StoredCampaign]:
+        """Every campaign, in the order they were created."""
+
+    @abstractmethod
+    def retire_campaign(self, campaign_id: int, now: float) -> float:
+        """Retire a campaign (once: a second call keeps the first time); returns when."""
+
+    @abstractmethod
+    def retired_at(self, campaign_id: int) -> float | None:
+        """When the campaign was retired (None: it takes reports), as stored now: a
+        retirement holds at once on every collector sharing the database."""
+
+    # -- reports (inside a write transaction) -------------------------------------------------
+
+    @abstractmethod
+    def existing_reports(self, conn: Connection, campaign_id: int,
+                         report_ids: Sequence[bytes]) -> dict[bytes, tuple[int, str]]:
+        """(time, payload) of the given IDs already stored for the campaign."""
+
+    @abstractmethod
+    def insert_reports(self, conn: Connection, campaign_id: int,
+                       reports: Sequence[StoredReport]) -> None:
+        """Append reports (each gets the next seq), ordered by their random IDs: the order
+        within a request is not kept. An ID already stored for the campaign raises one of
+        ``retryable_errors``."""
+
+    @abstractmethod
+    def insert_new_reports(self, conn: Connection, campaign_id: int,
+                           reports: Sequence[StoredReport]) -> bool:
+        """Append reports if no ID among them is stored yet; otherwise change nothing and
+        return False (then the caller looks each one up)."""
+
+    @abstractmethod
+    def record_shuffled_batch(self, conn: Connection, campaign_id: int,
+                              new_reports_by_time: Mapping[int, int],
+                              senders_by_time: Mapping[int, int] | None = None) -> None:
+        """Add one shuffled batch to each time bucket it brought new reports to (inside the
+        ingest transaction, so the record commits with the reports). ``senders_by_time``:
+        the distinct admitted senders the shuffler vouched for among those new reports, per
+        bucket (None: the batch came without a vouched count)."""
+
+    # -- folding ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def unfolded(self, limit: int) -> FoldChunk:
+        """The next chunk of at most ``limit`` reports past the watermark, in append order,
+        with their payloads grouped by campaign and time bucket, read in one snapshot."""
+
+    @abstractmethod
+    def payload_groups(self, after_seq: int, through_seq: int,
+                       campaign_id: int | None = None) -> list[PayloadGroup]:
+        """The payloads of the reports with after_seq < seq <= through_seq (of one campaign
+        if given), grouped by campaign and time bucket: what a fold over that range maps,
+        read from a connection of this storage's own (a job's worker may call it)."""
+
+    @abstractmethod
+    def append_horizon(self) -> int:
+        """The highest seq at or below which every append has committed and none can still
+        commit: how far a fold that plans its ranges ahead may read."""
+
+    @abstractmethod
+    def claim_fold(self, holder: str, now: float, lease: float) -> bool:
+        """Take the fold lease unless another holder's is still running. The lease only
+        saves duplicate work; ``commit_fold``'s watermark check is what keeps folds exact."""
+
+    @abstractmethod
+    def release_fold(self, holder: str) -> None:
+        """Give the fold lease back (if ``holder`` holds it)."""
+
+    @abstractmethod
+    def commit_fold(self, expected: int, through: int,
+                    partials: Mapping[tuple[int, int], tuple[int, np.ndarray]], now: float,
+                    step: Callable[[str], None] = lambda _: None) -> bool:
+        """Add partial statistics per (campaign id, time bucket) and move the watermark from
+        ``expected`` to ``through``, in one transaction. Returns False, changing nothing, if
+        the watermark is no longer ``expected`` (another fold got there first).
+
+        ``step`` is called between the steps (fault injection in the tests)."""
+
+    @abstractmethod
+    def any_unfolded(self) -> bool:
+        """Whether any report is past the watermark."""
+
+    @abstractmethod
+    def fold_status(self) -> FoldStatus:
+        """The watermark, when a fold last moved it, and how many reports are past it."""
+
+    # -- reads of statistics ------------------------------------------------------------------
+
+    @abstractmethod
+    def bucket_snapshot(self, campaign_id: int, start: int | None,
+                        end: int | None) -> BucketSnapshot:
+        """The folded (n, state) of each bucket with start <= time < end, and the window's
+        reports past the watermark, in one snapshot, so that a series' points add up to what
+        one window's read gives."""
+
+    def window_snapshot(self, campaign_id: int, size: int, start: int | None,
+                        end: int | None) -> WindowSnapshot:
+        """The folded statistics of the buckets with start <= time < end (summed: O(buckets ×
+        state size)), and the reports of those buckets past the watermark, in one snapshot:
+        a fold committing meanwhile can neither double-count nor hide a report."""
+        snapshot = self.bucket_snapshot(campaign_id, start, end)
+        total = np.zeros(size, dtype=np.int64)
+        n = 0
+        for _, count, blob in snapshot.buckets:
+            n += count
+            total += state_array(blob)
+        return WindowSnapshot(n, total, snapshot.tail, snapshot.folded_at)
+
+    @abstractmethod
+    def time_span(self, campaign_id: int) -> tuple[int, int] | None:
+        """The first and last time bucket holding a report of the campaign, folded or not
+        (None: none), in one snapshot: a series' default window."""
+
+    @abstractmethod
+    def report_counts(self, since: int | None = None) -> dict[int, dict[int, int]]:
+        """Accepted reports per campaign id and time bucket (folded and not yet folded), for
+        the buckets at or after ``since``: counts only, no statistics, in one snapshot."""
+
+    @abstractmethod
+    def folded_statistics(self, campaign_id: int) -> FoldedStatistics:
+        """A campaign's folded statistics per bucket, its retired counts per bucket and the
+        watermark they correspond to, in one snapshot."""
+
+    @abstractmethod
+    def folded_report_rows(self, campaign_id: int, through: int) -> Iterator[tuple[int, str]]:
+        """(time bucket, canonical payload) of a campaign's stored reports at or below the
+        watermark ``through``, in time order, streamed."""
+
+    @abstractmethod
+    def report_range(self, after_seq: int, through_seq: int, campaign_id: int | None = None,
+                     limit: int | None = None) -> list[tuple[int, int, int, str]]:
+        """(seq, campaign id, time bucket, payload) of the reports with after_seq < seq <=
+        through_seq (of one campaign if given; at most ``limit``), in append order: what an
+        export writes, page by page."""
+
+    @abstractmethod
+    def shuffled_totals(self, campaign_id: int, start: int | None, end: int | None,
+                        ) -> tuple[int, int, int | None, int, int | None]:
+        """(batches, reports, smallest batch, vouched batches, smallest vouched sender count)
+        of the buckets with start <= time < end."""
+
+    # -- retention ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def drop_expired(self, now: float, margin: float, batch: int = 10_000) -> int:
+        """Drop the folded reports of buckets older than their campaign's report expiry plus
+        ``margin``; returns how many.
+
+        Ingest refuses a report older than the expiry, so an expired report's ID protects
+        nothing: a replay is refused as expired before any ID check. The margin covers the
+        clock skew between replicas. The statistics the reports fed stay, and each bucket
+        keeps the count of its dropped reports (``FoldedStatistics.retired``) so that
+        ``check-aggregates`` knows it cannot be recomputed. Unfolded reports are never
+        dropped (they have fed nothing yet); ingest never waits long for it.
+        """

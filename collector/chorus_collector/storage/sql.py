@@ -1,0 +1,557 @@
+"""The SQL both engines speak: the storage operations whose statements are the same on
+SQLite and PostgreSQL, written once, and the group commit.
+
+:class:`SQLStorage` is the shared base of the engines (after Django's
+``db.backends.base``): each engine module subclasses it, neither subclasses the other. It
+holds only what both engines do alike, in the SQL they share (``?`` placeholders, ``ON
+CONFLICT … DO UPDATE``, ``RETURNING``, ``coalesce``, savepoints); what differs is declared
+here as an abstract hook and written in the engine's module:
+
+* ``connect`` / ``close``: the engine's connection (and its settings);
+* ``_begin_write`` / ``_begin_read`` / ``_writer_turn``: how a write transaction starts and
+  queues, and how a read gets one snapshot;
+* ``_fold_horizon``: how far a fold may read the append order;
+* ``joined_payloads``: the aggregate that joins a group's payloads with commas;
+* ``migrate``, ``maintain``, ``existing_reports``, ``insert_reports``, ``drop_expired``:
+  the schema and the statements that are the engine's own (``_drop_expired_rows`` is the
+  row-by-row gc both use).
+
+Schemas (which must keep the same tables and columns for this SQL to hold) are in the
+engine modules, with their migrations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from abc import abstractmethod
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from chorus_collector.storage.interface import Connection, Storage
+from chorus_collector.storage.values import (
+    BucketSnapshot,
+    FoldChunk,
+    FoldedStatistics,
+    FoldStatus,
+    PayloadGroup,
+    StoredCampaign,
+    StoredReport,
+    state_array,
+    state_bytes,
+)
+from chorus_shared.campaign import Campaign, campaign_from_config, canonical_json
+
+__all__ = ["SQLStorage"]
+
+T = TypeVar("T")
+ConnT = TypeVar("ConnT", bound=Connection)
+
+
+class _GroupItem:
+    """One caller's work in a group commit."""
+
+    def __init__(self, work: Callable[[Any], Any]) -> None:
+        self.work = work
+        self.wake = threading.Event()
+        self.finished = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class SQLStorage(Storage, Generic[ConnT]):
+    """The operations both engines run with the same SQL, on ``ConnT`` connections (one per
+    thread, opened lazily by the engine's ``connect``)."""
+
+    def __init__(self, path: str, *, synchronous: str = "FULL") -> None:
+        self.path = path
+        self.synchronous = synchronous
+        self._local = threading.local()
+        self._campaigns: dict[str, StoredCampaign] = {}
+        self._names_by_digest: dict[str, str] = {}
+        self._names_by_id: dict[int, str] = {}
+        self._campaigns_lock = threading.Lock()
+        self._group_mutex = threading.Lock()
+        self._group_queue: list[_GroupItem] = []
+        self._group_leader = False
+
+    # -- what each engine provides ------------------------------------------------------------
+
+    @abstractmethod
+    def connect(self) -> ConnT:
+        """This thread's connection (opened on first use)."""
+
+    #: SQL that joins a group's payloads with commas (each one is a whole JSON value).
+    joined_payloads: str
+
+    @abstractmethod
+    def _writer_turn(self) -> contextlib.AbstractContextManager[None]:
+        """Wait for this thread's turn to write; held until the transaction ends."""
+
+    @abstractmethod
+    def _begin_write(self, conn: ConnT) -> None:
+        """Open a write transaction."""
+
+    @abstractmethod
+    def _begin_read(self, conn: ConnT) -> None:
+        """Open a read transaction: every statement until COMMIT sees one snapshot."""
+
+    @abstractmethod
+    def _fold_horizon(self) -> int | None:
+        """The highest seq a fold may read (None: any committed one)."""
+
+    # -- transactions -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[ConnT]:
+        """A write transaction: BEGIN … COMMIT, rolled back on any exception."""
+        conn = self.connect()
+        with self._writer_turn():
+            self._begin_write(conn)
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def grouped_write(self, work: Callable[[ConnT], T]) -> T:
+        """Run ``work(conn)`` in a write transaction shared with concurrent callers.
+
+        Group commit: threads that write at the same time share one BEGIN … COMMIT, so one
+        fsync makes all their reports durable instead of one fsync each. Each caller's work
+        runs in its own SAVEPOINT: an exception rolls back only that caller's changes and is
+        raised to it. Every call returns only after the shared COMMIT succeeded; if it fails,
+        every caller in the group gets the error (nothing of theirs was acknowledged).
+
+        One caller leads: it runs the group (its own work and everything queued) on its
+        connection, then hands leadership to the next queued caller, so no thread stays busy
+        for others under sustained load.
+        """
+        item = _GroupItem(work)
+        with self._group_mutex:
+            self._group_queue.append(item)
+            lead = not self._group_leader
+            self._group_leader = True
+        if not lead:
+            item.wake.wait()
+        if not item.finished:  # leading: first caller, or promoted by the previous leader
+            self._run_group()
+        if item.error is not None:
+            raise item.error
+        return item.result  # type: ignore[no-any-return]
+
+    def _run_group(self) -> None:
+        with self._group_mutex:
+            group, self._group_queue = self._group_queue, []
+        conn = self.connect()
+        turn = self._writer_turn()
+        turn.__enter__()  # left in the finally clause, before the next leader is woken
+        try:
+            self._begin_write(conn)
+            for number, item in enumerate(group):
+                conn.execute(f"SAVEPOINT w{number}")
+                try:
+                    item.result = item.work(conn)
+                    conn.execute(f"RELEASE w{number}")
+                except Exception as error:  # this caller's problem only
+                    conn.execute(f"ROLLBACK TO w{number}")
+                    conn.execute(f"RELEASE w{number}")
+                    item.error = error
+            conn.execute("COMMIT")
+        except BaseException as error:  # BEGIN or COMMIT failed: nothing here is durable
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            for item in group:
+                item.result, item.error = None, item.error or error
+            if not isinstance(error, Exception):
+                raise
+        finally:
+            turn.__exit__(None, None, None)
+            with self._group_mutex:
+                if self._group_queue:  # hand over to the next waiting caller
+                    self._group_queue[0].wake.set()
+                else:
+                    self._group_leader = False
+            for item in group:
+                item.finished = True
+                item.wake.set()
+
+    def ping(self) -> None:
+        self.connect().execute("SELECT 1").fetchone()
+
+    # -- campaigns ----------------------------------------------------------------------------
+
+    def insert_campaign(self, campaign: Campaign) -> tuple[StoredCampaign, bool]:
+        config_json = canonical_json(campaign.config).decode()
+        with self.write() as conn:
+            # ON CONFLICT: two collectors creating the same campaign at once both succeed.
+            created = conn.execute(
+                "INSERT INTO campaigns (name, digest, config) VALUES (?, ?, ?) "
+                "ON CONFLICT DO NOTHING RETURNING id",
+                (campaign.name, campaign.digest, config_json)).fetchone()
+            if created is not None:
+                return StoredCampaign(created[0], campaign), True
+            row = conn.execute("SELECT id, digest FROM campaigns WHERE name = ?",
+                               (campaign.name,)).fetchone()
+            if row is None or row[1] != campaign.digest:
+                raise FileExistsError(campaign.name)
+            return StoredCampaign(row[0], campaign), False
+
+    def get_campaign(self, name: str) -> StoredCampaign | None:
+        cached = self._campaigns.get(name)
+        if cached is not None:
+            return cached  # campaigns are immutable, so the cache never goes stale
+        row = self.connect().execute(
+            "SELECT id, digest, config FROM campaigns WHERE name = ?", (name,)
+        ).fetchone()
+        if row is None:
+            return None
+        campaign = campaign_from_config(json.loads(row[2]), expected_digest=row[1])
+        stored = StoredCampaign(row[0], campaign)
+        with self._campaigns_lock:
+            self._campaigns[name] = stored
+        return stored
+
+    def get_campaign_by_digest(self, digest: str) -> StoredCampaign | None:
+        name = self._names_by_digest.get(digest)
+        if name is None:
+            row = self.connect().execute("SELECT name FROM campaigns WHERE digest = ?",
+                                         (digest,)).fetchone()
+            if row is None:
+                return None
+            name = row[0]
+            with self._campaigns_lock:
+                self._names_by_digest[digest] = name
+        return self.get_campaign(name)
+
+    def retire_campaign(self, campaign_id: int, now: float) -> float:
+        with self.write() as conn:
+            conn.execute("UPDATE campaigns SET retired_at = ? WHERE id = ? AND retired_at IS NULL",
+                         (now, campaign_id))
+            retired_at = conn.execute("SELECT retired_at FROM campaigns WHERE id = ?",
+                                      (campaign_id,)).fetchone()[0]
+        return float(retired_at)
+
+    def retired_at(self, campaign_id: int) -> float | None:
+        # Read from the database every time (a point query on a small table, once per
+        # campaign and request); campaigns themselves never change, so they stay cached.
+        row = self.connect().execute("SELECT retired_at FROM campaigns WHERE id = ?",
+                                     (campaign_id,)).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def get_campaign_by_id(self, campaign_id: int) -> StoredCampaign:
+        name = self._names_by_id.get(campaign_id)
+        if name is None:
+            row = self.connect().execute("SELECT name FROM campaigns WHERE id = ?",
+                                         (campaign_id,)).fetchone()
+            if row is None:
+                raise KeyError(campaign_id)
+            name = row[0]
+            with self._campaigns_lock:
+                self._names_by_id[campaign_id] = name
+        stored = self.get_campaign(name)
+        assert stored is not None
+        return stored
+
+    def list_campaigns(self) -> list[StoredCampaign]:
+        names = [r[0] for r in self.connect().execute("SELECT name FROM campaigns ORDER BY id")]
+        return [c for c in (self.get_campaign(n) for n in names) if c is not None]
+
+    # -- reports ------------------------------------------------------------------------------
+
+    def insert_new_reports(self, conn: Connection, campaign_id: int,
+                           reports: Sequence[StoredReport]) -> bool:
+        # In one statement (the engine's insert_reports), under a savepoint.
+        conn.execute("SAVEPOINT append_new")
+        try:
+            self.insert_reports(conn, campaign_id, reports)
+        except self.retryable_errors:
+            conn.execute("ROLLBACK TO append_new")
+            conn.execute("RELEASE append_new")
+            return False
+        conn.execute("RELEASE append_new")
+        return True
+
+    def record_shuffled_batch(self, conn: Connection, campaign_id: int,
+                              new_reports_by_time: Mapping[int, int],
+                              senders_by_time: Mapping[int, int] | None = None) -> None:
+        for time, count in new_reports_by_time.items():
+            if count <= 0:
+                continue
+            senders = None if senders_by_time is None else senders_by_time[time]
+            conn.execute(
+                "INSERT INTO shuffled_batches (campaign_id, time, batches, reports, smallest, "
+                "vouched_batches, smallest_senders) VALUES (?, ?, 1, ?, ?, ?, ?) "
+                "ON CONFLICT (campaign_id, time) DO UPDATE SET "
+                "batches = shuffled_batches.batches + 1, "
+                "reports = shuffled_batches.reports + excluded.reports, "
+                "smallest = CASE WHEN excluded.smallest < shuffled_batches.smallest "
+                "THEN excluded.smallest ELSE shuffled_batches.smallest END, "
+                "vouched_batches = shuffled_batches.vouched_batches + excluded.vouched_batches, "
+                "smallest_senders = CASE WHEN excluded.smallest_senders IS NULL "
+                "THEN shuffled_batches.smallest_senders "
+                "WHEN shuffled_batches.smallest_senders IS NULL "
+                "OR excluded.smallest_senders < shuffled_batches.smallest_senders "
+                "THEN excluded.smallest_senders ELSE shuffled_batches.smallest_senders END",
+                (campaign_id, time, count, count, 0 if senders is None else 1, senders))
+
+    # -- folding: the statistics job's reads and its one write ---------------------------------
+
+    def unfolded(self, limit: int) -> FoldChunk:
+        horizon = self._fold_horizon()
+        conn = self.connect()
+        self._begin_read(conn)
+        try:
+            watermark = conn.execute("SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
+            sql = "SELECT seq FROM reports WHERE seq > ?"
+            args: list[Any] = [watermark]
+            if horizon is not None:
+                sql += " AND seq <= ?"
+                args.append(horizon)
+            through, count = conn.execute(
+                f"SELECT max(seq), count(*) FROM ({sql} ORDER BY seq LIMIT ?) AS chunk",
+                (*args, limit)).fetchone()
+            groups = [] if not count else self._payload_groups(conn, watermark, through)
+        finally:
+            conn.execute("COMMIT")
+        return FoldChunk(int(watermark), int(through or watermark), int(count), groups)
+
+    def _payload_groups(self, conn: ConnT, after_seq: int, through_seq: int,
+                        campaign_id: int | None = None) -> list[PayloadGroup]:
+        # Grouped and joined by the database: no Python object per report (the fold's read
+        # was half its time), and one JSON parse per group.
+        where, args = _seq_range(after_seq, through_seq, campaign_id)
+        sql = (f"SELECT campaign_id, time, count(*), {self.joined_payloads} FROM reports "
+               f"WHERE {where} GROUP BY campaign_id, time")
+        return [PayloadGroup(*row) for row in conn.execute(sql, args).fetchall()]
+
+    def payload_groups(self, after_seq: int, through_seq: int,
+                       campaign_id: int | None = None) -> list[PayloadGroup]:
+        # A job that splits the append order into ranges reads each range with this from a
+        # connection of its own (a Dask task on another process or host), so no connection
+        # and no payload travels through the job's driver.
+        conn = self.connect()
+        self._begin_read(conn)
+        try:
+            return self._payload_groups(conn, after_seq, through_seq, campaign_id)
+        finally:
+            conn.execute("COMMIT")
+
+    def append_horizon(self) -> int:
+        horizon = self._fold_horizon()
+        if horizon is not None:
+            return horizon
+        row = self.connect().execute("SELECT coalesce(max(seq), 0) FROM reports").fetchone()
+        return int(row[0])
+
+    def claim_fold(self, holder: str, now: float, lease: float) -> bool:
+        with self.write() as conn:
+            cursor = conn.execute(
+                "UPDATE fold_state SET holder = ?, lease_until = ? "
+                "WHERE id = 1 AND (lease_until < ? OR holder = ?)",
+                (holder, now + lease, now, holder))
+            return cursor.rowcount == 1  # type: ignore[no-any-return]
+
+    def release_fold(self, holder: str) -> None:
+        with self.write() as conn:
+            conn.execute("UPDATE fold_state SET lease_until = 0 WHERE id = 1 AND holder = ?",
+                         (holder,))
+
+    def commit_fold(self, expected: int, through: int,
+                    partials: Mapping[tuple[int, int], tuple[int, np.ndarray]], now: float,
+                    step: Callable[[str], None] = lambda _: None) -> bool:
+        with self.write() as conn:
+            step("begin")
+            # Compare-and-set first: the row lock it takes serializes folds on any engine,
+            # and a fold that lost the race changes nothing.
+            moved = conn.execute(
+                "UPDATE fold_state SET seq = ?, folded_at = ? WHERE id = 1 AND seq = ?",
+                (through, now, expected)).rowcount
+            if moved != 1:
+                return False
+            for (campaign_id, time), (count, state) in partials.items():
+                row = conn.execute(
+                    "SELECT n, state FROM aggregates WHERE campaign_id = ? AND time = ?",
+                    (campaign_id, time)).fetchone()
+                if row is None:
+                    conn.execute(
+                        "INSERT INTO aggregates (campaign_id, time, n, state) "
+                        "VALUES (?, ?, ?, ?)", (campaign_id, time, count, state_bytes(state)))
+                else:
+                    merged = state_array(row[1]) + state
+                    conn.execute(
+                        "UPDATE aggregates SET n = ?, state = ? "
+                        "WHERE campaign_id = ? AND time = ?",
+                        (row[0] + count, state_bytes(merged), campaign_id, time))
+                step("merge")
+            step("watermark")
+        return True
+
+    def any_unfolded(self) -> bool:
+        # One index probe, not a count.
+        row = self.connect().execute(
+            "SELECT EXISTS (SELECT 1 FROM reports "
+            "WHERE seq > (SELECT seq FROM fold_state WHERE id = 1))").fetchone()
+        return bool(row[0])
+
+    def fold_status(self) -> FoldStatus:
+        row = self.connect().execute(
+            "SELECT seq, folded_at, (SELECT count(*) FROM reports WHERE seq > fold_state.seq) "
+            "FROM fold_state WHERE id = 1").fetchone()
+        return FoldStatus(watermark=row[0], folded_at=row[1], unfolded=row[2])
+
+    # -- reads of statistics ------------------------------------------------------------------
+
+    def bucket_snapshot(self, campaign_id: int, start: int | None,
+                        end: int | None) -> BucketSnapshot:
+        conn = self.connect()
+        self._begin_read(conn)
+        try:
+            watermark, folded_at = conn.execute(
+                "SELECT seq, folded_at FROM fold_state WHERE id = 1").fetchone()
+            sql, args = _in_window("SELECT time, n, state FROM aggregates WHERE campaign_id = ?",
+                                   campaign_id, start, end)
+            buckets = conn.execute(sql + " ORDER BY time", args).fetchall()
+            sql, args = _in_window("SELECT time, payload FROM reports "
+                                   "WHERE +campaign_id = ? AND seq > ?", campaign_id,
+                                   start, end, watermark)
+            tail = conn.execute(sql, args).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        return BucketSnapshot([(int(t), int(n), bytes(blob)) for t, n, blob in buckets],
+                              [(int(t), payload) for t, payload in tail], folded_at)
+
+    def time_span(self, campaign_id: int) -> tuple[int, int] | None:
+        conn = self.connect()
+        self._begin_read(conn)
+        try:
+            folded = conn.execute("SELECT min(time), max(time) FROM aggregates "
+                                  "WHERE campaign_id = ?", (campaign_id,)).fetchone()
+            unfolded = conn.execute(
+                "SELECT min(time), max(time) FROM reports WHERE +campaign_id = ? "
+                "AND seq > (SELECT seq FROM fold_state WHERE id = 1)", (campaign_id,)).fetchone()
+        finally:
+            conn.execute("COMMIT")
+        firsts = [int(row[0]) for row in (folded, unfolded) if row[0] is not None]
+        lasts = [int(row[1]) for row in (folded, unfolded) if row[1] is not None]
+        return (min(firsts), max(lasts)) if firsts else None
+
+    def report_counts(self, since: int | None = None) -> dict[int, dict[int, int]]:
+        conn = self.connect()
+        self._begin_read(conn)
+        counts: dict[int, dict[int, int]] = {}
+        try:
+            watermark = conn.execute("SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
+            floor = -1 if since is None else since
+            rows = conn.execute("SELECT campaign_id, time, n FROM aggregates WHERE time >= ?",
+                                (floor,)).fetchall()
+            rows += conn.execute("SELECT campaign_id, time, count(*) FROM reports "
+                                 "WHERE seq > ? AND time >= ? GROUP BY campaign_id, time",
+                                 (watermark, floor)).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        for campaign_id, time, n in rows:
+            by_time = counts.setdefault(campaign_id, {})
+            by_time[time] = by_time.get(time, 0) + n
+        return counts
+
+    def folded_report_rows(self, campaign_id: int,
+                           through: int) -> Iterator[tuple[int, str]]:
+        yield from self.connect().execute(
+            "SELECT time, payload FROM reports WHERE campaign_id = ? AND seq <= ? "
+            "ORDER BY time", (campaign_id, through))
+
+    def folded_statistics(self, campaign_id: int) -> FoldedStatistics:
+        conn = self.connect()
+        self._begin_read(conn)
+        try:
+            watermark = conn.execute("SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
+            rows = conn.execute(
+                "SELECT time, n, state FROM aggregates WHERE campaign_id = ? ORDER BY time",
+                (campaign_id,)).fetchall()
+            retired = dict(conn.execute(
+                "SELECT time, reports FROM retired WHERE campaign_id = ?", (campaign_id,)))
+        finally:
+            conn.execute("COMMIT")
+        return FoldedStatistics(watermark, rows, retired)
+
+    def shuffled_totals(self, campaign_id: int, start: int | None, end: int | None,
+                        ) -> tuple[int, int, int | None, int, int | None]:
+        sql, args = _in_window(
+            "SELECT coalesce(sum(batches), 0), coalesce(sum(reports), 0), min(smallest), "
+            "coalesce(sum(vouched_batches), 0), min(smallest_senders) "
+            "FROM shuffled_batches WHERE campaign_id = ?", campaign_id, start, end)
+        batches, reports, smallest, vouched, senders = self.connect().execute(
+            sql, args).fetchone()
+        return (int(batches), int(reports), None if smallest is None else int(smallest),
+                int(vouched), None if senders is None else int(senders))
+
+    def report_range(self, after_seq: int, through_seq: int, campaign_id: int | None = None,
+                     limit: int | None = None) -> list[tuple[int, int, int, str]]:
+        where, args = _seq_range(after_seq, through_seq, campaign_id)
+        sql = f"SELECT seq, campaign_id, time, payload FROM reports WHERE {where} ORDER BY seq"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        return self.connect().execute(sql, args).fetchall()  # type: ignore[no-any-return]
+
+    # -- retention ----------------------------------------------------------------------------
+
+    def _drop_expired_rows(self, now: float, margin: float, batch: int) -> int:
+        """``drop_expired`` row by row: the folded reports of buckets older than their
+        campaign's expiry plus ``margin``, in transactions of at most ``batch`` rows (so
+        that ingest never waits long for the write lock); returns how many."""
+        dropped = 0
+        for stored in self.list_campaigns():
+            cutoff = now - stored.campaign.report_expiry - margin
+            while True:
+                with self.write() as conn:
+                    watermark = conn.execute(
+                        "SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
+                    seqs = [row[0] for row in conn.execute(
+                        "SELECT seq FROM reports WHERE campaign_id = ? AND time < ? "
+                        "AND seq <= ? LIMIT ?", (stored.id, cutoff, watermark, batch))]
+                    if not seqs:
+                        break
+                    marks = ",".join("?" * len(seqs))
+                    # RETURNING: count what this transaction deleted, not what it selected
+                    # (a concurrent gc may have deleted some first).
+                    times = [row[0] for row in conn.execute(
+                        f"DELETE FROM reports WHERE seq IN ({marks}) RETURNING time", seqs)]
+                    counts = Counter(times)
+                    conn.executemany(
+                        "INSERT INTO retired (campaign_id, time, reports) VALUES (?, ?, ?) "
+                        "ON CONFLICT (campaign_id, time) DO UPDATE SET "
+                        "reports = retired.reports + excluded.reports",
+                        [(stored.id, time, count) for time, count in counts.items()])
+                    dropped += len(times)
+        return dropped
+
+
+def _seq_range(after_seq: int, through_seq: int,
+               campaign_id: int | None) -> tuple[str, list[Any]]:
+    """The WHERE clause and its arguments for after_seq < seq <= through_seq, of one campaign
+    if given ("+campaign_id", an expression rather than the column: walk the seq range, not
+    the campaign's whole index; both planners read it so)."""
+    if campaign_id is None:
+        return "seq > ? AND seq <= ?", [after_seq, through_seq]
+    return "seq > ? AND seq <= ? AND +campaign_id = ?", [after_seq, through_seq, campaign_id]
+
+
+def _in_window(sql: str, campaign_id: int, start: int | None, end: int | None,
+               *more: Any) -> tuple[str, list[Any]]:
+    """``sql`` (which selects one campaign's buckets; ``more`` binds its other
+    placeholders) restricted to start <= time < end."""
+    args: list[Any] = [campaign_id, *more]
+    if start is not None:
+        sql += " AND time >= ?"
+        args.append(start)
+    if end is not None:
+        sql += " AND time < ?"
+        args.append(end)
+    return sql, args

@@ -1,0 +1,110 @@
+"""What goes in and out of storage, whichever engine holds it: the values the interface
+(:mod:`chorus_collector.storage.interface`) takes and returns, and its one error."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from chorus_shared.campaign import Campaign
+
+__all__ = ["BucketSnapshot", "FoldChunk", "FoldStatus", "FoldedStatistics", "PayloadGroup",
+           "SchemaError", "StoredCampaign", "StoredReport", "WindowSnapshot", "report_rows",
+           "state_array", "state_bytes"]
+
+
+class SchemaError(RuntimeError):
+    """The database was written by a newer or different version of Chorus."""
+
+
+@dataclass(frozen=True)
+class StoredCampaign:
+    id: int
+    campaign: Campaign
+
+
+class StoredReport(NamedTuple):
+    """A validated report ready to insert: its ID as bytes and its canonical payload (a
+    tuple: a batch of them is sorted and transposed at C speed)."""
+
+    report_id: bytes
+    time: int
+    payload_json: str
+
+
+def report_rows(campaign_id: int,
+                reports: Sequence[StoredReport]) -> Iterator[tuple[int, bytes, int, str]]:
+    """(campaign id, report ID, time, payload) rows ordered by report ID, which fills the ID
+    index in order (the order within a request is not kept): sorted and transposed without
+    a Python step per report."""
+    if not reports:
+        return iter(())
+    ids, times, payloads = zip(*sorted(reports), strict=True)
+    return zip(repeat(campaign_id), ids, times, payloads, strict=False)
+
+
+@dataclass(frozen=True)
+class FoldStatus:
+    watermark: int  # the last folded report's seq
+    folded_at: float | None  # when a fold last moved the watermark (None: never)
+    unfolded: int  # reports appended past the watermark
+
+
+@dataclass(frozen=True)
+class WindowSnapshot:
+    n: int  # folded reports in the window
+    state: np.ndarray  # their summed statistics
+    tail: list[tuple[int, str]]  # (time bucket, payload) of the window's unfolded reports
+    folded_at: float | None
+
+
+@dataclass(frozen=True)
+class BucketSnapshot:
+    """A window's statistics bucket by bucket (a time series' input), not summed."""
+
+    buckets: list[tuple[int, int, bytes]]  # (time bucket, n, state blob) of folded reports
+    tail: list[tuple[int, str]]  # (time bucket, payload) of the window's unfolded reports
+    folded_at: float | None
+
+
+@dataclass(frozen=True)
+class FoldedStatistics:
+    watermark: int
+    buckets: list[tuple[int, int, bytes]]  # (time bucket, n, state blob)
+    retired: dict[int, int]  # time bucket → reports dropped by gc
+
+
+def state_bytes(state: np.ndarray) -> bytes:
+    """A statistics vector as stored: little-endian int64."""
+    return np.ascontiguousarray(state, dtype="<i8").tobytes()
+
+
+def state_array(blob: bytes) -> np.ndarray:
+    """A stored statistics vector as an int64 array."""
+    return np.frombuffer(blob, dtype="<i8").astype(np.int64)
+
+
+class PayloadGroup(NamedTuple):
+    """The stored payloads of one campaign and time bucket in a range of the append order."""
+
+    campaign_id: int
+    time: int
+    reports: int
+    payloads: str  # canonical JSON payloads joined with commas: "[" + this + "]" parses
+
+    def parsed(self) -> list[Any]:
+        return json.loads("[" + self.payloads + "]")  # type: ignore[no-any-return]
+
+
+class FoldChunk(NamedTuple):
+    """The reports a fold step takes: watermark < seq <= through, ``reports`` of them."""
+
+    watermark: int
+    through: int
+    reports: int
+    groups: list[PayloadGroup]
