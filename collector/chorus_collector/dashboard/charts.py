@@ -15,24 +15,15 @@ from datetime import UTC, datetime
 
 from markupsafe import Markup, escape
 
-__all__ = ["Bucket", "HeatCell", "Interval", "Line", "Marker", "heatmap_chart",
+from chorus_collector.kinds import Bar
+
+__all__ = ["Bucket", "HeatCell", "Line", "Marker", "heatmap_chart",
            "histogram_chart", "interval_chart", "line_chart", "nice_ticks", "sparkline"]
 
 # Okabe and Ito's palette: told apart with every common colour-vision deficiency.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
            "#000000")
 LABEL_CHARS = 28  # a longer category label is cut with "…" in the chart; the table has it all
-
-
-@dataclass(frozen=True)
-class Interval:
-    """One estimate with its 95% interval (None: not estimated, e.g. suppressed)."""
-
-    label: str
-    estimate: float | None
-    low: float | None
-    high: float | None
-    flagged: bool = False  # drawn in the accent colour (a significant change)
 
 
 @dataclass(frozen=True)
@@ -83,7 +74,7 @@ def _short(label: str, room: float | None = None) -> str:
     return label if len(label) <= limit else label[:limit - 1] + "…"
 
 
-def interval_chart(items: Sequence[Interval], *, title: str, description: str,
+def interval_chart(items: Sequence[Bar], *, title: str, description: str,
                    zero_line: bool = False) -> Markup:
     """Horizontal bars (one per item, from 0) with whiskers over the 95% intervals."""
     label_width, plot_width, row, top, bottom = 200, 460, 24, 10, 34

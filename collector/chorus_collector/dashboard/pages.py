@@ -16,7 +16,6 @@ from chorus_collector.analysis import compare_windows, estimate_series, estimate
 from chorus_collector.dashboard.charts import (
     Bucket,
     HeatCell,
-    Interval,
     Line,
     Marker,
     heatmap_chart,
@@ -26,7 +25,7 @@ from chorus_collector.dashboard.charts import (
 )
 from chorus_collector.estimators import Query, estimator_for
 from chorus_collector.estimators.base import DEFAULT_QUANTILES
-from chorus_collector.kinds import KINDS, MAX_CHART_BARS, Bars, Chart, Histogram, kind_of
+from chorus_collector.kinds import KINDS, MAX_CHART_BARS, Bar, Bars, Chart, Histogram, kind_of
 from chorus_collector.problems import Problem
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_shared.domain import Record
@@ -346,8 +345,7 @@ def estimate_chart(body: Mapping[str, Any]) -> Markup:
 
 def _bars(spec: Chart) -> Markup:
     assert isinstance(spec, Bars)
-    return interval_chart([Interval(b.label, b.estimate, b.low, b.high, flagged=b.flagged)
-                           for b in spec.bars], title=spec.title, description=spec.description)
+    return interval_chart(spec.bars, title=spec.title, description=spec.description)
 
 
 def _histogram(spec: Chart) -> Markup:
@@ -410,7 +408,7 @@ def series_chart(body: Mapping[str, Any]) -> Markup:
 
 
 def comparison_chart(body: Mapping[str, Any]) -> Markup:
-    items = [Interval(r["value"], r["difference"], r["ci_low"], r["ci_high"],
+    items = [Bar(r["value"], r["difference"], r["ci_low"], r["ci_high"],
                       flagged=bool(r["significant"])) for r in body["rows"][:MAX_CHART_BARS]]
     title = f"Change in {body['campaign']} between the two windows, with 95% intervals"
     description = (f"{len(items)} bars: the current window's estimate minus the baseline's; "
@@ -420,7 +418,7 @@ def comparison_chart(body: Mapping[str, Any]) -> Markup:
 
 
 def simulation_chart(simulation: Mapping[str, Any]) -> Markup:
-    items = [Interval(row["label"], row["estimate"], row["ci_low"], row["ci_high"])
+    items = [Bar(row["label"], row["estimate"], row["ci_low"], row["ci_high"])
              for row in simulation["estimates"][:MAX_CHART_BARS]]
     title = (f"One simulated run of {simulation['mechanism']} with "
              f"{simulation['simulated_users']} users: estimates with 95% intervals")

@@ -39,13 +39,14 @@ def schema_ref(name: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Bar:
-    """One estimate and its 95% interval, as a bar with whiskers."""
+    """One estimate and its 95% interval, as a bar with whiskers (None: not estimated, e.g.
+    suppressed)."""
 
     label: str
     estimate: float | None
     low: float | None
     high: float | None
-    flagged: bool = False  # drawn in the accent colour (a detected value)
+    flagged: bool = False  # drawn in the accent colour (a detected value, a significant change)
 
 
 @dataclass(frozen=True)
