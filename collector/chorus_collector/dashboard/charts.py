@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 
 from markupsafe import Markup, escape
 
-from chorus_collector.kinds import Bar
+from chorus_collector.kinds import Bar, HistogramBucket, QuantileMarker
 
-__all__ = ["Bucket", "HeatCell", "Line", "Marker", "heatmap_chart",
+__all__ = ["HeatCell", "Line", "heatmap_chart",
            "histogram_chart", "interval_chart", "line_chart", "nice_ticks", "sparkline"]
 
 # Okabe and Ito's palette: told apart with every common colour-vision deficiency.
@@ -213,33 +213,8 @@ def sparkline(counts: Sequence[int], *, title: str) -> Markup:
                   f'aria-label="{escape(title)}"><title>{escape(title)}</title>{bars}</svg>')
 
 
-@dataclass(frozen=True)
-class Bucket:
-    """One histogram bucket [lo, hi) of a distribution: its share with a 95% interval."""
-
-    lo: float
-    hi: float
-    share: float
-    low: float
-    high: float
-
-
-@dataclass(frozen=True)
-class Marker:
-    """A quantile drawn over the histogram: where it is and where its interval spans, as
-    positions in bucket units (bucket j spans [j, j + 1), whatever the scale)."""
-
-    label: str
-    value: float
-    low: float
-    high: float
-    position: float
-    low_position: float
-    high_position: float
-
-
-def histogram_chart(buckets: Sequence[Bucket], markers: Sequence[Marker], *, title: str,
-                    description: str) -> Markup:
+def histogram_chart(buckets: Sequence[HistogramBucket], markers: Sequence[QuantileMarker], *,
+                    title: str, description: str) -> Markup:
     """Bars of equal width, one per bucket (equal on the campaign's scale, linear or log),
     the 95% interval of each share as a shaded band, and the quantiles as vertical lines over
     their shaded intervals."""

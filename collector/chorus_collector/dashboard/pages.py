@@ -14,10 +14,8 @@ from markupsafe import Markup
 
 from chorus_collector.analysis import compare_windows, estimate_series, estimate_window
 from chorus_collector.dashboard.charts import (
-    Bucket,
     HeatCell,
     Line,
-    Marker,
     heatmap_chart,
     histogram_chart,
     interval_chart,
@@ -350,10 +348,8 @@ def _bars(spec: Chart) -> Markup:
 
 def _histogram(spec: Chart) -> Markup:
     assert isinstance(spec, Histogram)
-    return histogram_chart([Bucket(b.lo, b.hi, b.share, b.low, b.high) for b in spec.buckets],
-                           [Marker(m.label, m.value, m.low, m.high, m.position, m.low_position,
-                                   m.high_position) for m in spec.markers],
-                           title=spec.title, description=spec.description)
+    return histogram_chart(spec.buckets, spec.markers, title=spec.title,
+                           description=spec.description)
 
 
 #: How each form of chart a kind asks for is drawn.

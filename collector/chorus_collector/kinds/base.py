@@ -60,6 +60,8 @@ class Bars:
 
 @dataclass(frozen=True)
 class HistogramBucket:
+    """One histogram bucket [lo, hi) of a distribution: its share with a 95% interval."""
+
     lo: float
     hi: float
     share: float
