@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from chorus_client.configs import Configs, Pin
 from chorus_client.errors import BudgetExceeded, CampaignUnavailable, ClientError, TransportError
+from chorus_client.plan import CampaignPlan, PrivacyPlan, basis_of, draw_plan
 from chorus_client.policy import (
     DEFAULT_LIFETIME_BUDGET,
     DEFAULT_MAX_EPSILON,
@@ -50,7 +51,7 @@ from chorus_client.policy import (
 from chorus_client.retry import RetryPolicy
 from chorus_client.sending import FlushResult, Sender
 from chorus_client.spend import SpendCounter
-from chorus_client.state import ClientState
+from chorus_client.state import ClientState, PlanRow
 from chorus_client.transport import RequestsTransport, Transport
 from chorus_shared.campaign import Campaign
 from chorus_shared.errors import ValueDomainError
@@ -66,12 +67,13 @@ from chorus_shared.rng import (
 )
 from chorus_shared.wire import new_report
 
-__all__ = ["DEFAULT_LIFETIME_BUDGET", "DEFAULT_MAX_EPSILON", "DEFAULT_MAX_GROUPS", "Client",
-           "FlushResult", "Outcome", "Pin", "PrivacyBound"]
+__all__ = ["DEFAULT_LIFETIME_BUDGET", "DEFAULT_MAX_EPSILON", "DEFAULT_MAX_GROUPS",
+           "CampaignPlan", "Client", "FlushResult", "Outcome", "Pin", "PrivacyBound",
+           "PrivacyPlan"]
 
 log = logging.getLogger("chorus.client")
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
-Outcome = Literal["queued", "substituted", "suppressed", "unavailable"]
+Outcome = Literal["queued", "substituted", "skipped", "suppressed", "unavailable"]
 
 
 class Client:
@@ -92,6 +94,9 @@ class Client:
         the domain, ε and period.
     :param max_epsilon: refuse campaigns whose one-report ε exceeds this.
     :param lifetime_budget: the ε this install may spend over its life, on all campaigns.
+    :param plan: how the lifetime budget is shared (:class:`PrivacyPlan`, or a mapping of ε
+        per pinned campaign): by default the pinned campaigns share it equally, after a
+        separate allowance for unpinned ones (1/8 of it, if ``allow_unpinned``).
     :param campaign_budget: the ε any one campaign may spend over the install's life (all
         periods and config versions); by default only the lifetime budget limits it.
     :param min_time_precision: refuse campaigns whose report times are finer than this many
@@ -145,7 +150,8 @@ class Client:
                  clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
                  ingest_key: str | None = None, max_groups: int = DEFAULT_MAX_GROUPS,
-                 spend_counter: SpendCounter | None = None) -> None:
+                 spend_counter: SpendCounter | None = None,
+                 plan: PrivacyPlan | Mapping[str, float] | None = None) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         if batch_size < 1:
@@ -178,6 +184,7 @@ class Client:
         self._lock = threading.RLock()
         self.suppressed: Counter[str] = Counter()  # reports not made, by reason
         self.substituted = 0  # values outside their domain, sent as substitutes
+        self.skipped = 0  # reports asked for outside the install's planned periods
         self._warned: set[tuple[str, str]] = set()
         self._closed = False
         self.timeout = timeout
@@ -196,6 +203,14 @@ class Client:
                              batch_size=batch_size, clock=clock, sleep=sleep,
                              before_round=self.configs.fetch_due,
                              next_fetch=self.configs.next_fetch)
+        privacy_plan = plan if isinstance(plan, PrivacyPlan) else PrivacyPlan(
+            budgets=dict(plan or {}))
+        self.shares = privacy_plan.resolve(lifetime_budget, sorted(self.configs.pinned),
+                                           allow_unpinned=allow_unpinned)
+        for name in sorted(self.configs.pinned):  # fixed at first sight: now, if on the device
+            held = self.configs.on_device(name)
+            if held is not None:
+                self._plan_for(name, held)
         if background:
             self.sender.start()
 
@@ -246,7 +261,12 @@ class Client:
         """Fetch now every campaign pinned by digest whose config is not on the device yet,
         so that reports can be made at once; returns which are ready. Call it at start-up
         (a moment that says nothing about any report), not just before reporting."""
-        return self.configs.prepare(timeout)
+        ready = self.configs.prepare(timeout)
+        for name, ok in ready.items():
+            held = self.configs.on_device(name) if ok else None
+            if held is not None:
+                self._plan_for(name, held)
+        return ready
 
     def worst_case(self, campaign_name: str) -> PrivacyBound:
         """The most ε this install can lose to a campaign, whatever it reports.
@@ -254,16 +274,87 @@ class Client:
         For a pinned campaign: its policy, capped by this client. For an unpinned one the
         collector may serve another policy tomorrow, so only the client's caps bound it.
         """
-        return self.caps.bound(campaign_name, self.campaign(campaign_name),
+        pool, share = self.shares.of(campaign_name)
+        campaign = self.campaign(campaign_name)
+        if pool == "pinned":
+            share = min(share, self._plan_for(campaign_name, campaign).budget)
+        return self.caps.bound(campaign_name, campaign,
                                pinned=campaign_name in self.configs.pinned,
-                               persistent=not self.ephemeral)
+                               persistent=not self.ephemeral, share=share)
+
+    def plan(self) -> list[CampaignPlan]:
+        """This install's privacy plan, per campaign: the ε it may spend, ε per report, how
+        many reports and in which periods. Pinned campaigns whose config is not on the device
+        yet show their share and no reports (they are planned when first seen)."""
+        plans = []
+        for name in sorted(self.configs.pinned | {row.campaign for row in
+                                                  self._open_state().plans()}):
+            pinned = name in self.configs.pinned
+            share = self.shares.of(name)[1]
+            campaign = self.configs.on_device(name) if pinned or self.allow_unpinned else None
+            if campaign is None:
+                plans.append(CampaignPlan(
+                    campaign=name, pinned=pinned, budget=share, epsilon=math.nan, reports=0,
+                    periods=None, reported=0, forfeited=0,
+                    reporting="not planned yet: its config is not on the device"))
+                continue
+            plans.append(self._described(name, campaign, self._plan_for(name, campaign),
+                                         pinned))
+        return plans
+
+    def _described(self, name: str, campaign: Campaign, row: PlanRow,
+                   pinned: bool) -> CampaignPlan:
+        state = self._open_state()
+        schedule = campaign.schedule
+        if schedule is None or row.slots is None:
+            reported = state.reports_made(name)
+            words = (f"{row.reports} {'report' if row.reports == 1 else 'reports'} at ε = "
+                     f"{row.epsilon:.3g}, sent as the app reports ({campaign.reporting})")
+            return CampaignPlan(campaign=name, pinned=pinned, budget=row.budget,
+                                epsilon=row.epsilon, reports=row.reports, periods=None,
+                                reported=reported, forfeited=0, reporting=words)
+        ahead = tuple(slot for slot in row.slots if slot >= row.first)
+        dates = tuple(schedule.date(slot) for slot in ahead)
+        forfeited = len(row.slots) - len(ahead)
+        words = (f"{len(ahead)} {'report' if len(ahead) == 1 else 'reports'} at ε = "
+                 f"{row.epsilon:.3g}, one in each of the {schedule.cadence}s starting "
+                 f"{', '.join(dates) or '(none)'}")
+        if forfeited:
+            words += (f"; {forfeited} drawn {schedule.cadence}s were before this install "
+                      "first saw the campaign and are forfeited (never charged)")
+        return CampaignPlan(campaign=name, pinned=pinned, budget=row.budget,
+                            epsilon=row.epsilon, reports=len(ahead), periods=dates,
+                            reported=len(state.used_slots(name, row.basis)),
+                            forfeited=forfeited, reporting=words)
+
+    def _plan_for(self, name: str, campaign: Campaign) -> PlanRow:
+        """The campaign's part of the plan, drawn and stored the first time it is seen (and
+        again only for a config version with another calendar or ε)."""
+        pool, share = self.shares.of(name)
+        if name not in self.configs.pinned:
+            pool = "unpinned"
+        state = self._open_state()
+        held = state.plan(name)
+        if held is not None and held.basis == basis_of(campaign):
+            return held
+        now = self._clock()
+
+        def build(_held: PlanRow | None, spent: float, reserved: float) -> PlanRow:
+            with self._lock:  # the rng is shared with the randomizers
+                return draw_plan(campaign, pool=pool, budget=share, now=now, rng=self._rng,
+                                 spent=spent, reserved=reserved)
+
+        return state.settle_plan(name, basis_of(campaign), build)
 
     # -- reporting --------------------------------------------------------------------------
 
     def report(self, campaign_name: str, value: object) -> Outcome:
         """Perturb ``value`` on the device, charge the privacy ledger and queue the report.
 
-        Returns ``"queued"``; ``"substituted"`` (the value is outside the campaign's domain: a
+        Returns ``"queued"``; ``"skipped"`` (the campaign has a calendar and this period is not
+        one of the install's planned reporting periods, or its report was already made:
+        nothing is sent or charged, and which periods those are never depends on a value);
+        ``"substituted"`` (the value is outside the campaign's domain: a
         report of a uniformly drawn domain value was queued instead, so that sending never
         depends on the value); ``"suppressed"`` (a budget or report cap is used up: the
         same count of reports is refused whatever the values); or ``"unavailable"`` (the
@@ -274,24 +365,54 @@ class Client:
         if campaign is None:
             return "unavailable"
         now = self._clock()
-        report, due, outside = self._perturb(campaign, value, now)
         try:
+            plan = self._plan_for(campaign_name, campaign)
+            slot = self._slot(campaign_name, campaign, plan, now)
+            if slot is False:
+                return self._skipped()
+            report, due, outside = self._perturb(campaign, value, now)
             decision = self._state.charge_and_queue(
                 campaign=campaign_name, period=campaign.policy.period(now),
-                cost=campaign.epsilon, limits=self.caps.limits(campaign), report=report,
-                bucket=campaign.time_bucket(now), due=due,
-                guard=None if self.spend_counter is None else self._charge_counter)
+                cost=campaign.epsilon, limits=self.caps.limits(campaign, plan.budget),
+                report=report, bucket=campaign.time_bucket(now), due=due,
+                guard=None if self.spend_counter is None else self._charge_counter,
+                slot=slot if isinstance(slot, tuple) else None)
         except ClientError:  # closed by another thread meanwhile: nothing was charged
             if self.strict:
                 raise
             return "unavailable"
         if not decision.allowed:
+            if decision.reason == "slot-used":
+                return self._skipped()
             return self._refused(campaign_name, decision.reason)
         if self.sender.thread is not None:
             self.sender.wake.set()
         if outside is not None:
             return self._substituted(campaign_name, outside)
         return "queued"
+
+    def _slot(self, campaign_name: str, campaign: Campaign, plan: PlanRow,
+              now: float) -> tuple[str, int] | bool:
+        """The plan's slot a report now would use; False: this period is not one of the
+        install's reporting periods; True: the campaign has no calendar.
+
+        Decided by the clock and the stored plan only, before the value is looked at. A
+        period earlier than one already asked for (the clock went back) stays closed, so no
+        period is ever charged twice and a missed one is never made up later.
+        """
+        schedule = campaign.schedule
+        if schedule is None or plan.slots is None:
+            return True
+        index = schedule.index(now)
+        latest = self._state.advance(campaign_name, index)
+        if index < latest or index < plan.first or index not in plan.slots:
+            return False
+        return (plan.basis, index)
+
+    def _skipped(self) -> Outcome:
+        with self._lock:
+            self.skipped += 1
+        return "skipped"
 
     def _campaign_for_report(self, campaign_name: str) -> Campaign | None:
         """The campaign's verified config, or None (counted and warned once) if there is none

@@ -151,6 +151,12 @@ class Configs:
             f"{when}), not now, so that the request does not time-stamp this report. Ship the "
             "config with the app, or call Client.prepare() at start-up")})
 
+    def on_device(self, name: str) -> Campaign | None:
+        """The config shipped with the app or held from an earlier fetch; never a request."""
+        with self._lock:
+            cached = self._campaigns.get(name)
+        return cached if cached is not None else self.held(name)
+
     def held(self, name: str) -> Campaign | None:
         """The config kept from an earlier fetch, verified again (the app's caps may have
         changed since), or None."""

@@ -39,7 +39,8 @@ DEFAULT_MAX_GROUPS = 64
 EXHAUSTED = {
     "max-reports": "the campaign's privacy.max_reports for this period is reached",
     "budget": "the campaign's privacy.budget for this period is spent",
-    "campaign-budget": "this client's campaign_budget= for the campaign is spent",
+    "campaign-budget": "the campaign's part of the app's privacy plan (Client(plan=...), "
+                       "campaign_budget=) is spent",
     "lifetime-budget": "this install's lifetime_budget= (all campaigns) is spent",
     "spend-counter": "the app's spend_counter= could not be read or charged",
 }
@@ -102,20 +103,22 @@ class Caps:
                     "(Client(max_groups=...))")
         return None
 
-    def limits(self, campaign: Campaign) -> Limits:
-        """What the ledger checks before charging one report of this campaign."""
+    def limits(self, campaign: Campaign, share: float = math.inf) -> Limits:
+        """What the ledger checks before charging one report of this campaign, whose part of
+        the app's privacy plan is ``share`` ε."""
         policy, epsilon = campaign.policy, campaign.epsilon
         return Limits(period_reports=policy.reports_per_period(epsilon),
                       max_reports=policy.max_reports, period_budget=policy.budget,
-                      campaign_budget=self.campaign_budget,
+                      campaign_budget=min(self.campaign_budget, share),
                       lifetime_budget=self.lifetime_budget)
 
-    def bound(self, name: str, campaign: Campaign, *, pinned: bool,
-              persistent: bool) -> PrivacyBound:
+    def bound(self, name: str, campaign: Campaign, *, pinned: bool, persistent: bool,
+              share: float = math.inf) -> PrivacyBound:
         """The most ε an install can lose to a campaign. For a pinned campaign: its policy,
-        capped. For an unpinned one the collector may serve another policy tomorrow, so only
-        the caps bound it."""
-        cap = min(self.campaign_budget, self.lifetime_budget)
+        within its share of the plan and the caps. For an unpinned one the collector may
+        serve another policy tomorrow, so only the unpinned allowance (``share``) and the caps
+        bound it."""
+        cap = min(self.campaign_budget, self.lifetime_budget, share)
         unit = campaign.policy.unit
         if not pinned:
             return PrivacyBound(campaign=name, unit=unit, per_report=self.max_epsilon,
@@ -125,6 +128,8 @@ class Caps:
         once = unit == "lifetime"
         return PrivacyBound(
             campaign=name, unit=unit, per_report=bound.per_report,
-            per_period=min(bound.per_period, cap), per_year=min(bound.per_year, cap),
+            per_period=min(bound.per_period if campaign.schedule is None else bound.per_report,
+                           cap),
+            per_year=min(bound.per_year, cap),
             lifetime=min(bound.per_period, cap) if once else cap,
             holds_across_restarts=persistent)

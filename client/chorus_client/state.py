@@ -47,12 +47,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chorus_client.errors import ClientError
-from chorus_shared.privacy import fits
+from chorus_shared.privacy import fits, reports_within
 
-__all__ = ["ClientState", "Decision", "Limits"]
+__all__ = ["ClientState", "Decision", "Limits", "PlanBuilder", "PlanRow"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SCHEMA = """
+CREATE TABLE IF NOT EXISTS plan (
+    campaign TEXT PRIMARY KEY, pool TEXT NOT NULL, basis TEXT NOT NULL,
+    epsilon REAL NOT NULL, budget REAL NOT NULL, reports INTEGER NOT NULL,
+    slots TEXT, first INTEGER NOT NULL, high_water INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS slot_used (
+    campaign TEXT NOT NULL, basis TEXT NOT NULL, slot INTEGER NOT NULL,
+    PRIMARY KEY (campaign, basis, slot));
 CREATE TABLE IF NOT EXISTS assignment_key (
     id INTEGER PRIMARY KEY CHECK (id = 1), key BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS ledger (
@@ -69,6 +76,7 @@ CREATE TABLE IF NOT EXISTS config (
 #: (schema 4): the client's finest accepted precision, so never more than the report carries.
 CREATED_PRECISION = 3600
 FILE_NAME = "chorus-client.sqlite3"
+_PLAN_COLUMNS = "campaign, pool, basis, epsilon, budget, reports, slots, first, high_water"
 _RANDOM = secrets.SystemRandom()
 
 
@@ -84,11 +92,49 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class PlanRow:
+    """One campaign's part of the install's privacy plan, fixed when it was first seen.
+
+    ``basis`` names what the plan was drawn for (the campaign's calendar and ε): a config
+    version with the same basis keeps the plan, another one draws the remaining reports
+    afresh. ``slots`` are the drawn period indexes (None: a campaign without a calendar);
+    those before ``first``, the period in which the install first saw the campaign, are
+    forfeited and never charged. ``high_water`` is the latest period a report was asked in:
+    an earlier period never opens again, whichever way the clock moves.
+    """
+
+    campaign: str
+    pool: str  # "pinned" or "unpinned": which part of the lifetime budget pays
+    basis: str
+    epsilon: float
+    budget: float  # the most ε the campaign may spend in all (its share, or its reservation)
+    reports: int  # reports planned for this basis (before forfeits)
+    slots: tuple[int, ...] | None
+    first: int
+    high_water: int
+
+    @classmethod
+    def from_row(cls, row: tuple[object, ...]) -> PlanRow:
+        campaign, pool, basis, epsilon, budget, reports, slots, first, high_water = row
+        return cls(campaign=str(campaign), pool=str(pool), basis=str(basis),
+                   epsilon=float(epsilon), budget=float(budget),  # type: ignore[arg-type]
+                   reports=int(reports),  # type: ignore[call-overload]
+                   slots=None if slots is None else tuple(json.loads(str(slots))),
+                   first=int(first), high_water=int(high_water))  # type: ignore[call-overload]
+
+
+#: Builds a campaign's plan from (the plan held so far or None, ε already spent on the campaign,
+#: ε reserved by the other unpinned campaigns); called inside the state's transaction.
+PlanBuilder = Callable[[PlanRow | None, float, float], PlanRow]
+
+
+@dataclass(frozen=True)
 class Decision:
     """The ledger's answer for one report."""
 
     allowed: bool
-    reason: str = ""  # why not: "max-reports", "budget", "campaign-budget", "lifetime-budget"
+    reason: str = ""  # why not: "max-reports", "budget", "campaign-budget", "lifetime-budget",
+    # "slot-used" (this period's report of a scheduled campaign was already made)
 
 
 class ClientState:
@@ -193,7 +239,8 @@ class ClientState:
 
     def charge_and_queue(self, *, campaign: str, period: str, cost: float, limits: Limits,
                          report: str, bucket: float, due: float,
-                         guard: Callable[[float], str | None] | None = None) -> Decision:
+                         guard: Callable[[float], str | None] | None = None,
+                         slot: tuple[str, int] | None = None) -> Decision:
         """Charge one report and queue it, atomically; or refuse it and change nothing.
 
         ``bucket`` is the report's time bucket (kept coarse: see ``CREATED_PRECISION``).
@@ -201,8 +248,14 @@ class ClientState:
         and before anything is written: it may refuse (returning the reason) or charge a
         counter of the app's own, which then holds the charge even if this file is later
         rolled back; it runs inside the transaction, so a refusal writes nothing.
+        ``slot`` (the plan's basis and a period index) is marked used in the same
+        transaction: a scheduled campaign's period is charged at most once, ever.
         """
         with self._transaction() as conn:
+            if slot is not None and conn.execute(
+                    "SELECT 1 FROM slot_used WHERE campaign = ? AND basis = ? AND slot = ?",
+                    (campaign, *slot)).fetchone() is not None:
+                return Decision(False, "slot-used")
             row = conn.execute("SELECT epsilon, reports FROM ledger WHERE campaign = ? AND "
                                "period = ?", (campaign, period)).fetchone()
             spent, sent = (row[0], row[1]) if row else (0.0, 0)
@@ -212,14 +265,18 @@ class ClientState:
             # The count is what the campaign publishes as its worst case; the ε sum guards a
             # period in which the campaign's version (and so its ε) changed.
             if sent + 1 > limits.period_reports:
-                exhausted = "max-reports" if sent + 1 > limits.max_reports else "budget"
+                # Name the setting that binds: the count, or the budget it was derived from.
+                by_budget = reports_within(limits.period_budget, cost, limits.max_reports + 1)
+                exhausted = "max-reports" if limits.max_reports < by_budget else "budget"
                 return Decision(False, exhausted)
             if not fits(spent, cost, limits.period_budget):
                 return Decision(False, "budget")
-            if not fits(on_campaign, cost, limits.campaign_budget):
-                return Decision(False, "campaign-budget")
+            # The lifetime first: when it is what ran out, the app's lifetime_budget= is the
+            # setting to name, even where a campaign's share ran out with it.
             if not fits(total, cost, limits.lifetime_budget):
                 return Decision(False, "lifetime-budget")
+            if not fits(on_campaign, cost, limits.campaign_budget):
+                return Decision(False, "campaign-budget")
             refusal = guard(cost) if guard is not None else None
             if refusal:
                 return Decision(False, refusal)
@@ -227,10 +284,77 @@ class ClientState:
                 "INSERT INTO ledger (campaign, period, epsilon, reports) VALUES (?, ?, ?, 1) "
                 "ON CONFLICT (campaign, period) DO UPDATE SET epsilon = epsilon + excluded."
                 "epsilon, reports = reports + 1", (campaign, period, cost))
+            if slot is not None:
+                conn.execute("INSERT INTO slot_used (campaign, basis, slot) VALUES (?, ?, ?)",
+                             (campaign, *slot))
             conn.execute("INSERT INTO outbox (report, created, campaign, due) "
                          "VALUES (?, ?, ?, ?)",
                          (report, bucket - bucket % CREATED_PRECISION, campaign, due))
             return Decision(True)
+
+    # -- the privacy plan -------------------------------------------------------------------
+
+    def plan(self, campaign: str) -> PlanRow | None:
+        with self._lock:
+            self.check_open()
+            row = self._conn.execute(f"SELECT {_PLAN_COLUMNS} FROM plan WHERE campaign = ?",
+                                     (campaign,)).fetchone()
+        return None if row is None else PlanRow.from_row(row)
+
+    def plans(self) -> list[PlanRow]:
+        with self._lock:
+            self.check_open()
+            rows = self._conn.execute(f"SELECT {_PLAN_COLUMNS} FROM plan ORDER BY campaign")
+            return [PlanRow.from_row(row) for row in rows.fetchall()]
+
+    def settle_plan(self, campaign: str, basis: str, build: PlanBuilder) -> PlanRow:
+        """The campaign's plan for this basis: the one held, or one ``build`` draws now and
+        which is stored before anything is reported under it (one transaction, so two
+        threads or processes cannot both draw)."""
+        with self._transaction() as conn:
+            row = conn.execute(f"SELECT {_PLAN_COLUMNS} FROM plan WHERE campaign = ?",
+                               (campaign,)).fetchone()
+            held = None if row is None else PlanRow.from_row(row)
+            if held is not None and held.basis == basis:
+                return held
+            spent = conn.execute("SELECT coalesce(sum(epsilon), 0) FROM ledger WHERE "
+                                 "campaign = ?", (campaign,)).fetchone()[0]
+            reserved = conn.execute("SELECT coalesce(sum(budget), 0) FROM plan WHERE pool = "
+                                    "'unpinned' AND campaign != ?", (campaign,)).fetchone()[0]
+            plan = build(held, float(spent), float(reserved))
+            conn.execute(
+                f"INSERT OR REPLACE INTO plan ({_PLAN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, "
+                "?, ?)", (plan.campaign, plan.pool, plan.basis, plan.epsilon, plan.budget,
+                          plan.reports, None if plan.slots is None else json.dumps(plan.slots),
+                          plan.first, plan.high_water))
+            return plan
+
+    def advance(self, campaign: str, index: int) -> int:
+        """Record that a report was asked for in period ``index``; returns the latest period
+        asked for before (so a period earlier than that is refused: the clock went back)."""
+        with self._transaction() as conn:
+            row = conn.execute("SELECT high_water FROM plan WHERE campaign = ?",
+                               (campaign,)).fetchone()
+            if row is None:
+                raise ClientError(f"campaign {campaign!r} has no plan")
+            if index > row[0]:
+                conn.execute("UPDATE plan SET high_water = ? WHERE campaign = ?",
+                             (index, campaign))
+            return int(row[0])
+
+    def reports_made(self, campaign: str) -> int:
+        with self._lock:
+            self.check_open()
+            row = self._conn.execute("SELECT coalesce(sum(reports), 0) FROM ledger WHERE "
+                                     "campaign = ?", (campaign,)).fetchone()
+        return int(row[0])
+
+    def used_slots(self, campaign: str, basis: str) -> tuple[int, ...]:
+        with self._lock:
+            self.check_open()
+            rows = self._conn.execute("SELECT slot FROM slot_used WHERE campaign = ? AND "
+                                      "basis = ? ORDER BY slot", (campaign, basis)).fetchall()
+        return tuple(int(row[0]) for row in rows)
 
     def make_durable(self) -> None:
         """Put every charge committed so far on disk. Call it after reading the outbox rows to

@@ -57,6 +57,13 @@ EXTRA_SPECS: list[dict[str, Any]] = [
     {"name": "float-formats-2", "mechanism": "laplace", "epsilon": 1.5e-1,
      "domain": {"kind": "numeric", "lo": -123456789.123, "hi": 0.000123},
      "params": {"resolution": 16}},
+    {"name": "sampled-daily", "mechanism": "rr", "epsilon": 2.0, "domain": ["no", "yes"],
+     "description": "4 reports per install over a year of days, drawn on the device",
+     "privacy": {"budget": 8.0},
+     "schedule": {"cadence": "day", "start": "2026-01-01", "end": "2026-12-31"}},
+    {"name": "sampled-weekly", "mechanism": "duchi", "epsilon": 1.0,
+     "domain": {"kind": "numeric", "lo": 0, "hi": 100}, "time_precision": 86400,
+     "privacy": {"budget": 3.0}, "schedule": {"cadence": "week", "start": "2026-03-02"}},
     {"name": "float-formats-3", "mechanism": "pm_md", "epsilon": 2.0,
      "domain": {"kind": "vector", "attributes": [
          {"name": "température", "lo": -273.15, "hi": 1e22},

@@ -22,6 +22,7 @@ from chorus_shared.errors import CampaignError, PrivacyWarning
 from chorus_shared.mechanisms import Mechanism, mechanism_class
 from chorus_shared.mechanisms.base import check_epsilon
 from chorus_shared.privacy import PrivacyPolicy, WorstCase, policy_from_json
+from chorus_shared.schedule import Schedule, schedule_from_json
 from chorus_shared.selection import choose_discovery, choose_mechanism
 
 __all__ = [
@@ -42,7 +43,7 @@ DEFAULT_REPORT_EXPIRY = 90 * 86400
 DERIVED_FIELDS = ("derived", "worst_case", "warnings")
 _SPEC_FIELDS = {"name", "mechanism", "epsilon", "domain", "params", "time_precision",
                 "min_batch_size", "report_expiry", "privacy", "description", "selection",
-                "accept_weak_privacy"}
+                "accept_weak_privacy", "schedule"}
 #: A definition's explicit consent to ε ≥ EPSILON_WARNING_THRESHOLD, checked when a campaign
 #: is created; not part of the config (it changes nothing the client does).
 ACCEPT_WEAK_PRIVACY = "accept_weak_privacy"
@@ -66,6 +67,7 @@ class Campaign:
     description: str = ""
     policy: PrivacyPolicy = None  # type: ignore[assignment]  # None: the default policy
     selection: dict[str, Any] | None = field(default=None, compare=False)  # "auto": why
+    schedule: Schedule | None = None  # cadence and horizon: reports spread over them
     config: dict[str, Any] = field(init=False, repr=False, compare=False)
     digest: str = field(init=False, compare=False)
 
@@ -87,6 +89,8 @@ class Campaign:
         }
         if self.selection is not None:
             config["selection"] = self.selection
+        if self.schedule is not None:
+            config["schedule"] = self.schedule.to_json()
         object.__setattr__(self, "config", config)
         object.__setattr__(self, "digest", hashlib.sha256(canonical_json(config)).hexdigest())
 
@@ -97,6 +101,19 @@ class Campaign:
     @property
     def domain(self) -> Domain:
         return self.mechanism.domain
+
+    @property
+    def reports_per_install(self) -> int:
+        """The reports one install makes: per UTC day for a ``day`` policy, else in all."""
+        return self.policy.reports_per_period(self.epsilon)
+
+    @property
+    def reporting(self) -> str:
+        """How many reports one install makes, and when, in words."""
+        if self.schedule is not None:
+            return (f"{self.schedule.describe(self.reports_per_install)}, at ε = "
+                    f"{self.epsilon:.3g} each")
+        return self.policy.describe(self.epsilon)
 
     @property
     def worst_case(self) -> WorstCase:
@@ -113,9 +130,14 @@ class Campaign:
 
     def derived_fields(self) -> dict[str, Any]:
         """Facts computed from the config; a client recomputes them and refuses other values."""
+        worst_case = self.worst_case.to_json()
+        if self.schedule is not None:
+            # Only for scheduled campaigns: a client from before schedules refuses them anyway,
+            # and every other campaign's derived facts stay what such clients recompute.
+            worst_case["reporting"] = self.reporting
         return {
             "derived": self.mechanism.describe(),
-            "worst_case": self.worst_case.to_json(),
+            "worst_case": worst_case,
             "warnings": privacy_warnings(self.epsilon),
         }
 
@@ -142,7 +164,8 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True,
     it), ``min_batch_size`` (fewest accepted reports an estimate may use), ``report_expiry``
     (seconds after which a report is too old to accept), ``privacy`` (the per-install policy:
     ``unit``, ``budget``, ``max_reports``; see :mod:`chorus_shared.privacy`) and
-    ``description``.
+    ``description``; and ``schedule`` (``cadence``, ``start``, ``periods`` or ``end``: each
+    install spreads its reports over the horizon, see :mod:`chorus_shared.schedule`).
     Issues :class:`PrivacyWarning` when ε ≥ 10. With ``require_consent`` (a new campaign),
     ε ≥ 10 is refused unless the definition says ``"accept_weak_privacy": true``.
     """
@@ -166,8 +189,14 @@ def campaign_from_spec(spec: Mapping[str, Any], *, warn: bool = True,
         for message in privacy_warnings(mechanism.epsilon):
             warnings.warn(message, PrivacyWarning, stacklevel=2)
     policy = policy_from_json(spec.get("privacy"), mechanism.epsilon)
+    schedule = schedule_from_json(spec.get("schedule"), envelope["time_precision"])
+    if schedule is not None and policy.unit != "lifetime":
+        raise CampaignError("a campaign with a schedule spreads its reports over the horizon: "
+                            "its privacy.unit must be 'lifetime' (the budget of one install "
+                            "for the whole horizon)")
     try:
-        return Campaign(mechanism=mechanism, policy=policy, selection=selection, **envelope)
+        return Campaign(mechanism=mechanism, policy=policy, selection=selection,
+                        schedule=schedule, **envelope)
     except (ValueError, TypeError, RecursionError) as error:  # from the canonical JSON
         raise CampaignError(f"the campaign cannot be written as canonical JSON ({error}); "
                             "NaN and infinity are not allowed") from None

@@ -72,6 +72,16 @@ class PrivacyPolicy:
         """
         return reports_within(self.budget, epsilon, self.max_reports)
 
+    def describe(self, epsilon: float) -> str:
+        """How many reports one install makes, in words (without a calendar)."""
+        reports = self.reports_per_period(epsilon)
+        noun = "report" if reports == 1 else "reports"
+        if self.unit == "lifetime":
+            return (f"at most {reports} {noun} per install, ever, at ε = {epsilon:.3g} each "
+                    f"({reports * epsilon:.3g} in all), sent as the app reports")
+        return (f"at most {reports} {noun} per install per UTC day at ε = {epsilon:.3g} each, "
+                "until the install's lifetime budget is spent")
+
     def worst_case(self, epsilon: float) -> WorstCase:
         reports = self.reports_per_period(epsilon)
         per_period = reports * epsilon
@@ -115,7 +125,9 @@ def policy_from_json(obj: object, epsilon: float) -> PrivacyPolicy:
             f"privacy.budget must be a finite number of at least one report's ε "
             f"({epsilon:.6g}), got {budget!r}"
         )
-    max_reports = obj.get("max_reports", DEFAULT_MAX_REPORTS)
+    # By default a policy allows exactly the reports its budget pays for, so that what the
+    # config shows is what one install does (1 report for the default budget of one ε).
+    max_reports = obj.get("max_reports", reports_within(budget, epsilon, DEFAULT_MAX_REPORTS))
     if isinstance(max_reports, bool) or not isinstance(max_reports, int) \
             or not 1 <= max_reports <= 10**6:
         raise CampaignError("privacy.max_reports must be an integer in [1, 1000000]")

@@ -90,16 +90,23 @@ def test_report_cap_per_period() -> None:
     assert capped.suppressed["max-reports"] == 2
 
 
-def test_total_budget_across_campaigns() -> None:
+def test_the_plan_shares_the_lifetime_budget_between_campaigns() -> None:
     confs = {name: campaign_from_spec({"name": name, "mechanism": "krr", "epsilon": 1.0,
                                        "domain": ["a", "b"], "privacy": {"budget": 5.0}}
                                       ).public_config() for name in ("one", "two")}
     limited = Client(BASE, ephemeral=True, transport=ScriptedTransport([]), campaigns=confs,
-                     lifetime_budget=3.0)
-    outcomes = [limited.report(name, "a") for name in ("one", "two", "one", "two")]
-    assert outcomes == ["queued", "queued", "queued", "suppressed"]
-    assert limited.suppressed["lifetime-budget"] == 1
+                     lifetime_budget=3.0, plan={"one": 2.0})
+    outcomes = [limited.report(name, "a") for name in ("two", "two", "one", "one", "one")]
+    # "one" has the 2 the plan gives it, "two" the 1 left, whoever reports first: "two"
+    # cannot take what the plan gives "one".
+    assert outcomes == ["queued", "suppressed", "queued", "queued", "suppressed"]
+    assert limited.suppressed == {"campaign-budget": 1, "lifetime-budget": 1}
     assert limited.spent() == pytest.approx(3.0)
+    assert [(p.campaign, p.budget, p.reports) for p in limited.plan()] == [("one", 2.0, 2),
+                                                                           ("two", 1.0, 1)]
+    with pytest.raises(ValueError, match="more than the lifetime budget of 3"):
+        Client(BASE, ephemeral=True, transport=ScriptedTransport([]), campaigns=confs,
+               lifetime_budget=3.0, plan={"one": 2.0, "two": 2.0})
 
 
 # -- durable outbox -----------------------------------------------------------------------------

@@ -512,7 +512,8 @@ def test_the_state_file_holds_no_key_to_the_values(tmp_path: Path) -> None:
                                                "type = 'table' AND name NOT LIKE 'sqlite_%'")}
         keys = db.execute("SELECT count(*) FROM assignment_key").fetchone()[0]
         configs = db.execute("SELECT campaign, body FROM config").fetchall()
-    assert tables == {"ledger", "outbox", "assignment_key", "config"}
+    # The plan (drawn periods, value-free) and the periods used are kept too.
+    assert tables == {"ledger", "outbox", "assignment_key", "config", "plan", "slot_used"}
     # The assignment key is drawn only for a discovery campaign's groups: none here.
     assert keys == 0
     # The config kept is the public one, as every install is served it.
@@ -553,7 +554,8 @@ def test_an_old_state_file_loses_its_fingerprints_and_keeps_what_was_spent(
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE "
                                                "type = 'table' AND name NOT LIKE 'sqlite_%'")}
         keys = db.execute("SELECT count(*) FROM assignment_key").fetchone()[0]
-    assert tables == {"ledger", "outbox", "assignment_key", "config"}
+    # The plan (drawn periods, value-free) and the periods used are kept too.
+    assert tables == {"ledger", "outbox", "assignment_key", "config", "plan", "slot_used"}
     # The assignment key is drawn only for a discovery campaign's groups: none here.
     assert keys == 0
 
