@@ -5,7 +5,14 @@ Depends on requests and mmh3 only: importing it never imports numpy or flask.
 """
 
 from chorus_client.api import CollectorAPI
-from chorus_client.client import Client, FlushResult, Outcome, Pin, PrivacyBound
+from chorus_client.client import (
+    Client,
+    FlushResult,
+    Outcome,
+    Pin,
+    PrivacyBound,
+    RollingWindow,
+)
 from chorus_client.errors import (
     APIError,
     BudgetExceeded,
@@ -13,6 +20,7 @@ from chorus_client.errors import (
     ClientError,
     TransportError,
 )
+from chorus_client.plan import CampaignPlan, PrivacyPlan
 from chorus_client.retry import RetryPolicy
 from chorus_client.transport import RequestsTransport, Response, Transport, WSGITransport
 from chorus_shared.errors import ChorusError, ValueDomainError
@@ -20,6 +28,7 @@ from chorus_shared.errors import ChorusError, ValueDomainError
 __all__ = [
     "APIError",
     "BudgetExceeded",
+    "CampaignPlan",
     "CampaignUnavailable",
     "ChorusError",
     "Client",
@@ -29,9 +38,11 @@ __all__ = [
     "Outcome",
     "Pin",
     "PrivacyBound",
+    "PrivacyPlan",
     "RequestsTransport",
     "Response",
     "RetryPolicy",
+    "RollingWindow",
     "Transport",
     "TransportError",
     "ValueDomainError",

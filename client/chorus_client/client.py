@@ -47,6 +47,7 @@ from chorus_client.policy import (
     EXHAUSTED,
     Caps,
     PrivacyBound,
+    RollingWindow,
 )
 from chorus_client.retry import RetryPolicy
 from chorus_client.sending import FlushResult, Sender
@@ -69,7 +70,7 @@ from chorus_shared.wire import new_report
 
 __all__ = ["DEFAULT_LIFETIME_BUDGET", "DEFAULT_MAX_EPSILON", "DEFAULT_MAX_GROUPS",
            "CampaignPlan", "Client", "FlushResult", "Outcome", "Pin", "PrivacyBound",
-           "PrivacyPlan"]
+           "PrivacyPlan", "RollingWindow"]
 
 log = logging.getLogger("chorus.client")
 JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -97,6 +98,9 @@ class Client:
     :param plan: how the lifetime budget is shared (:class:`PrivacyPlan`, or a mapping of ε
         per pinned campaign): by default the pinned campaigns share it equally, after a
         separate allowance for unpinned ones (1/8 of it, if ``allow_unpinned``).
+    :param rolling_window: a weaker unit on the app's explicit request
+        (:class:`RollingWindow`): at most this ε in any so many UTC days, in addition to the
+        lifetime budget (which it replaces only if ``lifetime_budget=math.inf``).
     :param campaign_budget: the ε any one campaign may spend over the install's life (all
         periods and config versions); by default only the lifetime budget limits it.
     :param min_time_precision: refuse campaigns whose report times are finer than this many
@@ -151,7 +155,8 @@ class Client:
                  sleep: Callable[[float], None] = time.sleep,
                  ingest_key: str | None = None, max_groups: int = DEFAULT_MAX_GROUPS,
                  spend_counter: SpendCounter | None = None,
-                 plan: PrivacyPlan | Mapping[str, float] | None = None) -> None:
+                 plan: PrivacyPlan | Mapping[str, float] | None = None,
+                 rolling_window: RollingWindow | None = None) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         if batch_size < 1:
@@ -162,7 +167,8 @@ class Client:
             raise ValueError("send_delay must be None or a number of seconds >= 0")
         self.caps = Caps(max_epsilon=max_epsilon, lifetime_budget=lifetime_budget,
                          campaign_budget=campaign_budget,
-                         min_time_precision=min_time_precision, max_groups=max_groups)
+                         min_time_precision=min_time_precision, max_groups=max_groups,
+                         window=rolling_window)
         if (state_dir is None) == (not ephemeral):
             raise ValueError(
                 "pass state_dir (a directory in the app's private storage, so that budgets "
@@ -309,7 +315,9 @@ class Client:
         if schedule is None or row.slots is None:
             reported = state.reports_made(name)
             words = (f"{row.reports} {'report' if row.reports == 1 else 'reports'} at ε = "
-                     f"{row.epsilon:.3g}, sent as the app reports ({campaign.reporting})")
+                     f"{row.epsilon:.3g}, whenever the app reports"
+                     + ("" if campaign.policy.unit == "lifetime" else
+                        f" (at most {campaign.reports_per_install} a UTC day)"))
             return CampaignPlan(campaign=name, pinned=pinned, budget=row.budget,
                                 epsilon=row.epsilon, reports=row.reports, periods=None,
                                 reported=reported, forfeited=0, reporting=words)
@@ -376,7 +384,7 @@ class Client:
                 cost=campaign.epsilon, limits=self.caps.limits(campaign, plan.budget),
                 report=report, bucket=campaign.time_bucket(now), due=due,
                 guard=None if self.spend_counter is None else self._charge_counter,
-                slot=slot if isinstance(slot, tuple) else None)
+                slot=slot if isinstance(slot, tuple) else None, day=math.floor(now / 86400))
         except ClientError:  # closed by another thread meanwhile: nothing was charged
             if self.strict:
                 raise

@@ -16,7 +16,7 @@ from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms.discovery import PrefixDiscovery
 
 __all__ = ["DEFAULT_LIFETIME_BUDGET", "DEFAULT_MAX_EPSILON", "DEFAULT_MAX_GROUPS",
-           "DEFAULT_MIN_TIME_PRECISION", "EXHAUSTED", "Caps", "PrivacyBound"]
+           "DEFAULT_MIN_TIME_PRECISION", "EXHAUSTED", "Caps", "PrivacyBound", "RollingWindow"]
 
 #: Per-report ε ceiling: ε ≈ 1 is strong protection, 2 keeps the truth in binary randomized
 #: response with probability 0.88; above that a report protects less and less.
@@ -43,7 +43,40 @@ EXHAUSTED = {
                        "campaign_budget=) is spent",
     "lifetime-budget": "this install's lifetime_budget= (all campaigns) is spent",
     "spend-counter": "the app's spend_counter= could not be read or charged",
+    "window-budget": "the app's rolling_window= for these days is spent",
 }
+
+
+@dataclass(frozen=True)
+class RollingWindow:
+    """A weaker unit, only on the app's request: at most ``budget`` ε in any ``days``
+    consecutive UTC days, over all campaigns (``Client(rolling_window=...)``).
+
+    It bounds a *rate*, not a total: a value that persists longer than ``days`` is exposed
+    again in every window, up to ⌈lifetime/days⌉·budget over a lifetime
+    (``../shared/docs/LONGITUDINAL.md`` §6). It adds to the lifetime budget, which still
+    holds; it replaces it only if the app also sets ``lifetime_budget=math.inf``.
+    """
+
+    budget: float
+    days: int
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.budget) and self.budget > 0):
+            raise ValueError("rolling_window budget must be a positive finite ε")
+        if isinstance(self.days, bool) or not isinstance(self.days, int) or self.days < 1:
+            raise ValueError("rolling_window days must be a whole number of days >= 1")
+
+    def describe(self, lifetime: float) -> str:
+        year = math.ceil(365 / self.days) * self.budget
+        text = (f"at most {self.budget:g} in any {self.days} UTC "
+                f"day{'s' if self.days > 1 else ''}: a rate, weaker than a lifetime bound; "
+                f"it protects what lasts less than {self.days} day"
+                f"{'s' if self.days > 1 else ''}, not values that persist (over a year up to "
+                f"{year:g})")
+        if math.isfinite(lifetime):
+            return f"{text}; the lifetime budget of {lifetime:g} still caps the total"
+        return f"{text}; with no lifetime budget nothing caps the total"
 
 
 @dataclass(frozen=True)
@@ -58,6 +91,7 @@ class PrivacyBound:
     per_year: float  # in any window of 365 days
     lifetime: float  # ever (math.inf only if the app removed the lifetime budget)
     holds_across_restarts: bool  # False for an ephemeral client: each process starts afresh
+    window: str = ""  # the app's rolling window in words (weaker than a lifetime bound)
 
 
 @dataclass(frozen=True)
@@ -69,6 +103,7 @@ class Caps:
     campaign_budget: float = math.inf
     min_time_precision: int = DEFAULT_MIN_TIME_PRECISION
     max_groups: int = DEFAULT_MAX_GROUPS
+    window: RollingWindow | None = None
 
     def __post_init__(self) -> None:
         for name in ("lifetime_budget", "campaign_budget", "max_epsilon"):
@@ -110,7 +145,9 @@ class Caps:
         return Limits(period_reports=policy.reports_per_period(epsilon),
                       max_reports=policy.max_reports, period_budget=policy.budget,
                       campaign_budget=min(self.campaign_budget, share),
-                      lifetime_budget=self.lifetime_budget)
+                      lifetime_budget=self.lifetime_budget,
+                      window_budget=math.inf if self.window is None else self.window.budget,
+                      window_days=1 if self.window is None else self.window.days)
 
     def bound(self, name: str, campaign: Campaign, *, pinned: bool, persistent: bool,
               share: float = math.inf) -> PrivacyBound:
@@ -120,13 +157,14 @@ class Caps:
         bound it."""
         cap = min(self.campaign_budget, self.lifetime_budget, share)
         unit = campaign.policy.unit
+        window = "" if self.window is None else self.window.describe(self.lifetime_budget)
         if not pinned:
             return PrivacyBound(campaign=name, unit=unit, per_report=self.max_epsilon,
                                 per_period=cap, per_year=cap, lifetime=cap,
-                                holds_across_restarts=persistent)
+                                holds_across_restarts=persistent, window=window)
         bound = campaign.worst_case
         once = unit == "lifetime"
-        return PrivacyBound(
+        return PrivacyBound(window=window,
             campaign=name, unit=unit, per_report=bound.per_report,
             per_period=min(bound.per_period if campaign.schedule is None else bound.per_report,
                            cap),

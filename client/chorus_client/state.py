@@ -9,9 +9,12 @@
 
 What the file reveals: no true value and no key from which one could be tested. It holds the
 ε spent per campaign and day, the randomized reports not yet sent, which are exactly what
-the collector will receive, the public configs of the campaigns (schema 4), and one random
-``assignment_key`` (schema 3). That key only derives which public group a discovery
-campaign's reports go to in each privacy period and config version
+the collector will receive, the public configs of the campaigns (schema 4), one random
+``assignment_key`` (schema 3), and the privacy plan (schema 5): each campaign's share, the
+periods the install drew to report in and which of them it used (value-free, but never to be
+sent: a shuffler's anonymity needs the collector not to know them), and, only for an app
+that set a rolling window, the ε spent per UTC day. The assignment key only derives which
+public group a discovery campaign's reports go to in each privacy period and config version
 (``chorus_shared.rng.keyed_source``); the group is in every such report anyway, and the key is
 independent of every value. Of each queued report it keeps no time finer than its time bucket
 (which the report carries anyway) and the random moment it becomes due: never the second at
@@ -36,6 +39,7 @@ budget.
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import sqlite3
@@ -57,6 +61,8 @@ CREATE TABLE IF NOT EXISTS plan (
     campaign TEXT PRIMARY KEY, pool TEXT NOT NULL, basis TEXT NOT NULL,
     epsilon REAL NOT NULL, budget REAL NOT NULL, reports INTEGER NOT NULL,
     slots TEXT, first INTEGER NOT NULL, high_water INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS daily_spend (
+    day INTEGER PRIMARY KEY, epsilon REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS slot_used (
     campaign TEXT NOT NULL, basis TEXT NOT NULL, slot INTEGER NOT NULL,
     PRIMARY KEY (campaign, basis, slot));
@@ -89,6 +95,8 @@ class Limits:
     period_budget: float  # the campaign's budget per period
     campaign_budget: float  # the client's cap on one campaign, all periods and versions
     lifetime_budget: float  # the client's cap on everything this install reports
+    window_budget: float = float("inf")  # the app's rolling window: ε in any window_days
+    window_days: int = 1
 
 
 @dataclass(frozen=True)
@@ -240,7 +248,7 @@ class ClientState:
     def charge_and_queue(self, *, campaign: str, period: str, cost: float, limits: Limits,
                          report: str, bucket: float, due: float,
                          guard: Callable[[float], str | None] | None = None,
-                         slot: tuple[str, int] | None = None) -> Decision:
+                         slot: tuple[str, int] | None = None, day: int = 0) -> Decision:
         """Charge one report and queue it, atomically; or refuse it and change nothing.
 
         ``bucket`` is the report's time bucket (kept coarse: see ``CREATED_PRECISION``).
@@ -250,6 +258,8 @@ class ClientState:
         rolled back; it runs inside the transaction, so a refusal writes nothing.
         ``slot`` (the plan's basis and a period index) is marked used in the same
         transaction: a scheduled campaign's period is charged at most once, ever.
+        ``day`` (the UTC day number of the report) is where the charge is counted for a
+        rolling window; charges dated after it (the clock went back) count in every window.
         """
         with self._transaction() as conn:
             if slot is not None and conn.execute(
@@ -277,6 +287,11 @@ class ClientState:
                 return Decision(False, "lifetime-budget")
             if not fits(on_campaign, cost, limits.campaign_budget):
                 return Decision(False, "campaign-budget")
+            if math.isfinite(limits.window_budget):
+                recent = conn.execute("SELECT coalesce(sum(epsilon), 0) FROM daily_spend "
+                                      "WHERE day > ?", (day - limits.window_days,)).fetchone()[0]
+                if not fits(recent, cost, limits.window_budget):
+                    return Decision(False, "window-budget")
             refusal = guard(cost) if guard is not None else None
             if refusal:
                 return Decision(False, refusal)
@@ -284,6 +299,10 @@ class ClientState:
                 "INSERT INTO ledger (campaign, period, epsilon, reports) VALUES (?, ?, ?, 1) "
                 "ON CONFLICT (campaign, period) DO UPDATE SET epsilon = epsilon + excluded."
                 "epsilon, reports = reports + 1", (campaign, period, cost))
+            if math.isfinite(limits.window_budget):  # kept only for an app that set a window
+                conn.execute("INSERT INTO daily_spend (day, epsilon) VALUES (?, ?) ON "
+                             "CONFLICT (day) DO UPDATE SET epsilon = epsilon + "
+                             "excluded.epsilon", (day, cost))
             if slot is not None:
                 conn.execute("INSERT INTO slot_used (campaign, basis, slot) VALUES (?, ?, ?)",
                              (campaign, *slot))

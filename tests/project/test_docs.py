@@ -75,6 +75,9 @@ WORST_CASE_ROWS = [
     ("k-RR, ε = 2, one report a day", {"epsilon": 2.0, "privacy": {"unit": "day"}}),
     ("k-RR, ε = 2, daily budget 10⁶",
      {"epsilon": 2.0, "privacy": {"unit": "day", "budget": 1e6, "max_reports": 10**6}}),
+    ("k-RR, ε = 2, 4 days drawn in a year", {
+        "epsilon": 2.0, "privacy": {"budget": 8.0},
+        "schedule": {"cadence": "day", "start": "2026-01-01", "periods": 365}}),
 ]
 
 
