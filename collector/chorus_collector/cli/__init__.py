@@ -8,7 +8,7 @@
 * ``chorus series NAME``: estimates per bucket, day, week or n seconds (``--step``);
 * ``chorus compare NAME``: each value's change between a baseline and a current window
   (``--last 7d``: the last 7 days against the 7 before), with a multiple-testing correction;
-* ``chorus demo [--serve]``: a collector, three campaigns and 20,000 simulated users, end to end;
+* ``chorus demo [--serve]``: a collector, seven campaigns and 30,000 simulated installs, end to end;
 * ``chorus gc``: drop reports past their campaign's expiry, keeping the statistics;
 * ``chorus aggregate``: fold new reports into the statistics (``--scheduler``: on a Dask
   cluster; ``--from-parquet``: aggregate an export instead);

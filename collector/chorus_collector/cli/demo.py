@@ -27,6 +27,14 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from chorus_client import Client, CollectorAPI, RequestsTransport
+from chorus_collector.cli.demo_series import (
+    SERIES_NAME,
+    SERIES_USERS,
+    SeriesPopulation,
+    series_spec,
+    simulate_series,
+    summarize_series,
+)
 from chorus_collector.cli.formatting import format_estimates
 from chorus_collector.cli.progress import progress_bar
 from chorus_collector.results.distribution import quantile_label
@@ -46,11 +54,11 @@ DAY = 86400
 DEMO_DAYS = 7
 
 DEMO_CAMPAIGNS: list[dict[str, Any]] = [
-    {"name": "browser", "mechanism": "krr", "epsilon": 2.0,
+    {"name": "browser", "mechanism": "krr", "epsilon": 1.0,
      "domain": {"kind": "categories", "values": BROWSERS, "other": "other"},
      "min_batch_size": 100, "time_precision": DAY,
      "description": "Which browser do you use? (k-RR, 10 categories)"},
-    {"name": "homepage", "mechanism": "rappor", "epsilon": 2.0,
+    {"name": "homepage", "mechanism": "rappor", "epsilon": 1.0,
      "domain": {"kind": "strings"}, "params": {"k": 128, "h": 2, "m": 32},
      "min_batch_size": 100, "time_precision": DAY,
      "description": "Homepage URL (Bloom-filter RAPPOR)"},
@@ -96,8 +104,10 @@ DEMO_CAMPAIGNS.append(
      "params": {"top": 8}, "min_batch_size": 100, "time_precision": DAY,
      "description": "What did you search for? Up to 8 lowercase letters, discovered without "
                     "a candidate list (auto: PEM or TreeHist)"})
-#: What one simulated install spends on all the campaigns above (2 + 2 + 1 + 1 + 2 + 2).
-DEMO_LIFETIME_BUDGET = 10.0
+#: How the app shares the default lifetime budget of 8 between the campaigns above, as an app
+#: states it in code (``Client(plan=...)``): one report to each.
+DEMO_PLAN = {"browser": 1.0, "homepage": 1.0, "load_time": 1.0, "load_time_percentiles": 1.0,
+             "sessions": 2.0, "search": 2.0}
 #: The quantiles the demo prints beside the truth.
 DEMO_QUANTILES = (0.5, 0.95, 0.99)
 
@@ -107,6 +117,7 @@ class Population:
 
     def __init__(self, users: int, seed: int) -> None:
         rng = random.Random(seed)
+        self.series = SeriesPopulation.draw(min(users, SERIES_USERS), seed + 1)
         zipf = [1 / (rank + 1) ** 1.1 for rank in range(len(HOMEPAGES))]
         self.browsers = rng.choices(BROWSERS, BROWSER_SHARES, k=users)
         self.homepages = rng.choices(HOMEPAGES, zipf, k=users)
@@ -167,16 +178,13 @@ def _simulate(url: str, campaigns: dict[str, Campaign], population: Population,
     transport = RequestsTransport(session, reuse_connections=True)
 
     def one_user(i: int) -> int:
-        # Each user is one app install with the configs pinned, CSPRNG noise and the default
-        # caps but one: its reports to the six campaigns spend ε = 10 in all, above the
-        # default lifetime budget of 8, so the app says so in code, as it must
-        # (docs/threat-model.md). Ephemeral and without a send delay only because the whole
-        # simulation lasts a minute (a real app keeps its state on disk and lets reports
-        # leave at random times).
+        # Each user is one app install with the configs pinned, CSPRNG noise, the default
+        # caps and the app's plan for its lifetime budget of 8 (docs/client.md). Ephemeral
+        # and without a send delay only because the whole simulation lasts a minute (a real
+        # app keeps its state on disk and lets reports leave at random times).
         reported_at = time.time() - (i % DEMO_DAYS) * DAY
         client = Client(url, ephemeral=True, transport=transport, campaigns=campaigns,
-                        send_delay=0.0, clock=lambda: reported_at,
-                        lifetime_budget=DEMO_LIFETIME_BUDGET)
+                        send_delay=0.0, clock=lambda: reported_at, plan=DEMO_PLAN)
         client.report("browser", population.browsers[i])
         client.report("homepage", population.homepages[i])
         client.report("load_time", population.load_times[i])
@@ -192,6 +200,10 @@ def _simulate(url: str, campaigns: dict[str, Campaign], population: Population,
         for count in pool.map(one_user, range(len(population)), chunksize=64):
             accepted += count
             bar.update(1)
+    # The daily series: another app's installs, its one campaign planned over 90 days.
+    series = campaigns.get(SERIES_NAME)
+    if series is not None:
+        accepted += simulate_series(url, series, population.series, transport, workers)
     session.close()
     return accepted
 
@@ -210,11 +222,13 @@ def run_demo(users: int = 20_000, seed: int = 7, echo: Callable[[str], None] = p
         settings = {"ADMIN_TOKEN": admin, "ANALYST_TOKEN": analyst, "LOG_LEVEL": "WARNING"}
         with CollectorProcess(database, settings=settings, port=port) as server:
             echo(f"collector: {server.url} (gunicorn), database {database}")
-            results, truth, accepted = _run(server.url, admin, analyst, users, seed, echo)
+            results, truth, accepted, series = _run(server.url, admin, analyst, users, seed,
+                                                    echo)
             covered, total = _print_results(results, truth, echo)
+            days_covered, days = series()
             echo(f"\n{covered} of {total} true values lie inside their 95% interval "
-                 f"({100 * covered / total:.1f}%); finished in "
-                 f"{time.monotonic() - started:.0f} s")
+                 f"({100 * covered / total:.1f}%), and {days_covered} of {days} days of the "
+                 f"series; finished in {time.monotonic() - started:.0f} s")
             echo("")
             lasts = ("serving on loopback until Ctrl-C" if serve else
                      "it stops with this demo: `chorus demo --serve`, or `make serve-demo`, "
@@ -226,15 +240,17 @@ def run_demo(users: int = 20_000, seed: int = 7, echo: Callable[[str], None] = p
                 (until_stopped or _until_interrupted)(server)
                 echo("stopping the collector")
     return {"results": results, "truth": truth, "covered": covered, "total": total,
-            "accepted": accepted}
+            "accepted": accepted, "series_days": days, "series_covered": days_covered}
 
 
 def _run(url: str, admin: str, analyst: str, users: int, seed: int,
-         echo: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, dict[str, float]], int]:
+         echo: Callable[[str], None],
+         ) -> tuple[dict[str, Any], dict[str, dict[str, float]], int,
+                    Callable[[], tuple[int, int]]]:
     """Create the campaigns, simulate the users and query the estimates."""
     api = CollectorAPI(url, admin)
     campaigns: dict[str, Campaign] = {}
-    for spec in DEMO_CAMPAIGNS:
+    for spec in [*DEMO_CAMPAIGNS, series_spec(time.time())]:
         config = api.create_campaign(spec)
         campaigns[spec["name"]] = campaign_from_config(config)
         chosen = config["mechanism"] + (" (auto)" if spec["mechanism"] == "auto" else "")
@@ -255,7 +271,10 @@ def _run(url: str, admin: str, analyst: str, users: int, seed: int,
         "sessions": analyst_api.estimates("sessions", joints=[("version", "crashed")]),
         "search": analyst_api.estimates("search"),  # no candidates: what the walk found
     }
-    return results, population.truth(), accepted
+    def series() -> tuple[int, int]:
+        return summarize_series(analyst_api, campaigns[SERIES_NAME], population.series, echo)
+
+    return results, population.truth(), accepted, series
 
 
 def _print_results(results: dict[str, Any], truth: dict[str, dict[str, float]],

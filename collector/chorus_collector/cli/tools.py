@@ -20,7 +20,8 @@ from chorus_collector.cli.root import main
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="Port on 127.0.0.1 (default: a free one).")
 def demo(users: int, seed: int, serve: bool, port: int | None) -> None:
-    """Start a collector, create three campaigns, simulate users, print the estimates and
+    """Start a collector, create seven campaigns (one a daily series over 90 days),
+    simulate users, print the estimates beside the truth and
     the dashboard's address; with --serve, keep serving until Ctrl-C."""
     from chorus_collector.cli.demo import run_demo
 

@@ -177,12 +177,18 @@ def test_the_demo_prints_what_was_found_beside_the_truth(http: FlaskClient,
         '(found, detected); missing 0.001 (missed)')
 
 
-def test_the_demo_installs_may_spend_what_its_campaigns_take() -> None:
-    """Each simulated install reports once to every demo campaign: the lifetime budget the
-    demo's clients are given is exactly the sum, so no report is suppressed."""
-    from chorus_collector.cli.demo import DEMO_CAMPAIGNS, DEMO_LIFETIME_BUDGET
+def test_the_demo_app_plans_one_report_to_each_campaign_within_the_default_budget() -> None:
+    """Each simulated install reports once to every demo campaign, at the client's default
+    caps: the app's plan gives each campaign one report's ε and sums to the default lifetime
+    budget, so no report is suppressed."""
+    from chorus_client import Client
+    from chorus_client.client import DEFAULT_LIFETIME_BUDGET
+    from chorus_collector.cli.demo import DEMO_CAMPAIGNS, DEMO_PLAN
     from chorus_shared import campaign_from_spec
 
-    spent = sum(campaign_from_spec(spec).epsilon for spec in DEMO_CAMPAIGNS)
-    assert spent == pytest.approx(DEMO_LIFETIME_BUDGET, abs=1e-9)
-    assert "search" in {spec["name"] for spec in DEMO_CAMPAIGNS}
+    campaigns = {spec["name"]: campaign_from_spec(spec) for spec in DEMO_CAMPAIGNS}
+    assert {name: c.epsilon for name, c in campaigns.items()} == pytest.approx(DEMO_PLAN)
+    assert sum(DEMO_PLAN.values()) == pytest.approx(DEFAULT_LIFETIME_BUDGET)
+    client = Client("http://unused.test", ephemeral=True, campaigns=campaigns, plan=DEMO_PLAN)
+    assert all(part.reports == 1 for part in client.plan())
+    assert "search" in campaigns
