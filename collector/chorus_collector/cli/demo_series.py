@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from chorus_client import Client, CollectorAPI, Transport
+from chorus_client import APIError, Client, CollectorAPI, Transport
 from chorus_collector.cli.progress import progress_bar
 from chorus_shared.campaign import Campaign
 
@@ -132,8 +132,12 @@ def summarize_series(api: CollectorAPI, campaign: Campaign, population: SeriesPo
     echo(f"  {len(shown)} of {SERIES_DAYS} days have an estimate; {covered} of them lie "
          "within their 95% interval of the truth")
     switch = start + SWITCH_DAY * DAY
-    comparison = api.compare(SERIES_NAME, baseline_start=switch - 14 * DAY,
-                             baseline_end=switch, start=switch, end=switch + 14 * DAY)
+    try:
+        comparison = api.compare(SERIES_NAME, baseline_start=switch - 14 * DAY,
+                                 baseline_end=switch, start=switch, end=switch + 14 * DAY)
+    except APIError as error:  # a small --users: too few reports in a window
+        echo(f"  no comparison across {_date(switch)}: {error}")
+        return covered, len(shown)
     row = next(r for r in comparison["rows"] if r["value"] == "on")
     echo(f"  the 14 days from {_date(switch)} against the 14 before: {row['difference']:+.3f} "
          f"[{row['ci_low']:+.3f}, {row['ci_high']:+.3f}], "
