@@ -48,10 +48,10 @@ def test_public_client_surface_is_pinned() -> None:
     import chorus_client
 
     assert sorted(chorus_client.__all__) == sorted([
-        "APIError", "BudgetExceeded", "CampaignUnavailable", "ChorusError", "Client",
-        "ClientError", "CollectorAPI", "FlushResult", "Outcome", "Pin", "PrivacyBound",
-        "RequestsTransport", "Response", "RetryPolicy", "Transport", "TransportError",
-        "ValueDomainError", "WSGITransport",
+        "APIError", "BudgetExceeded", "CampaignPlan", "CampaignUnavailable", "ChorusError",
+        "Client", "ClientError", "CollectorAPI", "FlushResult", "Outcome", "Pin",
+        "PrivacyBound", "PrivacyPlan", "RequestsTransport", "Response", "RetryPolicy",
+        "RollingWindow", "Transport", "TransportError", "ValueDomainError", "WSGITransport",
     ])
 
 
