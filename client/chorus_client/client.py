@@ -347,10 +347,10 @@ class Client:
             return held
         now = self._clock()
 
-        def build(_held: PlanRow | None, spent: float, reserved: float) -> PlanRow:
+        def build(held: PlanRow | None, spent: float, reserved: float) -> PlanRow:
             with self._lock:  # the rng is shared with the randomizers
                 return draw_plan(campaign, pool=pool, budget=share, now=now, rng=self._rng,
-                                 spent=spent, reserved=reserved)
+                                 spent=spent, reserved=reserved, held=held)
 
         return state.settle_plan(name, basis_of(campaign), build)
 
@@ -412,8 +412,10 @@ class Client:
         if schedule is None or plan.slots is None:
             return True
         index = schedule.index(now)
-        latest = self._state.advance(campaign_name, index)
-        if index < latest or index < plan.first or index not in plan.slots:
+        latest = self._state.advance(campaign_name, now)
+        if latest is not None and index < schedule.index(latest):
+            return False  # the clock went back: that period is closed
+        if index < plan.first or index not in plan.slots:
             return False
         return (plan.basis, index)
 

@@ -147,14 +147,18 @@ def basis_of(campaign: Campaign) -> str:
 
 
 def draw_plan(campaign: Campaign, *, pool: str, budget: float, now: float,
-              rng: RandomSource, spent: float, reserved: float) -> PlanRow:
+              rng: RandomSource, spent: float, reserved: float,
+              held: PlanRow | None = None) -> PlanRow:
     """A campaign's plan for its current version, drawn now.
 
     The reports are what the campaign's policy allows and what is left of its share pays for
     (the unpinned allowance less what other unpinned campaigns reserved). A campaign with a
     calendar draws them over its whole horizon and forfeits the periods already past (see
-    :mod:`chorus_shared.schedule`). A later version with another basis draws again only what
-    its share still pays for, so the plan never spends more than the share in all.
+    :mod:`chorus_shared.schedule`). A later version with another basis (``held`` is the plan
+    it replaces) draws again only what its share still pays for, so the plan never spends
+    more than the share in all, and only over the periods after the latest one a report was
+    asked in (``LONGITUDINAL.md`` §2.3: redraw the remaining reports over the remaining
+    periods), so no period is reported twice and none reopens.
     """
     epsilon = campaign.epsilon
     available = budget - reserved if pool == "unpinned" else budget
@@ -163,18 +167,24 @@ def draw_plan(campaign: Campaign, *, pool: str, budget: float, now: float,
     allowed = campaign.reports_per_install if campaign.policy.unit == "lifetime" else 10**6
     reports = min(allowed, _reports_paid(left, epsilon))
     schedule = campaign.schedule
+    asked = None if held is None else held.asked
     if schedule is None:
         slots, first = None, 0
-    else:
+    elif asked is None:  # first sight: the whole horizon, periods already past forfeited
         reports = min(reports, schedule.periods)
         slots = draw_periods(rng, reports, schedule.periods)
         first = max(0, schedule.index(now))
+    else:  # a new basis: what is left, over the periods after the latest one asked in
+        first = max(0, schedule.index(now), schedule.index(asked) + 1)
+        remaining = max(0, schedule.periods - first)
+        reports = min(reports, remaining)
+        slots = tuple(first + slot for slot in draw_periods(rng, reports, remaining))
     # An unpinned campaign reserves only what its plan may spend (or what it already spent
     # under an earlier basis), leaving the rest of the allowance to the others.
     limit = min(available, spent + reports * epsilon) if pool == "unpinned" else budget
     return PlanRow(campaign=campaign.name, pool=pool, basis=basis_of(campaign),
                    epsilon=epsilon, budget=limit, reports=reports, slots=slots, first=first,
-                   high_water=first - 1)
+                   asked=asked)
 
 
 def _reports_paid(budget: float, epsilon: float) -> int:

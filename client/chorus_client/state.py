@@ -60,7 +60,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS plan (
     campaign TEXT PRIMARY KEY, pool TEXT NOT NULL, basis TEXT NOT NULL,
     epsilon REAL NOT NULL, budget REAL NOT NULL, reports INTEGER NOT NULL,
-    slots TEXT, first INTEGER NOT NULL, high_water INTEGER NOT NULL);
+    slots TEXT, first INTEGER NOT NULL, asked REAL);
 CREATE TABLE IF NOT EXISTS daily_spend (
     day INTEGER PRIMARY KEY, epsilon REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS slot_used (
@@ -82,7 +82,7 @@ CREATE TABLE IF NOT EXISTS config (
 #: (schema 4): the client's finest accepted precision, so never more than the report carries.
 CREATED_PRECISION = 3600
 FILE_NAME = "chorus-client.sqlite3"
-_PLAN_COLUMNS = "campaign, pool, basis, epsilon, budget, reports, slots, first, high_water"
+_PLAN_COLUMNS = "campaign, pool, basis, epsilon, budget, reports, slots, first, asked"
 _RANDOM = secrets.SystemRandom()
 
 
@@ -107,8 +107,9 @@ class PlanRow:
     version with the same basis keeps the plan, another one draws the remaining reports
     afresh. ``slots`` are the drawn period indexes (None: a campaign without a calendar);
     those before ``first``, the period in which the install first saw the campaign, are
-    forfeited and never charged. ``high_water`` is the latest period a report was asked in:
-    an earlier period never opens again, whichever way the clock moves.
+    forfeited and never charged. ``asked`` is the latest clock time a report was asked at
+    (None: never): no period up to the one containing it opens again, whichever way the
+    clock moves, and a plan drawn again for a new basis starts after it.
     """
 
     campaign: str
@@ -119,16 +120,17 @@ class PlanRow:
     reports: int  # reports planned for this basis (before forfeits)
     slots: tuple[int, ...] | None
     first: int
-    high_water: int
+    asked: float | None
 
     @classmethod
     def from_row(cls, row: tuple[object, ...]) -> PlanRow:
-        campaign, pool, basis, epsilon, budget, reports, slots, first, high_water = row
+        campaign, pool, basis, epsilon, budget, reports, slots, first, asked = row
         return cls(campaign=str(campaign), pool=str(pool), basis=str(basis),
                    epsilon=float(epsilon), budget=float(budget),  # type: ignore[arg-type]
                    reports=int(reports),  # type: ignore[call-overload]
                    slots=None if slots is None else tuple(json.loads(str(slots))),
-                   first=int(first), high_water=int(high_water))  # type: ignore[call-overload]
+                   first=int(first),  # type: ignore[call-overload]
+                   asked=None if asked is None else float(asked))  # type: ignore[arg-type]
 
 
 #: Builds a campaign's plan from (the plan held so far or None, ε already spent on the campaign,
@@ -345,21 +347,21 @@ class ClientState:
                 f"INSERT OR REPLACE INTO plan ({_PLAN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, "
                 "?, ?)", (plan.campaign, plan.pool, plan.basis, plan.epsilon, plan.budget,
                           plan.reports, None if plan.slots is None else json.dumps(plan.slots),
-                          plan.first, plan.high_water))
+                          plan.first, plan.asked))
             return plan
 
-    def advance(self, campaign: str, index: int) -> int:
-        """Record that a report was asked for in period ``index``; returns the latest period
-        asked for before (so a period earlier than that is refused: the clock went back)."""
+    def advance(self, campaign: str, now: float) -> float | None:
+        """Record that a report was asked for at clock time ``now``; returns the latest time
+        asked before (None: never), so that a period before that one stays closed."""
         with self._transaction() as conn:
-            row = conn.execute("SELECT high_water FROM plan WHERE campaign = ?",
+            row = conn.execute("SELECT asked FROM plan WHERE campaign = ?",
                                (campaign,)).fetchone()
             if row is None:
                 raise ClientError(f"campaign {campaign!r} has no plan")
-            if index > row[0]:
-                conn.execute("UPDATE plan SET high_water = ? WHERE campaign = ?",
-                             (index, campaign))
-            return int(row[0])
+            latest = None if row[0] is None else float(row[0])
+            if latest is None or now > latest:
+                conn.execute("UPDATE plan SET asked = ? WHERE campaign = ?", (now, campaign))
+            return latest
 
     def reports_made(self, campaign: str) -> int:
         with self._lock:
