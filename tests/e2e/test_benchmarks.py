@@ -269,3 +269,30 @@ def test_heavy_hitter_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
             assert comparison["best_peer"] in peers and comparison["speedup"] > 0
     assert results["summary"]["false_detection"]["runs"] == 6  # 3 methods × 2 k
     assert "Top 10: recall" in run.stdout and "Time end to end" in run.stdout
+
+
+def test_longitudinal_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/longitudinal.py on 20,000 installs, 200 real clients in the check, 2 THRESH
+    replicates: every strategy on both scenarios, the check, the table and both plots."""
+    out = tmp_path / "longitudinal.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "longitudinal.py"),
+                          "--installs", "20000", "--check-installs", "200", "--thresh-reps",
+                          "2", "--out", str(out), "--svg-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    results = json.loads(out.read_text())
+    assert results["installs"] == 20_000
+    plans = results["strategies"]
+    assert (plans["sampling"]["reports"], plans["sampling"]["epsilon"]) == (4, 2.0)
+    assert plans["early"]["days_one_install_reported"] == list(range(8))
+    for scenario in results["scenarios"].values():
+        summary = scenario["summary"]
+        assert set(summary) == {"sampling", "splitting", "early"}
+        assert summary["sampling"]["days_with_estimate"] == 365
+        assert len(scenario["daily"]["sampling"]["estimate"]) == 365
+    assert results["scenarios"]["fixed"]["summary"]["early"]["days_with_estimate"] == 8
+    assert results["check"]["installs"] == 200
+    assert [row["k"] for row in results["thresh"]["simulated"]] == [0, 1, 2, 3, 5, 10, 30]
+    for stem in ("longitudinal", "longitudinal-churn"):
+        assert (tmp_path / f"{stem}.svg").read_text().startswith("<svg")
+    assert "| scenario | strategy |" in run.stdout and "Change-driven" in run.stdout
