@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from chorus_collector.analysis.periods import describe_window
 from chorus_collector.analysis.windows import (
     Estimate,
     check_window,
@@ -47,6 +48,7 @@ from chorus_collector.problems import Problem
 from chorus_collector.results.encoding import CsvWriter
 from chorus_collector.results.estimates import CONFIDENCE, Z95
 from chorus_collector.storage import Storage, StoredCampaign
+from chorus_shared.campaign import Campaign
 
 __all__ = ["CORRECTIONS", "ComparisonResult", "ComparisonRow", "adjusted_p_values",
            "compare_windows"]
@@ -93,6 +95,8 @@ class ComparisonResult:
     confidence: float = CONFIDENCE
     #: A discovery campaign compared without candidates: how its values were found.
     discovery: dict[str, Any] | None = field(default=None)
+    #: A campaign with a schedule: what each window's estimate estimates.
+    estimand: dict[str, str] | None = field(default=None)
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -104,6 +108,8 @@ class ComparisonResult:
             "rows": [row.to_json() for row in self.rows]}
         if self.discovery is not None:
             body["discovery"] = self.discovery
+        if self.estimand is not None:
+            body["estimand"] = dict(self.estimand)
         return body
 
     def to_csv(self) -> str:
@@ -161,7 +167,15 @@ def compare_windows(storage: Storage, stored: StoredCampaign, *, baseline: Windo
         current={"start": current[0], "end": current[1], "n": after.n},
         correction=correction, alpha=float(alpha),
         variance_model=_variance_model(before.variance_model, correction, len(rows)),
-        rows=rows, discovery=discovery)
+        rows=rows, discovery=discovery, estimand=_estimand(campaign, baseline, current))
+
+
+def _estimand(campaign: Campaign, baseline: Window, current: Window) -> dict[str, str] | None:
+    """What each window estimates, for a campaign with a schedule (``periods``)."""
+    first, second = describe_window(campaign, *baseline), describe_window(campaign, *current)
+    if first is None or second is None:
+        return None
+    return {"baseline": first, "current": second}
 
 
 def adjusted_p_values(p_values: Sequence[float], correction: str) -> list[float]:

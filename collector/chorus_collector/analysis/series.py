@@ -14,6 +14,11 @@ point then re-estimates that list (the second stage), so every series covers the
 and its points can be compared; the answer's ``discovery`` says what the walk did. A value
 that becomes frequent only late in a long window may fall short of the whole window's top:
 ask for a shorter window, or list it as a candidate.
+
+A campaign with a schedule (docs/campaigns.md, "Over time") is asked per period by default:
+one point per period of its cadence, aligned to its start, over every period of its horizon up
+to now, so a period without reports is a point that says so rather than a gap in the axis;
+the answer says what each point estimates (``analysis/periods.py``).
 """
 
 from __future__ import annotations
@@ -23,10 +28,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from time import time as wall_clock
 from typing import Any
 
 import numpy as np
 
+from chorus_collector.analysis.periods import (
+    PERIOD,
+    SAMPLING_NOTE,
+    describe_series,
+    horizon_window,
+    period_step,
+)
 from chorus_collector.analysis.steps import MAX_POINTS, Step, parse_step, points
 from chorus_collector.analysis.windows import (
     Estimate,
@@ -114,6 +127,9 @@ class SeriesResult:
     detects: bool = False
     #: A discovery campaign asked without candidates: how its values were found.
     discovery: dict[str, Any] | None = None
+    #: A campaign with a schedule: what each point estimates, and the calendar.
+    estimand: str | None = None
+    schedule: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -128,6 +144,9 @@ class SeriesResult:
                        for s in self.series]}
         if self.discovery is not None:
             body["discovery"] = self.discovery
+        if self.schedule is not None:
+            body["schedule"] = self.schedule
+            body["estimand"] = self.estimand
         return body
 
     def to_csv(self) -> str:
@@ -159,13 +178,16 @@ def _finite(value: float | None) -> float | None:
 
 
 def estimate_series(storage: Storage, stored: StoredCampaign, *, start: int | None = None,
-                    end: int | None = None, step: int | str = "bucket",
+                    end: int | None = None, step: int | str | None = None,
                     values: Sequence[str] = (), top: int | None = None,
-                    candidates: Sequence[str] = ()) -> SeriesResult:
+                    candidates: Sequence[str] = (), now: float | None = None) -> SeriesResult:
     """The campaign's unbiased estimates per point of ``step`` over [start, end).
 
-    ``step``: "bucket" (the time precision), "day", "week" or seconds (a multiple of the
-    time precision). The window defaults to all stored data, widened to whole points.
+    ``step``: "bucket" (the time precision), "day", "week", seconds (a multiple of the
+    time precision) or "period" (a scheduled campaign's own periods). By default a campaign
+    with a schedule is asked per period, over every period of its horizon up to ``now``
+    (the wall clock if None), and any other per bucket, over all stored data widened to whole
+    points.
     Frequencies give one series per category (``values`` names some, ``top`` keeps the k
     largest over the whole window), open-string campaigns one per candidate (required, except
     for a discovery campaign: one per value its walk finds over the whole window), means one
@@ -174,13 +196,19 @@ def estimate_series(storage: Storage, stored: StoredCampaign, *, start: int | No
     campaign = stored.campaign
     precision = campaign.time_precision
     check_window(start, end, precision)
-    grid = parse_step(step, precision)
+    grid = _grid(campaign, step)
     wanted = tuple(candidates)
     labels = query_labels(campaign, wanted)
     finding = discovers(campaign, wanted)
     # The values a discovery will track are known only once it has run (below).
     _check_selection(campaign, labels, () if finding else values, top)
-    start, end = _default_window(storage, stored, grid, start, end)
+    if grid.name == PERIOD and (start is None or end is None):
+        assert campaign.schedule is not None
+        first, last = horizon_window(campaign.schedule,
+                                     wall_clock() if now is None else now)
+        start, end = (first if start is None else start), (last if end is None else end)
+    else:
+        start, end = _default_window(storage, stored, grid, start, end)
     intervals = points(grid, start, end) if start is not None and end is not None \
         and end > start else []
     mechanism = campaign.mechanism
@@ -211,6 +239,8 @@ def estimate_series(storage: Storage, stored: StoredCampaign, *, start: int | No
         _point_result(campaign, int(n), state, Query(a, b, wanted))
         for (a, b), n, state in zip(intervals, counts, states, strict=True)]
     model = next((r.variance_model for r in results if not isinstance(r, str)), None)
+    if campaign.schedule is not None:
+        model = f"{model}. {SAMPLING_NOTE}" if model else SAMPLING_NOTE
     series = [Series(value, []) for value in chosen]
     for (a, b), n, result in zip(intervals, counts.tolist(), results, strict=True):
         estimates = None if isinstance(result, str) else value_estimates(result)
@@ -223,7 +253,23 @@ def estimate_series(storage: Storage, stored: StoredCampaign, *, start: int | No
         variance_model=f"{model}. {INDEPENDENCE}" if model else INDEPENDENCE,
         min_batch_size=campaign.min_batch_size, series=series,
         freshness={"folded_at": folded_at, "unfolded_reports": unfolded},
-        detects=campaign.domain.kind == "strings", discovery=discovery)
+        detects=campaign.domain.kind == "strings", discovery=discovery,
+        estimand=describe_series(campaign, grid),
+        schedule=None if campaign.schedule is None else {
+            **campaign.schedule.to_json(), "reporting": campaign.reporting})
+
+
+def _grid(campaign: Campaign, step: int | str | None) -> Step:
+    """The series' grid: ``step`` read against the campaign (see :func:`estimate_series`)."""
+    if step is None:
+        step = PERIOD if campaign.schedule is not None else "bucket"
+    if step == PERIOD:
+        if campaign.schedule is None:
+            raise Problem("invalid-query", f"step={PERIOD} is the periods of a campaign's "
+                          "schedule, and this campaign has none: use bucket, day, week or "
+                          "seconds")
+        return period_step(campaign.schedule)
+    return parse_step(step, campaign.time_precision)
 
 
 def _check_selection(campaign: Campaign, labels: list[str], values: Sequence[str],

@@ -29,7 +29,7 @@ from chorus_collector.cli.timespec import (
 )
 from chorus_collector.results.tables import format_instant
 
-STEP_NAMES = ("bucket", "day", "week")
+STEP_NAMES = ("period", "bucket", "day", "week")
 DAY, WEEK = 86_400, 604_800
 MONDAY = 4 * DAY  # 1970-01-05, the first Monday after the epoch
 
@@ -49,7 +49,8 @@ def format_option(csv_help: str) -> Callable[[Callable[..., Any]], Callable[...,
 
 
 def step_value(text: str) -> int | str:
-    """``bucket``, ``day``, ``week``, Unix seconds (``3600``) or a duration (``6h``)."""
+    """``period``, ``bucket``, ``day``, ``week``, Unix seconds (``3600``) or a duration
+    (``6h``)."""
     if text in STEP_NAMES:
         return text
     if text.isdigit():
@@ -57,15 +58,16 @@ def step_value(text: str) -> int | str:
     try:
         return parse_duration(text)
     except ValueError:
-        raise click.BadParameter(f"{text!r}: use bucket, day, week, seconds (3600) or a "
-                                 "duration (6h, 2d)", param_hint="--step") from None
+        raise click.BadParameter(f"{text!r}: use period, bucket, day, week, seconds (3600) or "
+                                 "a duration (6h, 2d)", param_hint="--step") from None
 
 
-def _whole_steps(window: Window, step: int | str) -> Window:
+def _whole_steps(window: Window, step: int | str | None) -> Window:
     """``--last`` widened to whole points of a day, week or n-second step, so that its first
     and last points are not cut short (a point covers less when a window cuts it); the time
-    buckets' alignment follows in ``campaign_window``. Says so on stderr."""
-    if step == "bucket" or window.start is None or window.end is None:
+    buckets' alignment follows in ``campaign_window``. Says so on stderr. A campaign's own
+    periods (the default step of a scheduled campaign) are left to the collector."""
+    if step in (None, "bucket", "period") or window.start is None or window.end is None:
         return window
     size = {"day": DAY, "week": WEEK}.get(str(step), step if isinstance(step, int) else 0)
     origin = MONDAY if step == "week" else 0  # ISO weeks start on Monday (steps.py)
@@ -88,10 +90,12 @@ def wanted_candidates(candidates: tuple[str, ...], candidates_file: Path | None)
 @main.command()
 @click.argument("name")
 @window_options
-@click.option("--step", default="bucket", show_default=True, metavar="STEP",
-              help="One point per time bucket (the campaign's time precision), day (UTC), "
-                   "week (ISO, from Monday 00:00 UTC), or seconds (3600) or a duration (6h): "
-                   "a multiple of the time precision.")
+@click.option("--step", default=None, metavar="STEP",
+              help="One point per period of a campaign's schedule (period: its cadence from "
+                   "its start, the default for a campaign with a schedule, over its horizon "
+                   "up to now), time bucket (the campaign's time precision; the default "
+                   "otherwise), day (UTC), week (ISO, from Monday 00:00 UTC), or seconds "
+                   "(3600) or a duration (6h): a multiple of the time precision.")
 @click.option("--value", "values", multiple=True,
               help="Only this category's series (repeat). Default: every category.")
 @click.option("--top", type=click.IntRange(min=1), default=None, metavar="K",
@@ -102,7 +106,7 @@ def wanted_candidates(candidates: tuple[str, ...], candidates_file: Path | None)
                "8601, n and ε.")
 @url_option
 @token_option
-def series(name: str, start: int | None, end: int | None, last: int | None, step: str,
+def series(name: str, start: int | None, end: int | None, last: int | None, step: str | None,
            values: tuple[str, ...], top: int | None, candidates: tuple[str, ...],
            candidates_file: Path | None, fmt: str, url: str, token: str | None) -> None:
     """Print a campaign's estimates per time step: one series per value, each point with its
@@ -111,7 +115,7 @@ def series(name: str, start: int | None, end: int | None, last: int | None, step
     is widened to whole steps, while --start/--end are kept, so their first and last points may
     be partial, as the table says)."""
     wanted = wanted_candidates(candidates, candidates_file)
-    grid = step_value(step)
+    grid = None if step is None else step_value(step)
     api = collector_api(url, token)
     window = requested_window(start, end, last)
     if last is not None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from chorus_client.policy import DEFAULT_LIFETIME_BUDGET
 from chorus_collector.cli.common import (
     call_collector,
     collector_api,
@@ -18,6 +19,9 @@ from chorus_collector.cli.common import (
 from chorus_collector.cli.formatting import format_estimates
 from chorus_collector.cli.root import main
 from chorus_collector.cli.timespec import campaign_window, requested_window, window_options
+from chorus_shared.campaign import campaign_from_spec
+from chorus_shared.errors import CampaignError
+from chorus_shared.privacy import reports_within
 
 
 @main.group()
@@ -41,6 +45,7 @@ def campaign_create(spec_file: Path, url: str, token: str | None) -> None:
     for warning in created.get("warnings", []):
         click.secho(f"warning: {warning}", fg="yellow", err=True)
     click.secho(worst_case_line(created), err=True)
+    click.secho(reporting_line(created), err=True)
     click.echo(json.dumps(created, indent=2))
 
 
@@ -53,8 +58,8 @@ def campaign_list(url: str, token: str | None) -> None:
     for c in campaigns:
         state = "retired" if c.get("retired_at") is not None else "active"
         click.echo(f"{c['name']:<24} {c['mechanism']:<8} ε={c['epsilon']:<8.4g} "
-                   f"≤{c['worst_case']['per_365_days']:<8.4g}/365d "
                    f"{c['domain']['kind']:<10} {c['digest'][:12]} {state}")
+        click.echo(f"    {reporting_of(c)}")
 
 
 @campaign.command("retire")
@@ -76,16 +81,41 @@ def campaign_show(name: str, url: str) -> None:
     config = call_collector(lambda: collector_api(url, None).get_campaign(name))
     click.echo(json.dumps(config, indent=2, ensure_ascii=False))  # the config, to ship as is
     click.echo(worst_case_line(config), err=True)
+    click.echo(reporting_line(config), err=True)
 
 
 def worst_case_line(config: dict[str, Any]) -> str:
-    """The campaign's own worst case, before any cap the app sets on its client."""
+    """The campaign's own worst case, then the client's lifetime budget, which caps it (and
+    silences a campaign without a schedule once spent)."""
     bound, unit = config["worst_case"], config["privacy"]["unit"]
     period = "in its lifetime" if unit == "lifetime" else "per UTC day"
+    lifetime = DEFAULT_LIFETIME_BUDGET
+    reports = reports_within(lifetime, bound["per_report"], 10**6)
+    if unit == "lifetime":  # the campaign's own count may be the smaller
+        reports = min(reports, bound["reports_per_period"])
     return (f"worst case for one install: ε = {bound['per_report']:.4g} per report, "
             f"{bound['reports_per_period']} reports and ε = {bound['per_period']:.4g} {period}, "
-            f"ε = {bound['per_365_days']:.4g} in any 365 days (the client's lifetime budget, "
-            "8 by default, caps it further)")
+            f"ε = {bound['per_365_days']:.4g} in any 365 days by the campaign's own policy; "
+            f"the client's lifetime budget ({lifetime:g} by default, for all of the app's "
+            f"campaigns) caps it at {reports} reports, ε = "
+            f"{min(lifetime, reports * bound['per_report']):.4g} in all")
+
+
+def reporting_of(config: dict[str, Any]) -> str:
+    """How many reports one install makes, and when, in words (``Campaign.reporting``): the
+    collector's list says it beside each config; from a config alone it is recomputed."""
+    if isinstance(config.get("reporting"), str):
+        return str(config["reporting"])
+    known = {key: value for key, value in config.items()
+             if key not in ("reporting", "retired_at", "warnings")}
+    try:
+        return campaign_from_spec(known, warn=False).reporting
+    except CampaignError as error:  # another version's config: say so, do not guess
+        return f"(how often it reports cannot be read from this config: {error})"
+
+
+def reporting_line(config: dict[str, Any]) -> str:
+    return f"reporting: {reporting_of(config)}"
 
 
 @main.command()

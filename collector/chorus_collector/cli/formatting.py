@@ -23,6 +23,8 @@ __all__ = ["format_estimates", "shuffling_lines"]
 def format_estimates(result: dict[str, Any], truth: dict[str, float] | None = None) -> str:
     """A human-readable table of an estimate result, optionally beside the true values."""
     lines = [_header(result), *shuffling_lines(result.get("shuffling"))]
+    if result.get("estimand"):  # a campaign with a schedule: what the numbers estimate
+        lines.append(f"  estimates {result['estimand']}")
     lines += KINDS[result["kind"]].table_lines(result, truth)
     lines.extend(f"  warning: {warning}" for warning in result.get("warnings", []))
     return "\n".join(lines)

@@ -42,6 +42,8 @@ def format_series(result: Mapping[str, Any]) -> str:
     if result.get("discovery"):
         lines.append(_tracked(result["discovery"], "over the whole window",
                               "re-estimated in every point"))
+    if result.get("estimand"):  # a campaign with a schedule: what each point estimates
+        lines.append(f"  {result['estimand']}")
     series = result["series"]
     if not series:
         return "\n".join([*lines, "  (no series: no values to show)"])

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from markupsafe import Markup
 
 from chorus_collector.analysis import compare_windows, estimate_series, estimate_window
+from chorus_collector.analysis.periods import PERIOD, describe_window
 from chorus_collector.dashboard.charts import (
     HeatCell,
     Line,
@@ -31,7 +32,7 @@ from chorus_shared.mechanisms import DISCOVERY_MECHANISMS
 
 __all__ = ["MAX_CHART_BARS", "RESULTS", "CampaignView", "PageParameters", "Result",
            "campaign_view", "discovers", "domain_summary", "joint_pairs", "joint_views",
-           "needs_candidates", "parse_time", "read_parameters"]
+           "needs_candidates", "parse_time", "read_parameters", "steps_of"]
 
 SERIES_SHOWN = 6  # lines drawn by default; the rest are in the table and the downloads
 WEEK = 7 * 86400
@@ -86,6 +87,8 @@ class PageParameters:
     #: Record campaigns of mechanism marginals: the pair whose joint to show (empty: the
     #: estimator's default, every pair up to 10).
     joint: tuple[str, ...] = ()
+    #: When the page was asked for: a scheduled campaign's series runs up to this period.
+    now: float | None = None
 
     def form_values(self) -> dict[str, str]:
         """The values to put back into the page's form."""
@@ -100,8 +103,15 @@ class PageParameters:
                 "joint": ",".join(self.joint)}
 
 
+def steps_of(stored: StoredCampaign) -> tuple[str, ...]:
+    """The steps the page offers, the default first: a scheduled campaign's own periods."""
+    common = ("bucket", "day", "week")
+    return (PERIOD, *common) if stored.campaign.schedule is not None else common
+
+
 def read_parameters(values: Mapping[str, str], uploaded: str | None,
-                    stored: StoredCampaign, extent: tuple[int, int] | None) -> PageParameters:
+                    stored: StoredCampaign, extent: tuple[int, int] | None, *,
+                    now: float | None = None) -> PageParameters:
     """The page's parameters from its form (GET or POST), with defaults from the data's
     extent: the whole window, and for the comparison the last 7 days against the 7 before
     (or the two halves of the data when it spans less than two weeks)."""
@@ -117,9 +127,10 @@ def read_parameters(values: Mapping[str, str], uploaded: str | None,
     if postprocessing not in estimator.postprocessing:
         raise Problem("invalid-query", f"post-processing {postprocessing!r} does not apply to "
                                        "this campaign")
-    step = values.get("step") or "bucket"
-    if step not in ("bucket", "day", "week"):
-        raise Problem("invalid-query", "step must be bucket, day or week")
+    steps = steps_of(stored)
+    step = values.get("step") or steps[0]
+    if step not in steps:
+        raise Problem("invalid-query", f"step must be {', '.join(steps[:-1])} or {steps[-1]}")
     top_text = values.get("top") or str(SERIES_SHOWN)
     if not top_text.isdigit() or not 1 <= int(top_text) <= 100:
         raise Problem("invalid-query", "top must be a whole number from 1 to 100")
@@ -137,7 +148,7 @@ def read_parameters(values: Mapping[str, str], uploaded: str | None,
                           candidates=candidates, step=step, top=int(top_text),
                           baseline=(bounds[0], bounds[1]), current=(bounds[2], bounds[3]),
                           correction=correction, quantiles=quantiles, ranges=ranges,
-                          joint=_joint_question(values, stored))
+                          joint=_joint_question(values, stored), now=now)
 
 
 def joint_pairs(stored: StoredCampaign) -> list[tuple[str, str]]:
@@ -258,18 +269,23 @@ def estimates_result(storage: Storage, stored: StoredCampaign,
                   quantiles=parameters.quantiles, ranges=parameters.ranges,
                   joints=(parameters.joint,) if parameters.joint else ())
     result, inputs = estimate_window(storage, stored, query)
-    return _WithFreshness(result, inputs.freshness())
+    extra: dict[str, Any] = {"freshness": inputs.freshness()}
+    estimand = describe_window(stored.campaign, parameters.start, parameters.end)
+    if estimand is not None:
+        extra["estimand"] = estimand
+    return _WithExtra(result, extra)
 
 
 @dataclass(frozen=True)
-class _WithFreshness:
-    """An estimate whose JSON says how fresh its folded part is, as the API's does."""
+class _WithExtra:
+    """An estimate whose JSON says how fresh its folded part is and, for a scheduled
+    campaign, what it estimates, as the API's does."""
 
     result: Result
-    freshness: dict[str, Any]
+    extra: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.result.to_json(), "freshness": self.freshness}
+        return {**self.result.to_json(), **self.extra}
 
     def to_csv(self) -> str:
         return self.result.to_csv()
@@ -279,7 +295,8 @@ def series_result(storage: Storage, stored: StoredCampaign,
                   parameters: PageParameters) -> Result:
     top = parameters.top if stored.campaign.domain.kind == "categories" else None
     return estimate_series(storage, stored, start=parameters.start, end=parameters.end,
-                           step=parameters.step, top=top, candidates=parameters.candidates)
+                           step=parameters.step, top=top, candidates=parameters.candidates,
+                           now=parameters.now)
 
 
 def comparison_result(storage: Storage, stored: StoredCampaign,

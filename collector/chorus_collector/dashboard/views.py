@@ -180,7 +180,7 @@ def _parameters(stored: StoredCampaign) -> pages.PageParameters:
         except UnicodeDecodeError:
             raise Problem("invalid-query", "the candidate file is not UTF-8 text") from None
     values = {key: request.values.get(key, "") for key in request.values}
-    return pages.read_parameters(values, uploaded, stored, _extent(stored))
+    return pages.read_parameters(values, uploaded, stored, _extent(stored), now=_now())
 
 
 def _gated(work: Any) -> Any:
@@ -211,7 +211,8 @@ def campaign(name: str) -> str:
         kind=kind, asks=kind.query_parameters(stored.campaign),
         pairs=pages.joint_pairs(stored),
         postprocessing=estimator_for(stored.campaign.mechanism.name).postprocessing,
-        retired_at=retired_at, max_bars=pages.MAX_CHART_BARS)
+        retired_at=retired_at, max_bars=pages.MAX_CHART_BARS,
+        reporting=stored.campaign.reporting, steps=pages.steps_of(stored))
 
 
 @dashboard.route("/campaigns/<name>/download/<what>.<fmt>", methods=["GET", "POST"])

@@ -4,18 +4,16 @@ exists, and the campaign definition that creates it.
 * :func:`design`: for the kind of data, its domain, ε and the users expected per time window,
   one row per applicable mechanism with the standard error of a frequency (at f → 0 and at a
   chosen f) or of a mean (the worst case over the range, in its units), the 95% interval
-  half-width, the report size and a ``recommended`` flag; and what the campaign's privacy
-  policy lets one install spend over time.
+  half-width, the report size and a ``recommended`` flag; and how one install reports over
+  time, as the client will: with a schedule, the plan over the horizon (``planning``: ε per
+  report, reports per install, each period's standard error and chance of being empty, the
+  central ε a shuffler adds).
 * :func:`spec`: the definition for ``POST /v1/campaigns`` from the same request.
 * :func:`simulate_design`: one simulated window of ``users`` reports drawn from a typed-in
   distribution, decoded by the real estimator, beside the true values and the predicted SE.
 
-Variance model: i.i.d. sampling of users (MECHANISMS.md §0), the one the estimators' standard
-errors use, so the designer predicts the SE an analyst will read. Per report, with
-λ = q* + f(p* − q*) the rate at which a report supports a category of share f, a pure oracle
-gives n·Var[f̂] = λ(1 − λ)/(p* − q*)² (at f → 0, the Var* of ``mechanism: "auto"``). A mean
-gives E[v(t)] + Var[t] with v the mechanism's variance given t ∈ [−1, 1]; every v here is
-a + b·t², so the worst case over distributions on [−1, 1] is max(v(0), v(1) + 1).
+Variance model: i.i.d. sampling of users (``variances``), the one the estimators' standard
+errors use, so the designer predicts the SE an analyst will read.
 Inputs are JSON-like dicts and outputs ``to_json()``-able, for the dashboard's designer page.
 """
 
@@ -26,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from chorus_client.policy import DEFAULT_LIFETIME_BUDGET
+from chorus_collector.design.planning import plan_over_time
 from chorus_collector.design.request import KINDS, DesignRequest
 from chorus_collector.design.simulation import (
     estimate_rows,
@@ -33,6 +33,7 @@ from chorus_collector.design.simulation import (
     true_values,
     unit_points,
 )
+from chorus_collector.design.variances import frequency_variance, mean_variance
 from chorus_collector.results.estimates import CONFIDENCE, Z95
 from chorus_shared.campaign import campaign_from_spec, privacy_warnings
 from chorus_shared.compare import FREQUENCY_ORACLES, MEAN_MECHANISMS, VECTOR_MECHANISMS
@@ -42,18 +43,9 @@ from chorus_shared.mechanisms import (
     REGISTRY,
     STRING_MECHANISMS,
     CountMeanSketch,
-    DBitFlip,
-    Duchi,
-    DuchiMultidim,
-    HadamardCountMeanSketch,
-    HybridMechanism,
-    LaplaceMechanism,
     Mechanism,
-    PiecewiseMechanism,
-    PureOracle,
 )
-from chorus_shared.mechanisms.multidim import SampledAttributes
-from chorus_shared.privacy import DAYS_PER_YEAR_WINDOW, policy_from_json
+from chorus_shared.privacy import policy_from_json, reports_within
 from chorus_shared.selection import choose_mechanism
 
 __all__ = ["KINDS", "Design", "DesignRequest", "design", "frequency_variance",
@@ -73,55 +65,6 @@ MEMOIZATION = ("not offered: every report is randomized afresh and charged its �
                "budget, or use unit 'lifetime'.")
 
 
-def frequency_variance(mechanism: Mechanism, frequency: float) -> float | None:
-    """n·Var[f̂] for a category of share ``frequency``, i.i.d. model; None when the estimate
-    depends on more than the mechanism (RAPPOR-like decoding against candidates)."""
-    f = frequency
-    if isinstance(mechanism, DBitFlip):  # DKY's estimator, which the collector uses
-        z, scale = mechanism.odds, mechanism.d / mechanism.b
-        ones = (1 + (z - 1) * f) / (z + 1)
-        return scale * (ones * z * z + 1 - ones) / (z - 1) ** 2 - f * f
-    if isinstance(mechanism, PureOracle):
-        p, q = mechanism.support_probabilities()
-        rate = q + f * (p - q)
-        return rate * (1 - rate) / (p - q) ** 2
-    if isinstance(mechanism, CountMeanSketch):
-        m, c = mechanism.m, mechanism.c
-        theta = f + (1 - f) / m  # E[Z]: 1 for the value itself, 1/m for the others on average
-        per_report = c * c - theta * theta if isinstance(mechanism, HadamardCountMeanSketch) \
-            else (c * c - 1) / 4 + theta * (1 - theta)
-        return (m / (m - 1)) ** 2 * per_report
-    return None
-
-
-def report_variance(mechanism: Mechanism, t: float, *, bound: bool = False) -> float:
-    """Var[t* | t] of one report on the [−1, 1] scale (one attribute of a vector): exact where
-    the mechanism gives it, else (or with ``bound``) its upper bound, which adds at most the
-    rounding to the public grid (Λ²/4)."""
-    if isinstance(mechanism, DuchiMultidim):
-        return mechanism.b**2 - t * t
-    if isinstance(mechanism, SampledAttributes):
-        return mechanism.variance_bound(t)
-    if isinstance(mechanism, Duchi | LaplaceMechanism) and not bound:
-        return mechanism.per_report_variance(t)
-    if isinstance(mechanism, Duchi | PiecewiseMechanism | HybridMechanism | LaplaceMechanism):
-        return mechanism.variance_bound(t)
-    raise TypeError(f"{mechanism.name} does not estimate a mean")
-
-
-def mean_variance(mechanism: Mechanism, points: list[float] | None = None,
-                  weights: list[float] | None = None) -> float:
-    """n·Var of a mean on the [−1, 1] scale: E[v(t)] + Var[t] over the given distribution of
-    t, or the worst case over all distributions on [−1, 1] when none is given (v is a + b·t²
-    for every mechanism here, so the worst is at t = 0, or t = ±1 half and half)."""
-    if points is None or weights is None:
-        return max(report_variance(mechanism, 0.0, bound=True),
-                   report_variance(mechanism, 1.0, bound=True) + 1.0)
-    mean = math.fsum(w * t for t, w in zip(points, weights, strict=True))
-    return math.fsum(w * (report_variance(mechanism, t) + (t - mean) ** 2)
-                     for t, w in zip(points, weights, strict=True))
-
-
 @dataclass(frozen=True)
 class Design:
     request: DesignRequest
@@ -129,6 +72,7 @@ class Design:
     recommended: str
     privacy: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    plan: dict[str, Any] | None = None  # with a schedule: the plan over time
 
     def spec(self, mechanism: str, name: str, **options: Any) -> dict[str, Any]:
         return spec(self.request, mechanism, name, **options)
@@ -138,7 +82,8 @@ class Design:
                 "domain": self.request.domain.to_json(), "epsilon": self.request.epsilon,
                 "users": self.request.users, "confidence": CONFIDENCE,
                 "variance_model": VARIANCE_MODEL, "recommended": self.recommended,
-                "rows": self.rows, "privacy": self.privacy, "notes": self.notes}
+                "rows": self.rows, "privacy": self.privacy, "notes": self.notes,
+                "plan": self.plan}
 
 
 def as_request(request: DesignRequest | Mapping[str, Any]) -> DesignRequest:
@@ -162,16 +107,27 @@ def design(request: DesignRequest | Mapping[str, Any]) -> Design:
         rows.append(_row(request, mechanism))
     if not rows:
         raise CampaignError("no mechanism applies to this design: " + "; ".join(notes[-4:]))
-    privacy = privacy_over_time(request)
-    if privacy["reports_per_period"] > 1:
-        notes.append(f"one install may send {privacy['reports_per_period']} reports per "
-                     f"{privacy['period']}: the standard errors assume one report per user in "
-                     "the window queried (more understate them), so query whole periods")
     recommended = _recommended(request, rows)
     for row in rows:
         row["recommended"] = row["mechanism"] == recommended
+    privacy = privacy_over_time(request)
+    plan = None
+    if request.schedule is not None:
+        campaign = campaign_from_spec(spec(request, recommended, "planned",
+                                           accept_weak_privacy=True), warn=False)
+        plan = plan_over_time(request, campaign)
+        privacy["summary"] = campaign.reporting
+        cadence = request.schedule.cadence
+        expected = next(o for o in plan["options"] if o["chosen"])["expected_reports_per_period"]
+        notes.append(f"the table above is for {request.users:,} reports per window; a "
+                     f"{cadence} of the plan expects {expected:,.0f} (n·r/T), each install "
+                     f"reporting at most once per {cadence}")
+    elif privacy["reports_per_period"] > 1:
+        notes.append(f"one install may send {privacy['reports_per_period']} reports per "
+                     f"{privacy['period']}: the standard errors assume one report per user in "
+                     "the window queried (more understate them), so query whole periods")
     return Design(request=request, rows=rows, recommended=recommended, privacy=privacy,
-                  notes=notes)
+                  notes=notes, plan=plan)
 
 
 def _row(request: DesignRequest, mechanism: Mechanism) -> dict[str, Any]:
@@ -243,29 +199,52 @@ def _recommended(request: DesignRequest, rows: list[dict[str, Any]]) -> str:
 
 
 def privacy_over_time(request: DesignRequest) -> dict[str, Any]:
-    """The most ε one install can spend on the campaign, per period and over time."""
+    """The most ε one install can spend on the campaign, per period and over time, and how
+    it reports as the client will: the campaign's own policy, then the client's lifetime
+    budget, which stops every install once spent."""
     policy = request.policy or policy_from_json(None, request.epsilon)
     worst = policy.worst_case(request.epsilon)
     daily = policy.unit == "day"
+    # What one install can send before the client's default lifetime budget is gone (if the
+    # app gave this campaign all of it).
+    lifetime_reports = reports_within(DEFAULT_LIFETIME_BUDGET, request.epsilon, 10**6)
+    client_reports = min(lifetime_reports, 10**6 if daily else worst.reports_per_period)
     return {
         "policy": policy.to_json(),
         "per_report": worst.per_report,
         "reports_per_period": worst.reports_per_period,
         "per_period": worst.per_period,
         "period": "UTC day" if daily else "lifetime of the install",
-        # A lifetime budget may all be spent on one day.
+        # The campaign's own bounds: a lifetime budget may all be spent on one day.
         "per_utc_day": worst.per_period,
         "per_30_days": worst.per_period * (DAYS_PER_30_DAY_WINDOW if daily else 1),
         "per_365_days": worst.per_year,
-        "summary": (f"each report spends ε = {worst.per_report:g}; one install sends at most "
-                    f"{worst.reports_per_period} report(s) "
-                    + ("per UTC day" if daily else "in its lifetime")
-                    + f", so it spends at most {worst.per_period:g} per "
-                    + ("day" if daily else "lifetime")
-                    + f" and {worst.per_year:g} in any 365 days"
-                    + (f" ({DAYS_PER_YEAR_WINDOW} UTC days)" if daily else "")),
+        "client_lifetime_budget": DEFAULT_LIFETIME_BUDGET,
+        "reports_per_install": client_reports,
+        "per_install": min(client_reports * request.epsilon, DEFAULT_LIFETIME_BUDGET),
+        "summary": _reporting_summary(worst.per_report, worst.reports_per_period, daily,
+                                      client_reports),
         "memoization": MEMOIZATION,
     }
+
+
+def _reporting_summary(epsilon: float, per_period: int, daily: bool,
+                       client_reports: int) -> str:
+    """How one install reports without a schedule, the client's lifetime budget included."""
+    noun = "report" if per_period == 1 else "reports"
+    budget = (f"the client's lifetime budget ({DEFAULT_LIFETIME_BUDGET:g} by default, for all "
+              "of the app's campaigns together)")
+    if daily:
+        return (f"each report spends ε = {epsilon:g}; the campaign allows {per_period} {noun} "
+                f"per install per UTC day, but {budget} stops an install after "
+                f"{client_reports} reports in all: without a schedule an install reports on its "
+                "first days and is then silent for good, so later days hear only from installs "
+                "that arrived later. Give the campaign a schedule to spread each install's "
+                "reports over its horizon")
+    return (f"each report spends ε = {epsilon:g}; one install sends at most {client_reports} "
+            f"{'report' if client_reports == 1 else 'reports'} in its lifetime "
+            f"({client_reports * epsilon:g} in all, within {budget}), the first times the app "
+            "reports: without a schedule nothing spreads them over time")
 
 
 def spec(request: DesignRequest | Mapping[str, Any], mechanism: str, name: str, *,
@@ -286,6 +265,10 @@ def spec(request: DesignRequest | Mapping[str, Any], mechanism: str, name: str, 
         body["privacy"] = request.policy.to_json()
     if request.time_precision is not None:
         body["time_precision"] = request.time_precision
+    if request.schedule is not None:
+        body["schedule"] = request.schedule.to_json()
+    if request.min_batch_size is not None:
+        body["min_batch_size"] = request.min_batch_size
     if accept_weak_privacy:
         body["accept_weak_privacy"] = True
     campaign_from_spec(body, warn=False, require_consent=True)

@@ -12,7 +12,12 @@
   default), ``privacy`` (the campaign's per-install policy, as in a campaign definition),
   ``time_precision`` (seconds) and ``distribution`` (what to simulate): ``{category: share}``
   (shares summing to 1) for categories and strings, ``{"values": [...], "weights": [...]}`` for
-  numbers (a vector's values are lists of D numbers; weights sum to 1, equal when omitted).
+  numbers (a vector's values are lists of D numbers; weights sum to 1, equal when omitted);
+* a plan over time (docs/designing.md, "Over time"): ``schedule`` (as in a campaign
+  definition: ``cadence``, ``start``, ``periods`` or ``end``), ``installs`` (the installs
+  active in a period) and ``privacy.budget`` (the campaign's share of each install's lifetime
+  budget), with ``min_batch_size`` optional. With a plan, ``epsilon`` defaults to the
+  recommended ε per report and ``users`` to the reports one period expects, n·r/T.
 
 Every problem is a :class:`~chorus_shared.errors.CampaignError` (a ``ValueError``) that names
 the field and what it must be.
@@ -25,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from chorus_client.policy import DEFAULT_LIFETIME_BUDGET, DEFAULT_MAX_EPSILON
+from chorus_shared.campaign import DEFAULT_TIME_PRECISION
 from chorus_shared.domain import (
     MAX_ATTRIBUTES,
     MAX_CATEGORIES,
@@ -37,9 +44,11 @@ from chorus_shared.domain import (
 )
 from chorus_shared.errors import CampaignError
 from chorus_shared.mechanisms.base import check_epsilon
-from chorus_shared.privacy import PrivacyPolicy, policy_from_json
+from chorus_shared.privacy import PrivacyPolicy, policy_from_json, reports_within
+from chorus_shared.schedule import Schedule, schedule_from_json
 
-__all__ = ["DEFAULT_FREQUENCY", "KINDS", "DesignRequest", "Distribution"]
+__all__ = ["DEFAULT_FREQUENCY", "KINDS", "PER_REPORT_CAP", "DesignRequest", "Distribution",
+           "recommended_plan"]
 
 KINDS = ("categories", "numeric", "vector", "strings")
 DEFAULT_FREQUENCY = 0.1
@@ -48,7 +57,23 @@ MAX_USERS = 10**12
 SHARE_TOLERANCE = 1e-3
 _FIELDS = {"kind", "categories", "domain_size", "lo", "hi", "attributes", "dimensions",
            "candidates", "epsilon", "users", "frequency", "privacy", "time_precision",
-           "distribution"}
+           "distribution", "schedule", "installs", "min_batch_size"}
+#: The client's default max_epsilon: it refuses campaigns whose one report spends more.
+PER_REPORT_CAP = DEFAULT_MAX_EPSILON
+
+
+def recommended_plan(budget: float, periods: int, cap: float = PER_REPORT_CAP
+                     ) -> tuple[float, int]:
+    """(ε per report, reports per install) that spends ``budget`` best over ``periods``.
+
+    The variance-optimal ε per report is above the cap for (nearly) every mechanism
+    (``planning``), so: as few reports as the cap allows, r = ⌈budget / cap⌉ (at most one
+    per period), each at budget / r ≤ cap, which spends the budget exactly.
+    """
+    fit = reports_within(budget, cap, 10**6)  # ⌊budget / cap⌋, with the client's float slack
+    reports = fit if fit * cap >= budget * (1 - 1e-9) else fit + 1
+    reports = max(1, min(reports, periods))
+    return min(cap, budget / reports), reports
 
 
 @dataclass(frozen=True)
@@ -79,6 +104,9 @@ class DesignRequest:
     policy: PrivacyPolicy | None = None
     time_precision: int | None = None
     distribution: Distribution | None = None
+    schedule: Schedule | None = None  # a plan over time: the campaign's calendar
+    installs: int | None = None  # installs active in a period
+    min_batch_size: int | None = None
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> DesignRequest:
@@ -91,23 +119,39 @@ class DesignRequest:
         kind = obj.get("kind")
         if kind not in KINDS:
             raise CampaignError(f"kind must be one of {list(KINDS)}, got {kind!r:.40}")
-        epsilon = check_epsilon(obj.get("epsilon"))
-        users = _integer(obj, "users", 1, MAX_USERS)
+        precision = obj.get("time_precision")
+        if precision is not None:
+            precision = _integer(obj, "time_precision", 1, 366 * 86400)
+        schedule, installs, budget = _plan(obj, precision)
+        if obj.get("epsilon") is None and schedule is not None and budget is not None:
+            epsilon = check_epsilon(recommended_plan(budget, schedule.periods)[0])
+        else:
+            epsilon = check_epsilon(obj.get("epsilon"))
         frequency = _number(obj, "frequency", DEFAULT_FREQUENCY)
         if not 0 <= frequency <= 1:
             raise CampaignError(f"frequency must be a share in [0, 1], got {frequency:g}")
         domain, candidates = _domain(kind, obj)
         privacy = obj.get("privacy")
         policy = None if privacy is None else policy_from_json(privacy, epsilon)
-        precision = obj.get("time_precision")
-        if precision is not None:
-            precision = _integer(obj, "time_precision", 1, 366 * 86400)
+        if schedule is not None and policy is not None and policy.unit != "lifetime":
+            raise CampaignError("a plan over time spends the campaign's share of each "
+                                "install's lifetime budget: privacy.unit must be 'lifetime'")
+        if obj.get("users") is None and schedule is not None and installs is not None \
+                and policy is not None:
+            reports = min(policy.reports_per_period(epsilon), schedule.periods)
+            users = max(1, round(installs * reports / schedule.periods))
+        else:
+            users = _integer(obj, "users", 1, MAX_USERS)
+        batch = obj.get("min_batch_size")
+        if batch is not None:
+            batch = _integer(obj, "min_batch_size", 1, 10**9)
         distribution = None
         if obj.get("distribution") is not None:
             distribution = _distribution(kind, domain, obj["distribution"])
         return cls(kind=kind, domain=domain, epsilon=epsilon, users=users,
                    frequency=frequency, candidates=candidates, policy=policy,
-                   time_precision=precision, distribution=distribution)
+                   time_precision=precision, distribution=distribution, schedule=schedule,
+                   installs=installs, min_batch_size=batch)
 
     def to_json(self) -> dict[str, Any]:
         """The request in the form :meth:`from_json` reads (a round trip)."""
@@ -128,7 +172,39 @@ class DesignRequest:
             body["time_precision"] = self.time_precision
         if self.distribution is not None:
             body["distribution"] = self.distribution.to_json(self.kind)
+        if self.schedule is not None:
+            body["schedule"] = self.schedule.to_json()
+        if self.installs is not None:
+            body["installs"] = self.installs
+        if self.min_batch_size is not None:
+            body["min_batch_size"] = self.min_batch_size
         return body
+
+
+def _plan(obj: Mapping[str, Any], precision: int | None
+          ) -> tuple[Schedule | None, int | None, float | None]:
+    """(schedule, installs, the campaign's share of the lifetime budget) of a plan over
+    time; all None without one. A plan needs all three."""
+    has = [name for name in ("schedule", "installs") if obj.get(name) is not None]
+    if not has:
+        return None, None, None
+    if len(has) == 1:
+        missing = "installs (the installs active in a period)" if has == ["schedule"] \
+            else 'schedule (e.g. {"cadence": "day", "start": "2026-01-01", "periods": 365})'
+        raise CampaignError(f"a plan over time needs {missing} as well")
+    schedule = schedule_from_json(obj["schedule"], precision or DEFAULT_TIME_PRECISION)
+    installs = _integer(obj, "installs", 1, MAX_USERS)
+    privacy = obj.get("privacy")
+    budget = privacy.get("budget") if isinstance(privacy, Mapping) else None
+    if budget is None:
+        raise CampaignError("a plan over time needs the campaign's share of each install's "
+                            "lifetime budget: privacy.budget (ε; the client's whole lifetime "
+                            f"budget is {DEFAULT_LIFETIME_BUDGET:g} by default, shared by all of "
+                            "the app's campaigns)")
+    number = finite_float(budget)
+    if number is None or isinstance(budget, bool) or number <= 0:
+        raise CampaignError(f"privacy.budget must be a finite number > 0, got {budget!r:.40}")
+    return schedule, installs, number
 
 
 def _number(obj: Mapping[str, Any], name: str, default: float | None = None) -> float:

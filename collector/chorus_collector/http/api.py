@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from chorus_collector.analysis import compare_windows, estimate_series, estimate_window
+from chorus_collector.analysis.periods import describe_window
 from chorus_collector.http.auth import Role, TokenVerifier
 from chorus_collector.http.metrics import Metrics
 from chorus_collector.http.openapi import openapi_document
@@ -135,8 +136,10 @@ def openapi() -> Response:
 def list_campaigns() -> Response:
     _require("admin")
     storage = _storage()
+    # Beside each public config, not in it: clients verify a config field by field.
     return jsonify(campaigns=[{**s.campaign.public_config(),
-                               "retired_at": storage.retired_at(s.id)}
+                               "retired_at": storage.retired_at(s.id),
+                               "reporting": s.campaign.reporting}
                               for s in storage.list_campaigns()])
 
 
@@ -146,7 +149,8 @@ def retire_campaign(name: str) -> Response:
     _require("admin")
     stored = _campaign(name)
     retired_at = _storage().retire_campaign(stored.id, current_app.extensions["chorus.clock"]())
-    return jsonify({**stored.campaign.public_config(), "retired_at": retired_at})
+    return jsonify({**stored.campaign.public_config(), "retired_at": retired_at,
+                    "reporting": stored.campaign.reporting})
 
 
 @api.post("/v1/campaigns")
@@ -325,6 +329,9 @@ def estimates(name: str) -> Response:
     query, fmt = estimate_query(stored, _question_body(), _max_candidates())
     result, inputs = _gated(lambda: estimate_window(_storage(), stored, query))
     extra: dict[str, Any] = {"freshness": inputs.freshness()}
+    estimand = describe_window(stored.campaign, query.start, query.end)
+    if estimand is not None:
+        extra["estimand"] = estimand
     if fmt == "json":
         shuffling = shuffling_summary(_storage(), stored, inputs.n, query.start, query.end)
         if shuffling is not None:
@@ -340,7 +347,8 @@ def series(name: str) -> Response:
     query, fmt = series_query(stored, _question_body(), _max_candidates())
     result = _gated(lambda: estimate_series(
         _storage(), stored, start=query.start, end=query.end, step=query.step,
-        values=query.values, top=query.top, candidates=query.candidates))
+        values=query.values, top=query.top, candidates=query.candidates,
+        now=current_app.extensions["chorus.clock"]()))
     return _answer(result, fmt, f"{name}-series.csv")
 
 

@@ -150,6 +150,13 @@ _SCHEMAS: dict[str, Any] = {
             "worst_case": {"type": "object"},
             "warnings": {"type": "array", "items": {"type": "string"}},
             "retired_at": {"type": ["number", "null"]},
+            "schedule": {"type": "object",
+                         "description": "cadence, start (a UTC date) and periods: each "
+                                        "install reports in periods drawn over this horizon"},
+            "reporting": {"type": "string",
+                          "description": "how many reports one install makes, and when, in "
+                                         "words: in the admin list and the retire answer, "
+                                         "beside the config (not in it)"},
             "selection": {"type": "object",
                           "description": 'mechanism "auto": what was chosen and why (the '
                                          "candidates' figures, the rule's reason)"},
@@ -205,6 +212,11 @@ _SCHEMAS: dict[str, Any] = {
                                      "has discovery (what its walk did)",
                       "properties": {"discovery": _ref("Discovery")}},
             "freshness": {"type": "object"},
+            "estimand": {"type": "string",
+                         "description": "a campaign with a schedule: what the estimate "
+                                        "estimates (the installs active in the window's "
+                                        "periods, each reporting in one with probability "
+                                        "r/T)"},
             "warnings": {"type": "array", "items": {"type": "string"}},
             "edges": {"type": "array", "items": {"type": "number"},
                       "description": "distribution: the buckets' edges (buckets + 1)"},
@@ -227,8 +239,9 @@ _SCHEMAS: dict[str, Any] = {
             "end": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1},
             "step": {"oneOf": [{"type": "integer", "minimum": 1},
                                {"type": "string"}],
-                     "description": '"bucket" (default), "day", "week" or seconds (a '
-                                    "multiple of the time precision)"},
+                     "description": '"period" (the periods of a campaign\'s schedule, its '
+                                    'default), "bucket" (the default otherwise), "day", '
+                                    '"week" or seconds (a multiple of the time precision)'},
             "values": {"type": "array", "items": {"type": "string"}},
             "top": {"type": "integer", "minimum": 1},
             "candidates": {"type": "array", "items": {"type": "string"},
@@ -260,6 +273,13 @@ _SCHEMAS: dict[str, Any] = {
                 "properties": {"value": {"type": "string"},
                                "points": {"type": "array", "items": {"type": "object"}}}}},
             "discovery": _ref("TrackedValues"),
+            "schedule": {"type": "object",
+                         "description": "a campaign with a schedule: cadence, start, "
+                                        "periods and reporting (how one install reports, "
+                                        "in words)"},
+            "estimand": {"type": "string",
+                         "description": "a campaign with a schedule: what each point "
+                                        "estimates"},
         },
     },
     "CompareQuery": {
@@ -289,6 +309,9 @@ _SCHEMAS: dict[str, Any] = {
             "mechanism": {"type": "string"},
             "epsilon": {"type": "number"},
             "estimate_kind": _ESTIMATE_KINDS,
+            "estimand": {"type": "object",
+                         "description": "a campaign with a schedule: what each window's "
+                                        "estimate estimates (baseline, current)"},
             "baseline": {"type": "object"},
             "current": {"type": "object"},
             "correction": {"enum": ["benjamini-hochberg", "bonferroni"]},
@@ -371,7 +394,8 @@ def openapi_document() -> dict[str, Any]:
         {"name": "start", "in": "query", "schema": time_parameter},
         {"name": "end", "in": "query", "schema": time_parameter},
         {"name": "step", "in": "query", "schema": {"type": "string"},
-         "description": '"bucket" (default), "day", "week" or seconds'},
+         "description": '"period" (a scheduled campaign\'s periods, its default), "bucket" '
+                        '(the default otherwise), "day", "week" or seconds'},
         {"name": "value", "in": "query", "explode": True,
          "schema": {"type": "array", "items": {"type": "string"}}},
         {"name": "top", "in": "query", "schema": {"type": "integer", "minimum": 1}},

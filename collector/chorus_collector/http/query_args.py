@@ -40,7 +40,7 @@ MAX_JOINTS = 45
 class SeriesQuery:
     start: int | None
     end: int | None
-    step: int | str
+    step: int | str | None  # None: the campaign's default
     values: tuple[str, ...]
     top: int | None
     candidates: tuple[str, ...]
@@ -220,10 +220,11 @@ def series_query(stored: StoredCampaign, body: Any, limit: int) -> tuple[SeriesQ
     source, lists = _source(body, {"start", "end", "step", "values", "top", "candidates",
                                    "format"})
     step = source.get("step")
-    if step is None or step == "":
-        step = "bucket"
-    if isinstance(step, bool) or not isinstance(step, str | int):
-        raise Problem("invalid-query", 'step must be "bucket", "day", "week" or seconds')
+    if step == "":
+        step = None  # the campaign's default: its periods if it has a schedule, else buckets
+    if step is not None and (isinstance(step, bool) or not isinstance(step, str | int)):
+        raise Problem("invalid-query", 'step must be "period", "bucket", "day", "week" or '
+                                       'seconds')
     top = source.get("top")
     if isinstance(top, str):
         top = int(top) if _DIGITS.fullmatch(top) else -1

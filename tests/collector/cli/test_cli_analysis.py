@@ -247,7 +247,7 @@ def test_compare_last_is_the_last_window_against_the_one_before(
       "2026-01-01T02:00", "--start", "2026-01-01T01:00"], "overlap"),
     (["compare", "survey", *WINDOWS, "--alpha", "1.5"], "--alpha"),
     (["compare", "nope", *WINDOWS], "nope"),
-    (["series", "survey", "--step", "fortnightly"], "'fortnightly': use bucket, day, week"),
+    (["series", "survey", "--step", "fortnightly"], "'fortnightly': use period, bucket, day, week"),
     (["series", "survey", "--step", "90m"], "multiple"),
     (["series", "survey", "--top", "0"], "--top"),
     (["series", "survey", "--value", "zebra"], "zebra"),

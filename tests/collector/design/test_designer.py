@@ -139,8 +139,15 @@ def test_privacy_over_time_follows_the_policy() -> None:
     assert daily.privacy["per_30_days"] == 4.0 * 31
     assert daily.privacy["per_365_days"] == 4.0 * 366
     assert any("one report per user in the window" in note for note in daily.notes)
+    # The campaign's own bound is not what one install spends: the client's lifetime budget
+    # (8 by default) stops it after 4 reports of 2.
+    assert daily.privacy["client_lifetime_budget"] == 8.0
+    assert daily.privacy["reports_per_install"] == 4 and daily.privacy["per_install"] == 8.0
+    assert "stops an install after 4 reports in all" in daily.privacy["summary"]
     lifetime = design(NUMBERS).privacy
     assert lifetime["per_report"] == lifetime["per_365_days"] == 2.0
+    assert lifetime["reports_per_install"] == 1 and lifetime["per_install"] == 2.0
+    assert "at most 1 report in its lifetime" in lifetime["summary"]
     assert "not offered" in lifetime["memoization"]
 
 
@@ -154,7 +161,7 @@ def test_the_spec_round_trips_and_its_digest_is_stable() -> None:
     campaign = campaign_from_spec(body)
     assert campaign.digest == campaign_from_spec(json.loads(json.dumps(again))).digest
     assert campaign_from_config(campaign.public_config()).digest == campaign.digest
-    assert campaign.config["privacy"] == {"unit": "day", "budget": 1.5, "max_reports": 1000}
+    assert campaign.config["privacy"] == {"unit": "day", "budget": 1.5, "max_reports": 1}
     assert campaign.time_precision == 86400 and campaign.mechanism.name == "oue"
     auto = campaign_from_spec(spec(request, "auto", "browser"))
     assert auto.mechanism.name == design(request).recommended
@@ -259,7 +266,13 @@ def test_cli_prints_every_mechanism_and_the_privacy_spent() -> None:
     assert any(line.startswith(recommended) and line.endswith("← recommended")
                for line in result.output.splitlines())
     assert "oue" in result.output and "SE f=0.1" in result.output
-    assert "at most 1 per day and 366 in any 365 days" in result.output
+    # The plan the client follows: a daily campaign without a schedule goes silent once the
+    # client's lifetime budget (8) is spent, and the output says so, not "366 in any 365 days".
+    reporting = next(line for line in result.output.splitlines()
+                     if line.startswith("reporting: "))
+    assert "1 report per install per UTC day" in reporting
+    assert "stops an install after 8 reports in all" in reporting
+    assert "silent for good" in reporting and "366" not in reporting
 
 
 def test_cli_simulates_a_typed_distribution_as_json() -> None:
