@@ -118,6 +118,10 @@ def schedule_from_json(obj: object, time_precision: int) -> Schedule | None:
         raise CampaignError(f"time_precision ({time_precision} s) must divide one {cadence} "
                             f"({seconds} s), so that every report falls in one period")
     start = _parse_date(obj.get("start"), "schedule.start")
+    if start % time_precision:
+        raise CampaignError(f"schedule.start must be a multiple of time_precision "
+                            f"({time_precision} s) since 1970-01-01, so that a report's "
+                            "time bucket falls in the period it was made in")
     if "periods" in obj and obj.get("end") is not None:
         raise CampaignError("give schedule.periods or schedule.end, not both")
     if obj.get("end") is not None:
@@ -153,6 +157,11 @@ def expected_inverse_count(n: int, probability: float) -> float:
         raise ValueError("need n >= 1 and 0 < probability <= 1")
     if probability == 1:
         return 1 / n
+    mean = n * probability
+    if mean > 1e7:
+        # Far in the tail of the expansion: the first three terms are exact to ~(np)⁻³.
+        q = 1 - probability
+        return 1 / mean + q / mean**2 + q * (2 * q + probability) / mean**3
     log_p, log_q = math.log(probability), math.log1p(-probability)
 
     def log_pmf(m: int) -> float:

@@ -48,6 +48,7 @@ def test_a_schedule_is_read_from_a_start_and_an_end_or_a_count_or_a_year() -> No
     ({"start": "2026-02-01", "end": "2026-01-01"}, 3600, "before schedule.start"),
     ({"start": "2026-01-01"}, 7 * 3600, "must divide one day"),
     ({"start": "2026-01-01", "every": 2}, 3600, "unknown schedule fields"),
+    ({"cadence": "week", "start": "2026-01-05"}, 604800, "multiple of time_precision"),
     ("daily", 3600, "must be an object"),
 ])
 def test_a_bad_schedule_is_refused_with_a_clear_message(schedule: object, precision: int,
@@ -91,6 +92,16 @@ def test_expected_inverse_count_is_the_exact_sum(n: int, p: float) -> None:
     exact = float(np.sum(pmf / m) / (1 - stats.binom.pmf(0, n, p)))
     assert expected_inverse_count(n, p) == pytest.approx(exact, rel=1e-12)
     assert expected_inverse_count(10, 1.0) == pytest.approx(0.1)
+
+
+def test_expected_inverse_count_for_huge_populations_is_the_series() -> None:
+    """Above 10⁷ expected reports the sum is replaced by its expansion: both agree where
+    both are cheap, and a population of 10¹² is answered at once."""
+    n, p = 2 * 10**7, 0.6
+    summed = expected_inverse_count(n, p)  # mean 1.2·10⁷: the expansion
+    direct = expected_inverse_count(n // 4, p) / 4  # mean 3·10⁶: the sum; E[1/m] ≈ 1/(np)
+    assert summed == pytest.approx(direct, rel=1e-6)
+    assert expected_inverse_count(10**12, 0.01) == pytest.approx(1e-10, rel=1e-9)
 
 
 def test_the_sampled_variance_is_what_a_simulation_of_the_schedule_gives() -> None:
