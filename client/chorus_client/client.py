@@ -338,9 +338,7 @@ class Client:
     def _plan_for(self, name: str, campaign: Campaign) -> PlanRow:
         """The campaign's part of the plan, drawn and stored the first time it is seen (and
         again only for a config version with another calendar or ε)."""
-        pool, share = self.shares.of(name)
-        if name not in self.configs.pinned:
-            pool = "unpinned"
+        pool, share = self.shares.of(name)  # a name the plan does not pin is "unpinned"
         state = self._open_state()
         held = state.plan(name)
         if held is not None and held.basis == basis_of(campaign):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -36,7 +36,7 @@ from chorus_shared.errors import CampaignError
 from chorus_shared.rng import RandomSource
 
 __all__ = ["CADENCES", "DEFAULT_PERIODS", "MAX_PERIODS", "Schedule", "draw_periods",
-           "expected_inverse_count", "reports_with", "sampled_variance", "schedule_from_json"]
+           "expected_inverse_count", "sampled_variance", "schedule_from_json"]
 
 Cadence = Literal["day", "week"]
 #: Seconds in one period of each cadence (UTC days; weeks of 7 UTC days from the start).
@@ -185,11 +185,6 @@ def sampled_variance(per_report: float, spread: float, n: int, probability: floa
     ``per_report`` is v̄ (the mechanism's variance of one debiased report) and ``spread`` is
     S² (the variance of the true values across the installs)."""
     return (per_report + spread) * expected_inverse_count(n, probability) - spread / n
-
-
-def reports_with(slots: Sequence[int], first: int) -> int:
-    """How many of an install's drawn periods lie at or after ``first`` (its first period)."""
-    return sum(1 for slot in slots if slot >= first)
 
 
 def _parse_date(value: object, field: str) -> int:
