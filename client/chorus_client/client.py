@@ -340,8 +340,9 @@ class Client:
         again only for a config version with another calendar or ε)."""
         pool, share = self.shares.of(name)  # a name the plan does not pin is "unpinned"
         state = self._open_state()
+        basis = basis_of(campaign)
         held = state.plan(name)
-        if held is not None and held.basis == basis_of(campaign):
+        if held is not None and held.basis == basis:
             return held
         now = self._clock()
 
@@ -350,7 +351,7 @@ class Client:
                 return draw_plan(campaign, pool=pool, budget=share, now=now, rng=self._rng,
                                  spent=spent, reserved=reserved, held=held)
 
-        return state.settle_plan(name, basis_of(campaign), build)
+        return state.settle_plan(name, basis, build)
 
     # -- reporting --------------------------------------------------------------------------
 

@@ -318,9 +318,7 @@ class ClientState:
     def plan(self, campaign: str) -> PlanRow | None:
         with self._lock:
             self.check_open()
-            row = self._conn.execute(f"SELECT {_PLAN_COLUMNS} FROM plan WHERE campaign = ?",
-                                     (campaign,)).fetchone()
-        return None if row is None else PlanRow.from_row(row)
+            return _plan_row(self._conn, campaign)
 
     def plans(self) -> list[PlanRow]:
         with self._lock:
@@ -333,9 +331,7 @@ class ClientState:
         which is stored before anything is reported under it (one transaction, so two
         threads or processes cannot both draw)."""
         with self._transaction() as conn:
-            row = conn.execute(f"SELECT {_PLAN_COLUMNS} FROM plan WHERE campaign = ?",
-                               (campaign,)).fetchone()
-            held = None if row is None else PlanRow.from_row(row)
+            held = _plan_row(conn, campaign)
             if held is not None and held.basis == basis:
                 return held
             spent = conn.execute("SELECT coalesce(sum(epsilon), 0) FROM ledger WHERE "
@@ -497,3 +493,9 @@ class ClientState:
             if not self.closed:
                 self.closed = True
                 self._conn.close()
+
+
+def _plan_row(conn: sqlite3.Connection, campaign: str) -> PlanRow | None:
+    row = conn.execute(f"SELECT {_PLAN_COLUMNS} FROM plan WHERE campaign = ?",
+                       (campaign,)).fetchone()
+    return None if row is None else PlanRow.from_row(row)

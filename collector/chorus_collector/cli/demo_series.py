@@ -81,8 +81,10 @@ def simulate_series(url: str, campaign: Campaign, population: SeriesPopulation,
     """Every install through the real client: it first sees the campaign on day 0, and
     reports on the days its plan drew (a call on any other day returns ``"skipped"`` and
     changes nothing, so the simulation makes only these)."""
-    assert campaign.schedule is not None
-    start = campaign.schedule.start
+    schedule = campaign.schedule
+    assert schedule is not None
+    start = schedule.start
+    day_of = {schedule.date(day): day for day in range(schedule.periods)}
 
     def one_install(i: int) -> int:
         now = [start + 3600.0]
@@ -91,7 +93,7 @@ def simulate_series(url: str, campaign: Campaign, population: SeriesPopulation,
                         clock=lambda: now[0])
         (plan,) = client.plan()
         for date in plan.periods or ():
-            day = (_timestamp(date) - start) // DAY
+            day = day_of[date]
             now[0] = start + day * DAY + 3600.0
             client.report(SERIES_NAME, population.value(i, day))
         client.flush()
@@ -149,8 +151,4 @@ def summarize_series(api: CollectorAPI, campaign: Campaign, population: SeriesPo
 def _date(unix_seconds: float) -> str:
     return dt.datetime.fromtimestamp(unix_seconds, dt.UTC).date().isoformat()
 
-
-def _timestamp(date: str) -> int:
-    day = dt.date.fromisoformat(date)
-    return int(dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp())
 
