@@ -11,9 +11,9 @@ checks the watermark is still where it read it. So the job is idempotent and res
   cannot both count a report: the second one's check fails and it discards its work.
 
 A lease in the same row keeps concurrent folders from doing the work twice; it is an
-optimisation only. An estimate reads the folded statistics and maps the unfolded tail of its
-window in one snapshot (``estimate_inputs``), so answers are complete whatever the job's lag,
-and it says how fresh the folded part is.
+optimisation only. An estimate reads the folded statistics and maps the unfolded tail in one
+snapshot, page by page with this job's map (``jobs/tail.py``), so answers are complete
+whatever the job's lag, and it says how fresh the folded part is.
 """
 
 from __future__ import annotations
@@ -26,17 +26,15 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from chorus_collector.estimators import estimator_for
-from chorus_collector.storage import PayloadGroup, Storage, StoredCampaign
+from chorus_collector.storage import PayloadGroup, Storage
 from chorus_shared.campaign import Campaign
 
-__all__ = ["BackgroundFolder", "EstimateInputs", "Partials", "estimate_inputs", "fold", "fold_once",
-           "map_groups"]
+__all__ = ["BackgroundFolder", "Partials", "fold", "fold_once", "map_groups", "map_payloads"]
 
 log = logging.getLogger("chorus.folding")
 
@@ -54,7 +52,7 @@ def _no_fault(step: str) -> None:
 
 def map_payloads(campaign: Campaign, payload_jsons: Sequence[str]) -> np.ndarray:
     """The estimator's map over stored canonical payloads: an additive int64 vector (the
-    estimates' tail's and the recomputation's map step; the fold's, through map_groups)."""
+    recomputation's map step; the fold's and the estimates' tail's, through map_groups)."""
     return map_parsed(campaign, json.loads("[" + ",".join(payload_jsons) + "]"))
 
 
@@ -108,33 +106,6 @@ def fold(storage: Storage, *, limit: int = FOLD_CHUNK, max_rounds: int | None = 
             break
         folded += count or 0
     return folded
-
-
-@dataclass(frozen=True)
-class EstimateInputs:
-    """What an estimate of one window is computed from."""
-
-    n: int
-    state: np.ndarray
-    unfolded: int  # of the n reports, those mapped at query time (past the watermark)
-    folded_at: float | None  # when the statistics were last folded (None: never)
-
-    def freshness(self) -> dict[str, Any]:
-        return {"folded_at": self.folded_at, "unfolded_reports": self.unfolded}
-
-
-def estimate_inputs(storage: Storage, stored: StoredCampaign, start: int | None,
-                    end: int | None) -> EstimateInputs:
-    """The window's folded statistics plus its unfolded tail, mapped now: complete at once."""
-    mechanism = stored.campaign.mechanism
-    size = estimator_for(mechanism.name).state_size(mechanism)
-    snapshot = storage.window_snapshot(stored.id, size, start, end)
-    state = snapshot.state
-    for offset in range(0, len(snapshot.tail), FOLD_CHUNK):
-        chunk = [payload for _, payload in snapshot.tail[offset:offset + FOLD_CHUNK]]
-        state = state + map_payloads(stored.campaign, chunk)
-    return EstimateInputs(snapshot.n + len(snapshot.tail), state, len(snapshot.tail),
-                          snapshot.folded_at)
 
 
 class BackgroundFolder:

@@ -14,7 +14,7 @@ The package, one module per job (after Django's database backends):
 
 from __future__ import annotations
 
-from chorus_collector.storage.interface import Connection, Storage
+from chorus_collector.storage.interface import Connection, Storage, TailPages, TailReader
 from chorus_collector.storage.postgres import PostgresStorage, is_postgres_url
 from chorus_collector.storage.sqlite import SQLiteStorage, migrations
 from chorus_collector.storage.values import (
@@ -25,6 +25,7 @@ from chorus_collector.storage.values import (
     SchemaError,
     StoredCampaign,
     StoredReport,
+    TailPage,
     WindowSnapshot,
     report_rows,
     state_array,
@@ -32,8 +33,8 @@ from chorus_collector.storage.values import (
 
 __all__ = ["BucketSnapshot", "Connection", "FoldStatus", "FoldedStatistics", "PayloadGroup",
            "PostgresStorage", "SQLiteStorage", "SchemaError", "Storage", "StoredCampaign",
-           "StoredReport", "WindowSnapshot", "is_postgres_url", "migrations", "open_storage",
-           "report_rows", "state_array"]
+           "StoredReport", "TailPage", "TailPages", "TailReader", "WindowSnapshot",
+           "is_postgres_url", "migrations", "open_storage", "report_rows", "state_array"]
 
 
 def open_storage(database: str, *, synchronous: str = "FULL") -> Storage:

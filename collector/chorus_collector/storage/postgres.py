@@ -164,6 +164,7 @@ class PostgresStorage(SQLStorage["_Connection"]):
                                  psycopg.errors.DeadlockDetected)
         self.lock_errors: tuple[type[Exception], ...] = (psycopg.errors.LockNotAvailable,)
         self._partitions: set[int] = set()
+        self._settled = 0  # the highest append horizon found yet (_settled_horizon)
         self._partitions_lock = threading.Lock()
         # Closed when this storage goes, even in a garbage cycle (weakref callbacks run
         # before finalizers): a connection left to its own __del__ warns.
@@ -216,7 +217,23 @@ class PostgresStorage(SQLStorage["_Connection"]):
             horizon = conn.execute("SELECT coalesce(max(seq), 0) FROM reports").fetchone()[0]
         finally:
             conn.execute("COMMIT")
+        self._settled = max(self._settled, int(horizon))
         return int(horizon)
+
+    def _settled_horizon(self) -> int:
+        # A query does not wait for the appends in flight (nor hold new ones behind it): it
+        # takes the exclusive lock only if it is free at once, and otherwise the last horizon
+        # this process found (a fold step's, every FOLD_INTERVAL): what is settled stays so.
+        conn = self.connect()
+        conn.execute("BEGIN")
+        try:
+            if conn.execute("SELECT pg_try_advisory_xact_lock(?)",
+                            (APPEND_LOCK,)).fetchone()[0]:
+                horizon = conn.execute("SELECT coalesce(max(seq), 0) FROM reports").fetchone()[0]
+                self._settled = max(self._settled, int(horizon))
+        finally:
+            conn.execute("COMMIT")
+        return self._settled
 
     # -- schema and partitions ----------------------------------------------------------------
 

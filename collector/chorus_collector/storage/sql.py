@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from chorus_collector.storage.interface import Connection, Storage
+from chorus_collector.storage.interface import Connection, Storage, TailReader
 from chorus_collector.storage.values import (
     BucketSnapshot,
     FoldChunk,
@@ -41,6 +41,7 @@ from chorus_collector.storage.values import (
     PayloadGroup,
     StoredCampaign,
     StoredReport,
+    TailPage,
     state_array,
     state_bytes,
 )
@@ -407,8 +408,10 @@ class SQLStorage(Storage, Generic[ConnT]):
 
     # -- reads of statistics ------------------------------------------------------------------
 
-    def bucket_snapshot(self, campaign_id: int, start: int | None,
-                        end: int | None) -> BucketSnapshot:
+    def bucket_snapshot(self, campaign_id: int, start: int | None, end: int | None,
+                        tail: TailReader | None = None) -> BucketSnapshot:
+        # Taken before the snapshot begins, so that every seq at or below it is in it.
+        horizon = 0 if tail is None else self._settled_horizon()
         conn = self.connect()
         self._begin_read(conn)
         try:
@@ -417,14 +420,45 @@ class SQLStorage(Storage, Generic[ConnT]):
             sql, args = _in_window("SELECT time, n, state FROM aggregates WHERE campaign_id = ?",
                                    campaign_id, start, end)
             buckets = conn.execute(sql + " ORDER BY time", args).fetchall()
-            sql, args = _in_window("SELECT time, payload FROM reports "
-                                   "WHERE +campaign_id = ? AND seq > ?", campaign_id,
-                                   start, end, watermark)
-            tail = conn.execute(sql, args).fetchall()
+            rows: list[tuple[int, str]] = []
+            if tail is not None:
+                tail.read(int(watermark), int(horizon), lambda after, through:
+                          self._tail_pages(conn, campaign_id, after, through))
+            else:
+                sql, args = _in_window("SELECT time, payload FROM reports "
+                                       "WHERE +campaign_id = ? AND seq > ?", campaign_id,
+                                       start, end, watermark)
+                rows = conn.execute(sql, args).fetchall()
         finally:
             conn.execute("COMMIT")
         return BucketSnapshot([(int(t), int(n), bytes(blob)) for t, n, blob in buckets],
-                              [(int(t), payload) for t, payload in tail], folded_at)
+                              [(int(t), payload) for t, payload in rows], folded_at)
+
+    def _tail_pages(self, conn: ConnT, campaign_id: int, after: int,
+                    through: int | None) -> Iterator[TailPage]:
+        """Pages of at most ``tail_page`` of the campaign's reports with after < seq <=
+        through, on ``conn`` (in its snapshot): each page's range is found first, then read
+        grouped and joined by the database, as a fold step reads (``_payload_groups``)."""
+        while True:
+            sql = "SELECT seq FROM reports WHERE +campaign_id = ? AND seq > ?"
+            args: list[Any] = [campaign_id, after]
+            if through is not None:
+                sql += " AND seq <= ?"
+                args.append(through)
+            last, count = conn.execute(
+                f"SELECT max(seq), count(*) FROM ({sql} ORDER BY seq LIMIT ?) AS page",
+                (*args, self.tail_page)).fetchone()
+            if not count:
+                return
+            yield TailPage(after, int(last),
+                           self._payload_groups(conn, after, int(last), campaign_id))
+            after = int(last)
+
+    def _settled_horizon(self) -> int:
+        """A seq at or below which every append has committed, found without making ingest
+        wait (a query must never hold it up): here the append horizon, which the engine
+        may make cheaper."""
+        return self.append_horizon()
 
     def time_span(self, campaign_id: int) -> tuple[int, int] | None:
         conn = self.connect()
