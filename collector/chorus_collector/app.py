@@ -10,7 +10,6 @@ on a temporary database.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,6 +18,7 @@ from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from chorus_collector.dashboard import init_dashboard
+from chorus_collector.http.admission import QueryAdmission, install_admission, query_threads
 from chorus_collector.http.api import api
 from chorus_collector.http.auth import TokenVerifier
 from chorus_collector.http.handlers import register_error_handlers, register_request_log
@@ -53,9 +53,11 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     app.extensions["chorus.clock"] = clock
     # Started by the server in each worker after the fork (start_background_work).
     app.extensions["chorus.folder"] = BackgroundFolder(storage, settings["FOLD_INTERVAL"])
-    # Memory per query is bounded by the decoders; memory per worker by this gate.
-    app.extensions["chorus.query_gate"] = threading.BoundedSemaphore(
-        max(1, settings["QUERY_CONCURRENCY"]))
+    # Memory per query is bounded by the decoders; memory per worker by the compute slots,
+    # and the threads queries hold by the admission (http/admission.py).
+    install_admission(app, QueryAdmission(
+        concurrency=max(1, settings["QUERY_CONCURRENCY"]), wait=settings["QUERY_WAIT"],
+        threads=query_threads(settings["THREADS"], settings["QUERY_THREADS"])))
     app.extensions["chorus.metrics"] = Metrics()
     app.extensions["chorus.ratelimit"] = (
         RateLimiter(settings["RATE_LIMIT"], settings["RATE_BURST"], time.monotonic)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import threading
 from typing import Any
 
 from flask import (
@@ -31,6 +30,7 @@ from chorus_collector.dashboard.signin import (
 )
 from chorus_collector.design import designer
 from chorus_collector.estimators import estimator_for
+from chorus_collector.http.admission import admission
 from chorus_collector.http.ratelimit import RateLimiter
 from chorus_collector.kinds import kind_of
 from chorus_collector.problems import Problem
@@ -184,15 +184,8 @@ def _parameters(stored: StoredCampaign) -> pages.PageParameters:
 
 
 def _gated(work: Any) -> Any:
-    """Run a computation under the worker's query gate, as the API's estimates are."""
-    gate: threading.BoundedSemaphore = current_app.extensions["chorus.query_gate"]
-    if not gate.acquire(timeout=current_app.config["CHORUS"]["QUERY_WAIT"]):
-        raise Problem("query-busy", "as many estimate queries as this worker computes at "
-                      "once are running; retry shortly", headers={"Retry-After": "5"})
-    try:
-        return work()
-    finally:
-        gate.release()
+    """Run a computation under the worker's query admission, as the API's estimates are."""
+    return admission().run(work)
 
 
 @dashboard.route("/campaigns/<name>", methods=["GET", "POST"])
