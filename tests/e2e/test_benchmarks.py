@@ -66,6 +66,8 @@ def test_scale_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
     for row in results["aggregation"].values():
         assert row["reports"] == 100_000 and row["peak_rss_mb"] > 0
     assert results["estimates"]["100000"]["stored_reports"] == 100_000
+    for row in results["tail"].values():  # a query over an unfolded tail (issue 33 #8)
+        assert row["unfolded_reports"] == 20_000 and row["folded_ms"] > 0
 
 
 @pytest.mark.slow

@@ -9,7 +9,6 @@ QUERY_WAIT. Every load here is bounded in count and in time.
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
@@ -179,18 +178,37 @@ def test_sixteen_analysts_refreshing_do_not_starve_ingest_or_healthz(
     assert _estimates_n(server) == before + ingested
 
 
-def test_unread_csv_downloads_do_not_starve_ingest(server: CollectorProcess,
-                                                   rappor: dict[str, Any]) -> None:
-    """Clients that ask for a CSV and never read it hold at most the worker's query threads,
-    each for at most QUERY_WAIT seconds of sending (at least 5), not the threads that ingest
-    needs; once they are gone, queries are answered again."""
-    body = json.dumps({"candidates": CANDIDATES}).encode()
-    request = (b"POST /v1/campaigns/homepage/estimates?format=csv HTTP/1.1\r\n"
-               b"Host: 127.0.0.1\r\nContent-Type: application/json\r\n"
-               b"Authorization: Bearer " + ANALYST.encode() + b"\r\n"
-               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+@pytest.fixture(scope="module")
+def hourly(server: CollectorProcess) -> str:
+    """A k-RR campaign over 64 values with a report in each of 999 hourly buckets: the path
+    of its hourly series as CSV, about 9 MB (more than loopback's socket buffers hold)."""
+    spec = {"name": "hourly", "mechanism": "krr", "epsilon": 2.0,
+            "domain": [f"value-{i}" for i in range(64)], "time_precision": 3600,
+            "min_batch_size": 1, "privacy": {"budget": 1e6, "max_reports": 10**6}}
+    reply = requests.post(f"{server.url}/v1/campaigns", json=spec, timeout=30,
+                          headers={"Authorization": f"Bearer {ADMIN}"})
+    assert reply.status_code == 201, reply.text
+    campaign = campaign_from_config(reply.json())
+    now = campaign.time_bucket(time.time())
+    reports = [{"report_id": new_report_id(), "digest": campaign.digest,
+                "time": now - 3600 * hour, "payload": hour % 64} for hour in range(999)]
+    answer = requests.post(f"{server.url}/v1/reports", json={"reports": reports},
+                           timeout=60).json()
+    assert answer["accepted"] == 999, answer
+    return (f"/v1/campaigns/hourly/series?format=csv&step=3600&start={now - 3600 * 998}"
+            f"&end={now + 3600}")
 
-    def unread(stop: threading.Event) -> int:
+
+def test_unread_csv_downloads_do_not_starve_ingest(
+        server: CollectorProcess, rappor: dict[str, Any], hourly: str) -> None:
+    """Clients that ask for a 9 MB CSV and never read it hold at most the worker's query
+    threads, each for at most max(QUERY_WAIT, 5) seconds of sending, never the threads that
+    ingest needs; then they are cut off, and queries are answered again while those clients
+    still hold their connections open."""
+    request = (f"GET {hourly} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               f"Authorization: Bearer {ANALYST}\r\n\r\n").encode()
+
+    def unread(stop: threading.Event) -> tuple[int, int]:
         opened: list[socket.socket] = []
         try:
             for _ in range(64):  # bounded in count
@@ -203,16 +221,18 @@ def test_unread_csv_downloads_do_not_starve_ingest(server: CollectorProcess,
                 sock.sendall(request)
                 opened.append(sock)
                 stop.wait(0.1)
-            stop.wait(30)  # never read, until the victims are done
-            return len(opened)
+            stop.wait(60)  # never read, until the victims are done
+            # Still open and unread: the answers they were sent were cut off, so their
+            # query threads are free again.
+            return len(opened), _estimates_n(server)
         finally:
             for sock in opened:
                 sock.close()
 
     before = _estimates_n(server)
-    sent, outcomes = _while_loaded(unread, server, rappor, rounds=24)
+    (sent, during), outcomes = _while_loaded(unread, server, rappor, rounds=24)
     assert sent >= 32
     assert len(outcomes) >= 2 * 20, outcomes
     assert all(status in (200, 201) for _, status in outcomes), outcomes
     ingested = sum(1 for what, status in outcomes if what == "ingest" and status == 201)
-    assert _estimates_n(server) == before + ingested
+    assert during == _estimates_n(server) == before + ingested
