@@ -51,7 +51,8 @@ class QueryAdmission:
     def __init__(self, *, concurrency: int, threads: int, wait: float) -> None:
         self.threads = threads
         self.wait = wait
-        self._held = threading.BoundedSemaphore(threads)
+        #: One per admitted query, until its answer is sent.
+        self.admitted = threading.BoundedSemaphore(threads)
         #: The compute slots (``app.extensions["chorus.query_gate"]``).
         self.slots = threading.BoundedSemaphore(max(1, min(concurrency, threads)))
 
@@ -60,7 +61,7 @@ class QueryAdmission:
         a slot (or refuse it), then compute it. The request holds its query thread until its
         answer is sent (:func:`install_admission`)."""
         if g.get(_HELD) is None:
-            if not self._held.acquire(blocking=False):
+            if not self.admitted.acquire(blocking=False):
                 raise _busy(f"{self.threads} estimate queries are already running or waiting "
                             "in this worker (the rest of its threads are kept for reports); "
                             "retry shortly")
@@ -74,7 +75,7 @@ class QueryAdmission:
             self.slots.release()
 
     def release(self) -> None:
-        self._held.release()
+        self.admitted.release()
 
     def send_timeout(self) -> float:
         return max(self.wait, SEND_FLOOR)
