@@ -53,7 +53,8 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Collecto
 
 @pytest.fixture(scope="module")
 def shuffled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ShufflerProcess, Nginx]]:
-    """The shuffler behind deploy/nginx-shuffler.conf, a collector behind it."""
+    """The shuffler behind deploy/nginx-shuffler.conf, a collector behind it. Its body limit
+    (16 KiB) is below the proxy's (4 MiB)."""
     root = tmp_path_factory.mktemp("shuffled")
     with CollectorProcess(root / "chorus.db", settings={
             "ADMIN_TOKEN": ADMIN, "ANALYST_TOKEN": ANALYST, "SHUFFLER_KEY": SHUFFLER_KEY,
@@ -61,6 +62,7 @@ def shuffled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Shuffle
             ShufflerProcess(root / "pool.db", {  # 2 × 2 = 4 slots for 64 slow clients
                 "COLLECTOR_URL": collector.url, "SHUFFLER_KEY": SHUFFLER_KEY,
                 "ADMIN_TOKEN": ADMIN, "MIN_BATCH": "5", "MAX_BATCH": "10",
+                "MAX_BODY_BYTES": str(16 * 1024),
                 "FORWARD_INTERVAL": "0", "WORKERS": "2", "THREADS": "2"}) as shuffler, \
             running_nginx(shuffler.port, site="nginx-shuffler.conf") as nginx:
         yield shuffler, nginx
@@ -314,12 +316,14 @@ def test_the_proxys_body_limit_is_the_servers(site: str) -> None:
     assert f"request body is larger than {server_limit // (1024 * 1024)} MiB" in page
 
 
-def test_a_collector_limit_below_the_proxys_answers_413_never_502(
-        limited: tuple[CollectorProcess, Nginx]) -> None:
+@pytest.mark.parametrize("front", ["limited", "shuffled"])
+def test_a_server_limit_below_the_proxys_answers_413_never_502(
+        front: str, request: pytest.FixtureRequest) -> None:
     """Regression (issue 33 #7): the collector refused a body over its limit before reading
     it, gunicorn reset the connection, and nginx, still sending the body, answered 502 (7 of
-    40 here): a client retried the whole batch instead of splitting it."""
-    _, nginx = limited
+    40 here): a client retried the whole batch instead of splitting it. The shuffler's limit
+    behaves the same."""
+    nginx: Nginx = request.getfixturevalue(front)[1]
     for step in range(30):  # bodies from just over the limit to ~3 MiB, under nginx's 4 MiB
         size = 16 * 1024 + 1 + step * 100_000
         body = b'{"reports": [' + b" " * size + b"]}"
