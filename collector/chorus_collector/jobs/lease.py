@@ -150,8 +150,10 @@ class FoldLease:
         """Give the lease back, if this process holds it."""
         with self._lock:
             if self._holding:
-                self._holding = False
+                # Marked given back only once it is: if this fails (a thread's connection
+                # torn down at interpreter exit), ``close`` from another thread tries again.
                 self.storage.release_fold(self.holder)
+                self._holding = False
 
     def close(self) -> None:
         """Release for good: this lease is never claimed or renewed again (a stopping
