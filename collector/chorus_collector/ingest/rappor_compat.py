@@ -12,8 +12,9 @@
   (into the same time bucket), or in another order, counts it once; two equal rows in one
   file are two reports (a client that sends several reports an hour repeats its bits: with
   google/rappor's 8 bits, 128 cohorts and 10 reports a client, 1.9% of the rows); and the
-  next day's file with the same client names makes new reports. The first of equal rows keeps the ID it had before the
-  occurrence counted, so re-importing a file imported then adds exactly the rows it dropped.
+  next day's file with the same client names makes new reports. The first of equal rows
+  keeps the ID it had before the occurrence counted, so re-importing a file imported then
+  (into the same time bucket) adds exactly the rows it dropped.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@
 in the master (migrating the database there, before any worker exists) and forked into the
 workers. SIGTERM makes gunicorn stop accepting connections and finish in-flight requests
 (``graceful_timeout``); every acknowledged report was committed before its response was sent.
+Each worker then stops its folder, which gives the fold lease back after the chunk in hand.
 """
 
 from __future__ import annotations
