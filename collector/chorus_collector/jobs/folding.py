@@ -12,9 +12,9 @@ checks the watermark is still where it read it. So the job is idempotent and res
 
 A lease in the same row keeps concurrent folders from doing the work twice; it is an
 optimisation only, kept short and given back when a folder stops (``jobs/lease.py``). An
-estimate reads the folded statistics and maps the unfolded tail of its
-window in one snapshot (``estimate_inputs``), so answers are complete whatever the job's lag,
-and it says how fresh the folded part is.
+estimate reads the folded statistics and maps the unfolded tail of its window in one
+snapshot (``estimate_inputs``), so answers are complete whatever the job's lag, and it says
+how fresh the folded part is.
 """
 
 from __future__ import annotations
