@@ -13,7 +13,8 @@ import numpy as np
 
 from chorus_shared.campaign import Campaign
 
-__all__ = ["BucketSnapshot", "FoldChunk", "FoldStatus", "FoldedStatistics", "PayloadGroup",
+__all__ = ["BucketSnapshot", "FoldChunk", "FoldLeaseState", "FoldStatus", "FoldedStatistics",
+           "PayloadGroup",
            "SchemaError", "StoredCampaign", "StoredReport", "WindowSnapshot", "report_rows",
            "state_array", "state_bytes"]
 
@@ -53,6 +54,12 @@ class FoldStatus:
     watermark: int  # the last folded report's seq
     folded_at: float | None  # when a fold last moved the watermark (None: never)
     unfolded: int  # reports appended past the watermark
+
+
+@dataclass(frozen=True)
+class FoldLeaseState:
+    holder: str | None  # who claimed the fold lease last (None: nobody ever did)
+    until: float  # when it runs out (0: released)
 
 
 @dataclass(frozen=True)
