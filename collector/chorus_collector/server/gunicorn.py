@@ -49,7 +49,8 @@ def serve(config: Mapping[str, Any] | None = None) -> None:
     # Workers are separate processes: metrics go through files that /metrics sums up. The
     # variable must be set before prometheus_client is first imported (by create_app).
     _remove_stale_metrics_dirs()
-    metrics_dir = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
+    master = os.getpid()
+    metrics_dir = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{master}-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     configure_logging(settings["LOG_LEVEL"])
     app = create_app(config)
@@ -65,7 +66,10 @@ def serve(config: Mapping[str, Any] | None = None) -> None:
     try:
         GunicornApp(app, options).run()
     finally:
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+        # A worker leaves run() too when it exits (it is a fork of this process): only the
+        # master removes the directory that every worker, and its successor, writes to.
+        if os.getpid() == master:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 def gunicorn_options(settings: Mapping[str, Any], name: str, *,
