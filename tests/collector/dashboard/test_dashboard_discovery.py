@@ -171,10 +171,40 @@ def test_a_second_render_reuses_the_walks_until_new_reports_change_a_window(
     sent = signed_in.post("/v1/reports", json={"reports": reports})
     assert sent.status_code == 200 and sent.get_json()["accepted"] == 500
     before = WALKS.misses
-    signed_in.get(PAGE)
+    assert "dog" in signed_in.get(PAGE).get_data(as_text=True)  # streamed: read it whole
     assert WALKS.misses > before, "the windows holding the new reports are walked again"
     # Folding moves them from the tail into the statistics: every window sums the same.
     assert fold(storage, clock=app.extensions["chorus.clock"]) == 500
     before, hits = WALKS.misses, WALKS.hits
-    signed_in.get(PAGE)
+    assert "dog" in signed_in.get(PAGE).get_data(as_text=True)
     assert WALKS.misses == before and WALKS.hits > hits
+
+
+def test_the_page_is_sent_as_it_renders_saying_what_it_computes(
+        app: Flask, signed_in: FlaskClient) -> None:
+    """The page's top and a line saying what is being computed leave before any walk starts;
+    each section's result then follows its line (which the stylesheet then hides); a page
+    closed early (the browser gone) gives its query slot back."""
+    WALKS.clear()
+    reply = signed_in.get(PAGE)
+    assert reply.status_code == 200 and reply.is_streamed
+    chunks = (chunk.decode() for chunk in reply.response)
+    sent = ""
+    while 'class="meta pending"' not in sent:
+        sent += next(chunks)
+    assert WALKS.misses == 0, "nothing was walked before the first line went out"
+    page = sent + "".join(chunks)
+    reply.close()
+    assert WALKS.misses > 0
+    for name in ("estimates", "series", "comparison"):
+        section = _section(page, name)
+        line, result = section.split('class="meta pending"', 1)[1].split("</p>", 1)
+        assert "…" in line and "<" in result  # the result follows its line
+    with signed_in.get("/static/chorus.css") as css:
+        assert ".pending:not(:last-child) { display: none; }" in css.get_data(as_text=True)
+    # More pages left half-read than the worker computes at once: each gave its slot back.
+    for _ in range(app.config["CHORUS"]["QUERY_CONCURRENCY"] + 1):
+        left = signed_in.get(PAGE)
+        next(iter(left.response))
+        left.close()
+    assert signed_in.get(PAGE).status_code == 200
