@@ -70,6 +70,7 @@ bench: $(BENCH_STAMP) services
 	$(BIN)/python benchmarks/records.py
 	$(BIN)/python benchmarks/heavy_hitters.py
 	$(BIN)/python benchmarks/longitudinal.py
+	$(BIN)/python benchmarks/demo.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .demo
