@@ -277,10 +277,13 @@ class ShufflerPool:
                     parts = max(parts, min(-(-total // max_bytes), most))
                 chosen = [units[part::parts] for part in range(parts)]
                 # The deal is round-robin, so a part may still be a little over max_bytes:
-                # one more part, as long as the floor allows.
-                while max_bytes is not None and parts < most and any(
-                        _body_bytes(sum(unit_bytes[u] for u in part)) > max_bytes
-                        for part in chosen):
+                # one more part, as long as the floor allows. A few tries at most; a part
+                # still too large meets the collector's 413, and split() then.
+                for _ in range(8):
+                    if max_bytes is None or parts >= most or all(
+                            _body_bytes(sum(unit_bytes[u] for u in part)) <= max_bytes
+                            for part in chosen):
+                        break
                     parts += 1
                     chosen = [units[part::parts] for part in range(parts)]
                 for part_units in chosen:
