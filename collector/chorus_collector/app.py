@@ -28,7 +28,7 @@ from chorus_collector.jobs.folding import BackgroundFolder
 from chorus_collector.settings import SETTINGS, resolve_settings
 from chorus_collector.storage import open_storage
 
-__all__ = ["create_app", "start_background_work"]
+__all__ = ["create_app", "start_background_work", "stop_background_work"]
 
 
 def create_app(config: Mapping[str, Any] | None = None, *,
@@ -79,3 +79,10 @@ def start_background_work(app: Flask) -> None:
     statistics. Call it in each server process after any fork."""
     folder: BackgroundFolder = app.extensions["chorus.folder"]
     folder.start()
+
+
+def stop_background_work(app: Flask) -> None:
+    """Stop what ``start_background_work`` started, giving the fold lease back: a server
+    process calls it on its way out (a graceful drain)."""
+    folder: BackgroundFolder = app.extensions["chorus.folder"]
+    folder.stop()

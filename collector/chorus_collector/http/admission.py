@@ -11,11 +11,13 @@ that 16 analysts made ingest time out (issue 33 #3). So, per worker:
   a query is refused at once (503 ``query-busy``, ``Retry-After``). The other threads stay
   free for everything else;
 * an admitted query waits at most ``QUERY_WAIT`` seconds for a slot, then is refused;
-* its answer is produced whole before the first byte is sent, and under gunicorn it counts
-  against ``QUERY_THREADS`` until it is sent: a client that does not read it within
-  ``QUERY_WAIT`` (at least ``SEND_FLOOR``) seconds is cut off (the socket's send timeout), so a
-  slow reader holds one of the query threads for a bounded time, never an ingest one. Behind
-  the deployment's nginx (``proxy_buffering on``) the proxy takes the answer at once anyway.
+* its answer is produced whole before the first byte is sent (a discovery campaign's
+  dashboard page excepted: it is streamed as its walks run, holding its slot), and under
+  gunicorn it counts against ``QUERY_THREADS`` until it is sent: a client that does not read
+  a send within ``QUERY_WAIT`` (at least ``SEND_FLOOR``) seconds is cut off (the socket's send
+  timeout), so a slow reader holds one of the query threads for a bounded time, never an
+  ingest one. Behind the deployment's nginx (``proxy_buffering on``) the proxy takes a whole
+  answer at once anyway.
 """
 
 from __future__ import annotations
@@ -60,6 +62,15 @@ class QueryAdmission:
         """Admit this request's query (or refuse it at once), wait up to ``wait`` seconds for
         a slot (or refuse it), then compute it. The request holds its query thread until its
         answer is sent (:func:`install_admission`)."""
+        self.enter()
+        try:
+            return work()
+        finally:
+            self.slots.release()
+
+    def enter(self) -> None:
+        """``run``'s admission and wait for a slot, for a computation that outlives the call
+        (a streamed page): the caller releases ``slots`` when it is done."""
         if g.get(_HELD) is None:
             if not self.admitted.acquire(blocking=False):
                 raise _busy(f"{self.threads} estimate queries are already running or waiting "
@@ -69,10 +80,6 @@ class QueryAdmission:
         if not self.slots.acquire(timeout=self.wait):
             raise _busy("as many estimate queries as this worker computes at once are "
                         f"running, and none finished within {self.wait:g} s; retry shortly")
-        try:
-            return work()
-        finally:
-            self.slots.release()
 
     def release(self) -> None:
         self.admitted.release()
@@ -99,7 +106,7 @@ def install_admission(app: Flask, admission: QueryAdmission) -> None:
         if sock is None:
             held.release()
             return response
-        # The answer is whole (a JSON or CSV string); blocking sends of it, each bounded.
+        # Blocking sends of the answer (whole, or a streamed page's chunks), each bounded.
         # gunicorn makes the socket blocking again (no timeout) for the connection's next
         # request.
         sock.settimeout(held.send_timeout())

@@ -11,26 +11,28 @@ checks the watermark is still where it read it. So the job is idempotent and res
   cannot both count a report: the second one's check fails and it discards its work.
 
 A lease in the same row keeps concurrent folders from doing the work twice; it is an
-optimisation only. An estimate reads the folded statistics and maps the unfolded tail in one
-snapshot, page by page with this job's map (``jobs/tail.py``), so answers are complete
-whatever the job's lag, and it says how fresh the folded part is.
+optimisation only, kept short and given back when a folder stops (``jobs/lease.py``). An
+estimate reads the folded statistics and maps the unfolded tail in one snapshot, page by page
+with this job's map (``jobs/tail.py``), so answers are complete whatever the job's lag, and it
+says how fresh the folded part is.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from chorus_collector.estimators import estimator_for
+from chorus_collector.jobs.lease import FoldLease
 from chorus_collector.storage import PayloadGroup, Storage
 from chorus_shared.campaign import Campaign
 
@@ -39,8 +41,8 @@ __all__ = ["BackgroundFolder", "Partials", "fold", "fold_once", "map_groups", "m
 log = logging.getLogger("chorus.folding")
 
 FOLD_CHUNK = 20_000  # reports per fold transaction: bounds the job's memory and lock time
-LEASE_SECONDS = 120.0
 FOLDER_NICENESS = 10
+STOP_SECONDS = 10.0  # a stopping folder waits this long for its chunk (gunicorn: 30 s)
 
 # Additive partial statistics: (report count, statistic) per (campaign id, time bucket).
 Partials = dict[tuple[int, int], tuple[int, np.ndarray]]
@@ -113,15 +115,16 @@ class BackgroundFolder:
 
     Started in each server worker after the fork (no thread survives a fork); several
     folders, in one process or many, share the work through the lease and stay exact through
-    the watermark check.
+    the watermark check. ``stop`` (the server's worker exit, or the interpreter's exit)
+    lets the chunk in hand finish and gives the lease back.
     """
 
     def __init__(self, storage: Storage, interval: float,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, role: str = "folder") -> None:
         self.storage = storage
         self.interval = interval
         self.clock = clock
-        self.holder = uuid.uuid4().hex
+        self.lease = FoldLease(storage, role, clock=clock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -130,11 +133,16 @@ class BackgroundFolder:
             return
         self._thread = threading.Thread(target=self._run, name="chorus-folder", daemon=True)
         self._thread.start()
+        atexit.register(self.stop)  # a process that exits without stopping it still releases
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = STOP_SECONDS) -> None:
+        """Stop folding after the chunk in hand, and give the lease back (at once, even if
+        that chunk outlasts ``timeout``: its commit stays exact, and the process ends)."""
         self._stop.set()
-        if self._thread is not None:
+        atexit.unregister(self.stop)
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
+        self.lease.close()
 
     def run_once(self) -> int:
         """Fold what is pending if no other folder holds the lease; how many were folded."""
@@ -142,12 +150,13 @@ class BackgroundFolder:
         if not self.storage.any_unfolded():
             return 0  # nothing to do: no write transaction for the lease
         folded = 0
-        while self.storage.claim_fold(self.holder, self.clock(), LEASE_SECONDS):
-            count = fold_once(self.storage, clock=self.clock)
-            if count == 0:
-                break
-            folded += count or 0
-        self.storage.release_fold(self.holder)
+        with self.lease.hold() as held:
+            # Chunk by chunk, so that a stop or a lost lease ends the run between commits.
+            while held and not self._stop.is_set() and not self.lease.lost.is_set():
+                count = fold_once(self.storage, clock=self.clock)
+                if count == 0:
+                    break
+                folded += count or 0
         return folded
 
     def _run(self) -> None:

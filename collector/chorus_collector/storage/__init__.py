@@ -20,6 +20,7 @@ from chorus_collector.storage.sqlite import SQLiteStorage, migrations
 from chorus_collector.storage.values import (
     BucketSnapshot,
     FoldedStatistics,
+    FoldLeaseState,
     FoldStatus,
     PayloadGroup,
     SchemaError,
@@ -31,7 +32,8 @@ from chorus_collector.storage.values import (
     state_array,
 )
 
-__all__ = ["BucketSnapshot", "Connection", "FoldStatus", "FoldedStatistics", "PayloadGroup",
+__all__ = ["BucketSnapshot", "Connection", "FoldLeaseState", "FoldStatus", "FoldedStatistics",
+           "PayloadGroup",
            "PostgresStorage", "SQLiteStorage", "SchemaError", "Storage", "StoredCampaign",
            "StoredReport", "TailPage", "TailPages", "TailReader", "WindowSnapshot",
            "is_postgres_url", "migrations", "open_storage", "report_rows", "state_array"]

@@ -38,6 +38,7 @@ from chorus_collector.storage.values import (
     BucketSnapshot,
     FoldChunk,
     FoldedStatistics,
+    FoldLeaseState,
     FoldStatus,
     PayloadGroup,
     StoredCampaign,
@@ -217,13 +218,20 @@ class Storage(ABC):
         commit: how far a fold that plans its ranges ahead may read."""
 
     @abstractmethod
-    def claim_fold(self, holder: str, now: float, lease: float) -> bool:
-        """Take the fold lease unless another holder's is still running. The lease only
-        saves duplicate work; ``commit_fold``'s watermark check is what keeps folds exact."""
+    def claim_fold(self, holder: str, now: float, lease: float,
+                   replacing: str | None = None) -> bool:
+        """Take (or renew) the fold lease until ``now + lease``, unless another holder's is
+        still running; ``replacing``: a holder known to be dead, whose lease is taken even
+        before it runs out (if it still holds it). The lease only saves duplicate work;
+        ``commit_fold``'s watermark check is what keeps folds exact."""
 
     @abstractmethod
     def release_fold(self, holder: str) -> None:
         """Give the fold lease back (if ``holder`` holds it)."""
+
+    @abstractmethod
+    def fold_lease(self) -> FoldLeaseState:
+        """Who holds the fold lease, and until when."""
 
     @abstractmethod
     def commit_fold(self, expected: int, through: int,

@@ -37,6 +37,7 @@ from chorus_collector.storage.values import (
     BucketSnapshot,
     FoldChunk,
     FoldedStatistics,
+    FoldLeaseState,
     FoldStatus,
     PayloadGroup,
     StoredCampaign,
@@ -350,13 +351,19 @@ class SQLStorage(Storage, Generic[ConnT]):
         row = self.connect().execute("SELECT coalesce(max(seq), 0) FROM reports").fetchone()
         return int(row[0])
 
-    def claim_fold(self, holder: str, now: float, lease: float) -> bool:
+    def claim_fold(self, holder: str, now: float, lease: float,
+                   replacing: str | None = None) -> bool:
         with self.write() as conn:
             cursor = conn.execute(
                 "UPDATE fold_state SET holder = ?, lease_until = ? "
-                "WHERE id = 1 AND (lease_until < ? OR holder = ?)",
-                (holder, now + lease, now, holder))
+                "WHERE id = 1 AND (lease_until < ? OR holder = ? OR holder = ?)",
+                (holder, now + lease, now, holder, replacing or holder))
             return cursor.rowcount == 1  # type: ignore[no-any-return]
+
+    def fold_lease(self) -> FoldLeaseState:
+        holder, until = self.connect().execute(
+            "SELECT holder, lease_until FROM fold_state WHERE id = 1").fetchone()
+        return FoldLeaseState(holder, float(until))
 
     def release_fold(self, holder: str) -> None:
         with self.write() as conn:

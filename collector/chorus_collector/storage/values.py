@@ -13,9 +13,9 @@ import numpy as np
 
 from chorus_shared.campaign import Campaign
 
-__all__ = ["BucketSnapshot", "FoldChunk", "FoldStatus", "FoldedStatistics", "PayloadGroup",
-           "SchemaError", "StoredCampaign", "StoredReport", "TailPage", "WindowSnapshot",
-           "report_rows", "state_array", "state_bytes"]
+__all__ = ["BucketSnapshot", "FoldChunk", "FoldLeaseState", "FoldStatus", "FoldedStatistics",
+           "PayloadGroup", "SchemaError", "StoredCampaign", "StoredReport", "TailPage",
+           "WindowSnapshot", "report_rows", "state_array", "state_bytes"]
 
 
 class SchemaError(RuntimeError):
@@ -53,6 +53,12 @@ class FoldStatus:
     watermark: int  # the last folded report's seq
     folded_at: float | None  # when a fold last moved the watermark (None: never)
     unfolded: int  # reports appended past the watermark
+
+
+@dataclass(frozen=True)
+class FoldLeaseState:
+    holder: str | None  # who claimed the fold lease last (None: nobody ever did)
+    until: float  # when it runs out (0: released)
 
 
 @dataclass(frozen=True)
