@@ -25,8 +25,9 @@ import pytest
 
 from chorus_collector.ingest.reports import ingest_reports
 from chorus_collector.jobs.aggregate import check_aggregates
-from chorus_collector.jobs.folding import FOLD_CHUNK, estimate_inputs, fold
+from chorus_collector.jobs.folding import FOLD_CHUNK, fold
 from chorus_collector.jobs.lease import Holder
+from chorus_collector.jobs.tail import estimate_inputs
 from chorus_collector.server.process import CollectorProcess
 from chorus_collector.storage import FoldLeaseState, Storage, open_storage
 from chorus_shared import campaign_from_spec
