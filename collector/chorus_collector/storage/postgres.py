@@ -380,7 +380,7 @@ class PostgresStorage(SQLStorage["_Connection"]):
                 "WITH expiry (campaign_id, cutoff) AS (VALUES " + values + "), "
                 "gone AS (DELETE FROM reports r USING expiry e "
                 "  WHERE r.ctid >= ?::tid AND r.ctid < ?::tid "
-                "  AND r.campaign_id = e.campaign_id AND r.time < e.cutoff "
+                "  AND +r.campaign_id = e.campaign_id AND r.time < e.cutoff "
                 "  AND r.seq <= (SELECT seq FROM fold_state WHERE id = 1) "
                 "  RETURNING r.campaign_id, r.time), "
                 "counted AS (SELECT campaign_id, time, count(*) AS n FROM gone "
