@@ -101,7 +101,8 @@ KINDS: Mapping[str, Kind] = MappingProxyType({
                                           "CHORUS_QUERY_WAIT; see Retry-After"),
     # The service.
     "internal-error": Kind(500, "Internal Server Error", "a bug: logged, never detailed"),
-    "storage-unavailable": Kind(503, "Storage unavailable", "the database is busy; retry"),
+    "storage-unavailable": Kind(503, "Storage unavailable", "the database cannot be used now "
+                                                       "(down, locked, full); see Retry-After"),
     "collector-unavailable": Kind(502, "Collector unavailable",
                                   "the shuffler or the proxy cannot reach a collector"),
 })

@@ -87,6 +87,25 @@ def test_ingest_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
         assert results[backend]["bytes_per_report"] > 16  # at least the report ID
 
 
+@pytest.mark.slow
+def test_storage_engines_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/storage_engines.py --quick: both backends, ingest, bytes, steady load."""
+    out = tmp_path / "engines.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "storage_engines.py"),
+                          "--quick", "--out", str(out)], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr
+    results = json.loads(out.read_text())
+    for backend in ("sqlite", "postgresql"):
+        row = results[backend]
+        assert row["single"]["reports"] == 600 and row["batch"]["reports"] == 10_000
+        assert row["storage"]["reports"] == 10_600 and row["storage"]["bytes_per_report"] > 16
+        steady = row["steady_load"]
+        assert max(steady["held"]) < 5 * 2_000  # gc holds at most the expiry and margin
+        assert steady["growth_second_half"] < 1.1  # flat once the held reports are
+    assert results["postgresql_over_sqlite"]["single_reports_per_s"] > 0
+
+
 def test_dask_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
     """benchmarks/dask_aggregation.py: the cluster and the pool, checked equal by the script."""
     out = tmp_path / "dask.json"

@@ -2,7 +2,8 @@
 request log and latency metrics.
 
 Any exception answers ``application/problem+json``: a :class:`Problem` as itself, Werkzeug's
-HTTP errors under their own kind, anything else a generic 500 whose traceback is logged.
+HTTP errors under their own kind, a database outage ``503 storage-unavailable`` with
+``Retry-After``, anything else a generic 500 whose traceback is logged.
 The collector and the shuffler register these on their apps.
 """
 
@@ -33,6 +34,8 @@ REQUEST_LEVEL_REJECTIONS = frozenset({
 #: :func:`discard_unread_body`): above any sane proxy limit, and a bound on the work.
 DISCARD_LIMIT = 64 * 1024 * 1024
 
+STORAGE_RETRY_AFTER = 5  # seconds: a restart or a lock past its timeout is over by then
+
 _HTTP_KINDS = {400: "bad-request", 404: "not-found", 405: "method-not-allowed",
                413: "body-too-large", 415: "unsupported-media-type"}
 
@@ -60,6 +63,13 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def on_unexpected(error: Exception) -> Response:
+        storage = app.extensions.get("chorus.storage")
+        if storage is not None and storage.unavailable(error):
+            # The database, not this request: nothing was acknowledged, the client retries.
+            # The storage logs the outage once, and once when it ends; not per request.
+            return problem_response(Problem(
+                "storage-unavailable", "the database cannot be used now; retry later",
+                headers={"Retry-After": str(STORAGE_RETRY_AFTER)}))
         # Never leak internals: log the traceback (no request body), answer a generic 500.
         log.exception("unhandled error in %s %s", request.method, request.path)
         return problem_response(Problem("internal-error"))

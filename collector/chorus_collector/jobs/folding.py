@@ -167,7 +167,8 @@ class BackgroundFolder:
         while not self._stop.wait(self.interval):
             try:
                 self.run_once()
-            except Exception:  # the next round retries; ingest and estimates are unaffected
-                log.exception("folding reports into the statistics failed; retrying")
+            except Exception as error:  # the next round retries
+                if not self.storage.unavailable(error):  # an outage is logged once, there
+                    log.exception("folding reports into the statistics failed; retrying")
             finally:
                 self.storage.close()

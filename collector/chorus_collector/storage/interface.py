@@ -120,6 +120,13 @@ class Storage(ABC):
     def ping(self) -> None:
         """A trivial read: raises if the database cannot be read."""
 
+    @abstractmethod
+    def unavailable(self, error: BaseException) -> bool:
+        """Whether ``error`` means the database cannot be used now (stopped, unreachable,
+        locked, full: an outage, answered ``503 storage-unavailable`` and retried later)
+        rather than a bug; if so, notes it, logging the outage once until the database
+        answers again (which is logged once too)."""
+
     # -- transactions -----------------------------------------------------------------------
 
     @abstractmethod

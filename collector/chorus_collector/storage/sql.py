@@ -33,6 +33,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from chorus_collector.storage.interface import Connection, Storage, TailReader
+from chorus_collector.storage.outage import Outage
 from chorus_collector.storage.values import (
     BucketSnapshot,
     FoldChunk,
@@ -80,6 +81,7 @@ class SQLStorage(Storage, Generic[ConnT]):
         self._group_mutex = threading.Lock()
         self._group_queue: list[_GroupItem] = []
         self._group_leader = False
+        self.outage = Outage()
 
     # -- what each engine provides ------------------------------------------------------------
 
@@ -106,6 +108,16 @@ class SQLStorage(Storage, Generic[ConnT]):
     def _fold_horizon(self) -> int | None:
         """The highest seq a fold may read (None: any committed one)."""
 
+    @abstractmethod
+    def _is_outage(self, error: BaseException) -> bool:
+        """Whether ``error`` says the database cannot be used now, rather than a bug."""
+
+    def unavailable(self, error: BaseException) -> bool:
+        if not self._is_outage(error):
+            return False
+        self.outage.down(error)
+        return True
+
     # -- transactions -------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -120,6 +132,7 @@ class SQLStorage(Storage, Generic[ConnT]):
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+        self.outage.up()
 
     def grouped_write(self, work: Callable[[ConnT], T]) -> T:
         """Run ``work(conn)`` in a write transaction shared with concurrent callers.
@@ -166,12 +179,18 @@ class SQLStorage(Storage, Generic[ConnT]):
                     item.error = error
             conn.execute("COMMIT")
         except BaseException as error:  # BEGIN or COMMIT failed: nothing here is durable
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            # Every caller gets the error before anything else can fail: a ROLLBACK on a
+            # connection the server dropped raises too, and must not leave a caller with its
+            # work's result as if it had committed.
             for item in group:
                 item.result, item.error = None, item.error or error
+            with contextlib.suppress(Exception):
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
             if not isinstance(error, Exception):
                 raise
+        else:
+            self.outage.up()
         finally:
             turn.__exit__(None, None, None)
             with self._group_mutex:
@@ -185,6 +204,7 @@ class SQLStorage(Storage, Generic[ConnT]):
 
     def ping(self) -> None:
         self.connect().execute("SELECT 1").fetchone()
+        self.outage.up()
 
     # -- campaigns ----------------------------------------------------------------------------
 

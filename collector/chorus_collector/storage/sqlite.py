@@ -185,6 +185,9 @@ def m006_vouched_senders(db: sqlite_utils.Database) -> None:
 
 WAL_BACKSTOP_PAGES = 8192  # 32 MB of 4 KiB pages
 
+# SQLite's primary result codes of an outage: BUSY, LOCKED, READONLY, IOERR, FULL, CANTOPEN.
+_OUTAGE_CODES = frozenset({5, 6, 8, 10, 13, 14})
+
 
 class _WriterLock:
     """An open lock file of one thread, closed with ``close`` or when the thread's storage
@@ -303,6 +306,14 @@ class SQLiteStorage(SQLStorage[sqlite3.Connection]):
         # One writer at a time commits SQLite's seqs in order, so every seq a reader sees
         # has all smaller ones committed.
         return None
+
+    def _is_outage(self, error: BaseException) -> bool:
+        # Locked past the busy timeout, a failing or full disk, a file that cannot be opened
+        # or written: the database, not the request. Other errors (a missing table, a
+        # malformed statement, a corrupt file) are bugs or damage, answered 500.
+        code = getattr(error, "sqlite_errorcode", None)
+        return isinstance(error, sqlite3.OperationalError) and code is not None \
+            and code & 0xFF in _OUTAGE_CODES
 
     # -- reports ------------------------------------------------------------------------------
 
