@@ -30,7 +30,7 @@ import json
 import os
 import sqlite3
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from itertools import chain
 
 import sqlite_utils
@@ -342,6 +342,19 @@ class SQLiteStorage(SQLStorage[sqlite3.Connection]):
         for start in range(0, len(values), width):
             part = values[start:start + width]
             conn.execute(_insert_rows(len(part) // 4), part)
+
+    def stream_reports(self, campaign_id: int, through_seq: int,
+                       batch: int) -> Generator[list[tuple[int, int, str]], None, None]:
+        # One statement reads one snapshot until it is done. "+campaign_id": walk the seq
+        # order (the rowid), filtering, rather than sort the campaign's index entries.
+        cursor = self.connect().execute(
+            "SELECT seq, time, payload FROM reports WHERE seq <= ? AND +campaign_id = ? "
+            "ORDER BY seq", (through_seq, campaign_id))
+        try:
+            while rows := cursor.fetchmany(batch):
+                yield rows
+        finally:
+            cursor.close()
 
     # -- retention ----------------------------------------------------------------------------
 
