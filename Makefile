@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml
 	  ''.join(f'{root / d}\n' for d in ('client', 'collector', 'shared')))"
 	touch $(STAMP)
 
-# The demo ends by itself (it prints the dashboard's address and how to keep it running);
-# serve-demo keeps the collector and its dashboard on loopback until Ctrl-C.
+# The demo ends by itself (it prints the dashboard's address and how to keep it running) and
+# keeps its database in .demo/; serve-demo serves that database (simulating only if there is
+# none, or one of another version) on loopback until Ctrl-C.
 demo: $(STAMP)
 	$(BIN)/chorus demo
 
@@ -64,12 +65,14 @@ bench: $(BENCH_STAMP) services
 	$(BIN)/python benchmarks/peers.py
 	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/ingest.py
+	$(BIN)/python benchmarks/storage_engines.py
 	$(BIN)/python benchmarks/export.py
 	$(BIN)/python benchmarks/dask_aggregation.py
 	$(BIN)/python benchmarks/distributions.py
 	$(BIN)/python benchmarks/records.py
 	$(BIN)/python benchmarks/heavy_hitters.py
 	$(BIN)/python benchmarks/longitudinal.py
+	$(BIN)/python benchmarks/demo.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .demo

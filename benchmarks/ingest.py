@@ -177,11 +177,11 @@ def bytes_per_report(database: str, reports: int) -> float:
 
     storage = open_storage(database)
     if database.startswith("postgresql:"):
+        # The table with its indexes (and its partitions, in a schema before p004).
         size = storage.connect().execute(
-            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_inherits i "
-            "JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent "
-            "WHERE p.relname = 'reports' AND p.relnamespace = current_schema()::regnamespace"
-        ).fetchone()[0]
+            "SELECT pg_total_relation_size('reports') + coalesce(sum("
+            "pg_total_relation_size(relid)), 0) FROM pg_partition_tree('reports') "
+            "WHERE relid <> 'reports'::regclass").fetchone()[0]
     else:
         conn = storage.connect()
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

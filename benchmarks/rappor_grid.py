@@ -167,6 +167,16 @@ z > Φ⁻¹(1 − 0.05/M), so the chance of any false positive in a scenario is 
 * Missing values cannot be estimated, but they show: the residual χ² per degree of freedom
   rises above 1 and the unexplained share grows; the test suite checks that the χ² test flags
   a list missing 10% of the values.
+
+**Importing google/rappor's files** (`chorus rappor params`, `chorus rappor import`,
+docs/cli.md). A report's ID is a hash of the campaign, the client, the cohort, the IRR bits,
+the time bucket (`--time`, default now) and the row's occurrence among equal rows of the file.
+So importing a file again into the same bucket counts nothing twice, in any row order; two
+equal rows are two reports (with google/rappor's 8 Bloom bits, 128 cohorts, `eps_1_1` and 10
+reports a client, 1.9% of the rows repeat an earlier row of their client, and one ID per
+client, bits and hour used to drop them as duplicates); and the same file imported into
+another bucket is new reports. The first of equal rows keeps the ID it had before occurrences
+counted: a file imported before is completed by importing it again into the same bucket.
 """
 
 

@@ -10,7 +10,6 @@ on a temporary database.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,6 +18,7 @@ from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from chorus_collector.dashboard import init_dashboard
+from chorus_collector.http.admission import QueryAdmission, install_admission, query_threads
 from chorus_collector.http.api import api
 from chorus_collector.http.auth import TokenVerifier
 from chorus_collector.http.handlers import register_error_handlers, register_request_log
@@ -28,7 +28,7 @@ from chorus_collector.jobs.folding import BackgroundFolder
 from chorus_collector.settings import SETTINGS, resolve_settings
 from chorus_collector.storage import open_storage
 
-__all__ = ["create_app", "start_background_work"]
+__all__ = ["create_app", "start_background_work", "stop_background_work"]
 
 
 def create_app(config: Mapping[str, Any] | None = None, *,
@@ -53,9 +53,11 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     app.extensions["chorus.clock"] = clock
     # Started by the server in each worker after the fork (start_background_work).
     app.extensions["chorus.folder"] = BackgroundFolder(storage, settings["FOLD_INTERVAL"])
-    # Memory per query is bounded by the decoders; memory per worker by this gate.
-    app.extensions["chorus.query_gate"] = threading.BoundedSemaphore(
-        max(1, settings["QUERY_CONCURRENCY"]))
+    # Memory per query is bounded by the decoders; memory per worker by the compute slots,
+    # and the threads queries hold by the admission (http/admission.py).
+    install_admission(app, QueryAdmission(
+        concurrency=max(1, settings["QUERY_CONCURRENCY"]), wait=settings["QUERY_WAIT"],
+        threads=query_threads(settings["THREADS"], settings["QUERY_THREADS"])))
     app.extensions["chorus.metrics"] = Metrics()
     app.extensions["chorus.ratelimit"] = (
         RateLimiter(settings["RATE_LIMIT"], settings["RATE_BURST"], time.monotonic)
@@ -77,3 +79,10 @@ def start_background_work(app: Flask) -> None:
     statistics. Call it in each server process after any fork."""
     folder: BackgroundFolder = app.extensions["chorus.folder"]
     folder.start()
+
+
+def stop_background_work(app: Flask) -> None:
+    """Stop what ``start_background_work`` started, giving the fold lease back: a server
+    process calls it on its way out (a graceful drain)."""
+    folder: BackgroundFolder = app.extensions["chorus.folder"]
+    folder.stop()

@@ -95,11 +95,14 @@ KINDS: Mapping[str, Kind] = MappingProxyType({
     "too-many-points": Kind(422, _UNANSWERABLE, "a series of more than 1,000 points"),
     "windows-overlap": Kind(422, _UNANSWERABLE, "a comparison's two windows share time; "
                                                 "its standard error assumes they do not"),
-    "query-busy": Kind(503, "Query busy", "CHORUS_QUERY_CONCURRENCY queries are running in "
-                                          "this worker; see Retry-After"),
+    "query-busy": Kind(503, "Query busy", "this worker's query threads are taken "
+                                          "(CHORUS_QUERY_THREADS), or no query slot "
+                                          "(CHORUS_QUERY_CONCURRENCY) freed within "
+                                          "CHORUS_QUERY_WAIT; see Retry-After"),
     # The service.
     "internal-error": Kind(500, "Internal Server Error", "a bug: logged, never detailed"),
-    "storage-unavailable": Kind(503, "Storage unavailable", "the database is busy; retry"),
+    "storage-unavailable": Kind(503, "Storage unavailable", "the database cannot be used now "
+                                                       "(down, locked, full); see Retry-After"),
     "collector-unavailable": Kind(502, "Collector unavailable",
                                   "the shuffler or the proxy cannot reach a collector"),
 })

@@ -56,7 +56,13 @@ SETTINGS: tuple[Setting, ...] = (
             "Estimate queries computed at once per worker process (a RAPPOR decode at the "
             "candidate limit takes about 0.5 GB); more wait."),
     Setting("QUERY_WAIT", int, 10,
-            "Seconds a query waits for its turn before a 503 query-busy with Retry-After."),
+            "Seconds a query waits for its turn before a 503 query-busy with Retry-After (and "
+            "a client has, at least 5, to read its answer)."),
+    Setting("QUERY_THREADS", int, 0,
+            "Estimate queries admitted at once per worker process (computing, waiting for "
+            "their turn or sending their answer); more are refused at once with 503 "
+            "query-busy, so the other threads always serve reports and /healthz. 0: half of "
+            "THREADS (at least 1)."),
     Setting("INGEST_KEY", str, None,
             "Optional key apps must send (Authorization: Bearer) to submit reports.",
             secret=True),
@@ -156,9 +162,10 @@ def resolve_settings(config: Mapping[str, Any] | None = None,
                  "THREADS", "MAX_PAYLOAD_BYTES", "RATE_BURST", "SESSION_HOURS"):
         if values[name] < 1:
             raise SettingsError(f"{name} must be at least 1")
-    if values["RATE_LIMIT"] < 0 or values["PROXY_HOPS"] < 0 or values["FOLD_INTERVAL"] < 0:
-        raise SettingsError("RATE_LIMIT, PROXY_HOPS and FOLD_INTERVAL must be 0 (off) or "
-                            "positive")
+    if values["RATE_LIMIT"] < 0 or values["PROXY_HOPS"] < 0 or values["FOLD_INTERVAL"] < 0 \
+            or values["QUERY_THREADS"] < 0:
+        raise SettingsError("RATE_LIMIT, PROXY_HOPS, FOLD_INTERVAL and QUERY_THREADS must be 0 "
+                            "(off, or automatic) or positive")
     if values["SECURE_COOKIES"] not in (0, 1):
         raise SettingsError("SECURE_COOKIES must be 0 or 1")
     return values

@@ -56,6 +56,10 @@ def test_the_discovered_values_and_a_re_estimate_are_the_apis_numbers(
     walk = page.locator("#discovery").inner_text()
     assert walk.startswith("Discovered by PEM's walk down the prefixes")
     assert page.locator("#series-discovery").count() == 1
+    # The page was streamed; each "computing …" line is hidden once its result came.
+    pending = page.locator(".pending")
+    assert pending.count() == 3
+    assert all(pending.nth(i).is_hidden() for i in range(3))
     screenshot(page, "campaign-discovery")
 
     # The second stage: the analyst's list, estimated from the final table.

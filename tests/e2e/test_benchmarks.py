@@ -70,6 +70,8 @@ def test_scale_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
     for row in results["aggregation"].values():
         assert row["reports"] == 100_000 and row["peak_rss_mb"] > 0
     assert results["estimates"]["100000"]["stored_reports"] == 100_000
+    for row in results["tail"].values():  # a query over an unfolded tail (issue 33 #8)
+        assert row["unfolded_reports"] == 20_000 and row["folded_ms"] > 0
 
 
 @pytest.mark.slow
@@ -104,6 +106,25 @@ def test_export_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
             assert row["reports"] == results["reports_per_campaign"]  # the campaign's only
             for way in ("bare", "in_process", "command"):
                 assert row[f"{way}_reports_per_s"] > 0 and row[f"{way}_reports_per_cpu_s"] > 0
+
+
+@pytest.mark.slow
+def test_storage_engines_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/storage_engines.py --quick: both backends, ingest, bytes, steady load."""
+    out = tmp_path / "engines.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "storage_engines.py"),
+                          "--quick", "--out", str(out)], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr
+    results = json.loads(out.read_text())
+    for backend in ("sqlite", "postgresql"):
+        row = results[backend]
+        assert row["single"]["reports"] == 600 and row["batch"]["reports"] == 10_000
+        assert row["storage"]["reports"] == 10_600 and row["storage"]["bytes_per_report"] > 16
+        steady = row["steady_load"]
+        assert max(steady["held"]) < 5 * 2_000  # gc holds at most the expiry and margin
+        assert steady["growth_second_half"] < 1.1  # flat once the held reports are
+    assert results["postgresql_over_sqlite"]["single_reports_per_s"] > 0
 
 
 def test_dask_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:

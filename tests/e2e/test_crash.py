@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from chorus_collector.jobs.aggregate import check_aggregates
-from chorus_collector.jobs.folding import estimate_inputs
+from chorus_collector.jobs.tail import estimate_inputs
 from chorus_collector.server.process import CollectorProcess
 from chorus_collector.storage import open_storage
 from chorus_shared import campaign_from_config, new_report_id

@@ -1,9 +1,11 @@
 """``chorus demo`` as a new user runs it: it ends by itself with the dashboard's address and
-the tokens to sign in with; ``--serve`` keeps the collector on loopback until Ctrl-C, then
-stops it cleanly and exits 0."""
+the tokens to sign in with, keeping its database; ``--serve`` keeps the collector on loopback
+until Ctrl-C, then stops it cleanly and exits 0; a second run serves the kept database
+without simulating it again."""
 
 from __future__ import annotations
 
+import json
 import queue
 import re
 import signal
@@ -16,26 +18,30 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from chorus_collector.cli import main as cli
 
-# The demo picks its own storage (a SQLite file in a temporary folder).
+# The demo picks its own storage (a SQLite file in the folder --dir names).
 pytestmark = [pytest.mark.slow, pytest.mark.sqlite_only]
 CHORUS = Path(sys.executable).with_name("chorus")
 DASHBOARD = re.compile(r"^dashboard: (http://127\.0\.0\.1:(\d+)/) \((.*)\)$")
 TOKEN = re.compile(r"^  (?:sign in with|or) the (analyst|admin) token (\S+)")
+REUSED = re.compile(r"^using the database kept from .*: 300 installs, 3,000 reports")
+SIMULATING = re.compile(r"^simulating ")
 WAIT = 120  # seconds: a bound on each step, never a measured speed
 
 
 @contextmanager
-def running(*args: str) -> Iterator[tuple[subprocess.Popen[str], queue.Queue[str]]]:
-    """``chorus demo ARGS`` with its output lines arriving in a queue; killed if still
-    running at the end."""
-    process = subprocess.Popen([str(CHORUS), "demo", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+def running(folder: Path, *args: str
+            ) -> Iterator[tuple[subprocess.Popen[str], queue.Queue[str]]]:
+    """``chorus demo --dir FOLDER ARGS`` with its output lines arriving in a queue; killed if
+    still running at the end."""
+    process = subprocess.Popen([str(CHORUS), "demo", "--dir", str(folder), *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue[str] = queue.Queue()
 
     def read() -> None:
@@ -87,8 +93,18 @@ def _tokens(lines: queue.Queue[str]) -> dict[str, str]:
     return found
 
 
-def test_serve_keeps_the_collector_answering_until_ctrl_c_then_exits_cleanly() -> None:
-    with running("--serve", "--users", "300") as (process, lines):
+def _estimates(url: str, token: str) -> dict[str, Any]:
+    request = urllib.request.Request(url + "v1/campaigns/browser/estimates",
+                                     headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        assert reply.status == 200
+        answer: dict[str, Any] = json.load(reply)
+        return answer
+
+
+def test_serve_keeps_the_collector_answering_until_ctrl_c_then_exits_cleanly(
+        tmp_path: Path) -> None:
+    with running(tmp_path, "--serve", "--users", "300") as (process, lines):
         match, _ = _until(lines, DASHBOARD)
         url, port, note = match[1], int(match[2]), match[3]
         assert "until Ctrl-C" in note
@@ -96,11 +112,7 @@ def test_serve_keeps_the_collector_answering_until_ctrl_c_then_exits_cleanly() -
         assert set(tokens) == {"analyst", "admin"} and tokens["analyst"] != tokens["admin"]
         # The demo's data is there, for the analyst token it printed.
         assert _get(url + "healthz")[0] == 200
-        request = urllib.request.Request(url + "v1/campaigns/browser/estimates",
-                                         headers={"Authorization":
-                                                  f"Bearer {tokens['analyst']}"})
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            assert reply.status == 200
+        assert _estimates(url, tokens["analyst"])["n"] == 300
         assert process.poll() is None, "it keeps serving"
         process.send_signal(signal.SIGINT)
         assert process.wait(WAIT) == 0
@@ -110,26 +122,66 @@ def test_serve_keeps_the_collector_answering_until_ctrl_c_then_exits_cleanly() -
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
 
-def test_without_serve_it_ends_by_itself_printing_the_address_and_how_to_keep_it() -> None:
-    with running("--users", "300") as (process, lines):
-        match, _ = _until(lines, DASHBOARD)
+def test_without_serve_it_ends_by_itself_printing_the_address_and_how_to_keep_it(
+        tmp_path: Path) -> None:
+    with running(tmp_path, "--users", "300") as (process, lines):
+        match, seen = _until(lines, DASHBOARD)
         assert "chorus demo --serve" in match[3] and "make serve-demo" in match[3]
+        assert "without simulating it again" in match[3]
+        assert any(SIMULATING.match(line) for line in seen)
+        # Progress while it simulates: the phases, with counts, as they end.
+        assert "  installs: 1,200 reports accepted" in "\n".join(seen)
+        assert "3,000 reports accepted" in "\n".join(seen)
         assert set(_tokens(lines)) == {"analyst", "admin"}
+        assert process.wait(WAIT) == 0
+    assert (tmp_path / "demo.db").exists() and (tmp_path / "demo.json").exists()
+
+
+def test_a_second_run_and_serve_use_the_kept_database_without_simulating(
+        tmp_path: Path) -> None:
+    with running(tmp_path, "--users", "300") as (process, lines):
+        _until(lines, DASHBOARD)
+        first = _tokens(lines)
+        assert process.wait(WAIT) == 0
+    simulated = (tmp_path / "demo.db").stat().st_ino
+    # `make demo` again: the same estimates' inputs, printed again, nothing simulated.
+    with running(tmp_path, "--users", "300") as (process, lines):
+        _, seen = _until(lines, DASHBOARD)
+        assert any(REUSED.match(line) for line in seen), "\n".join(seen)
+        assert not any(SIMULATING.match(line) for line in seen)
+        assert _tokens(lines) == first
+        assert process.wait(WAIT) == 0
+    # `make serve-demo`: the kept database, served at once with the tokens printed before.
+    with running(tmp_path, "--serve", "--users", "300") as (process, lines):
+        match, seen = _until(lines, DASHBOARD)
+        assert not any(SIMULATING.match(line) for line in seen)
+        assert _tokens(lines) == first
+        answer = _estimates(match[1], first["analyst"])
+        assert answer["n"] == 300
+        process.send_signal(signal.SIGINT)
+        assert process.wait(WAIT) == 0
+    assert (tmp_path / "demo.db").stat().st_ino == simulated
+    # Another population is another demo: simulated afresh, with new tokens.
+    with running(tmp_path, "--users", "200") as (process, lines):
+        _, seen = _until(lines, DASHBOARD)
+        assert any(SIMULATING.match(line) for line in seen)
+        assert _tokens(lines) != first
         assert process.wait(WAIT) == 0
 
 
-def test_a_port_in_use_is_a_one_line_error() -> None:
+def test_a_port_in_use_is_a_one_line_error(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = CliRunner().invoke(cli, ["demo", "--users", "100", "--port", str(port)])
+        result = CliRunner().invoke(cli, ["demo", "--users", "100", "--port", str(port),
+                                          "--dir", str(tmp_path)])
     assert result.exit_code == 1
     assert result.output == (f"Error: port {port} on 127.0.0.1 is in use: choose another, or "
                              "leave --port out for a free one\n")
 
 
-def test_too_few_users_for_an_estimate_is_refused() -> None:
-    result = CliRunner().invoke(cli, ["demo", "--users", "10"])
+def test_too_few_users_for_an_estimate_is_refused(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["demo", "--users", "10", "--dir", str(tmp_path)])
     assert result.exit_code == 2
     assert "--users" in result.output

@@ -1,7 +1,8 @@
-"""The deployment's nginx, for the tests: Debian's binary running ``deploy/nginx.conf``.
+"""The deployment's nginx, for the tests: Debian's binary running a site of ``deploy/``.
 
-The site file is the one docker-compose mounts, with only its addresses changed (the
-collector's upstream and the listening port, both on 127.0.0.1) and the error pages' include
+The site file (``nginx.conf`` in front of the collector, ``nginx-shuffler.conf`` in front of
+the shuffler) is the one docker-compose mounts, with only its addresses changed (the
+upstream servers and the listening port, all on 127.0.0.1) and the error pages' include
 pointed at ``deploy/nginx-errors.conf``; it runs in the foreground from a temporary prefix and
 is stopped at the end.
 """
@@ -9,12 +10,13 @@ is stopped at the end.
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from chorus_collector.server.process import free_port
@@ -22,7 +24,6 @@ from chorus_collector.server.process import free_port
 __all__ = ["running_nginx"]
 
 ROOT = Path(__file__).resolve().parents[2]
-
 
 
 def _nginx() -> str:
@@ -35,14 +36,24 @@ def _nginx() -> str:
 
 
 class Nginx:
-    def __init__(self, upstream_port: int, site: str = "nginx.conf") -> None:
+    def __init__(self, upstream_port: int, site: str = "nginx.conf",
+                 edits: Mapping[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.root = Path(tempfile.mkdtemp(prefix="chorus-nginx-"))
         self.root.chmod(0o777)  # workers run as nobody when the tests run as root
         text = (ROOT / "deploy" / site).read_text()
-        text = text.replace("server collector:8000", f"server 127.0.0.1:{upstream_port}")
-        text = text.replace("listen 8000;", f"listen 127.0.0.1:{self.port};")
+        # Every upstream server (a compose service name and its port) is the one under test.
+        text, upstreams = re.subn(r"(?m)^(\s*server )[a-z][a-z0-9-]*:\d+",
+                                  rf"\g<1>127.0.0.1:{upstream_port}", text)
+        text, listens = re.subn(r"(?m)^(\s*listen )\d+;", rf"\g<1>127.0.0.1:{self.port};", text)
+        if not upstreams or listens != 1:
+            raise RuntimeError(f"deploy/{site}: no upstream server or not one listen port")
+        # A test that needs a shorter timeout names the directive it shortens: it must exist.
+        for old, new in (edits or {}).items():
+            if old not in text:
+                raise RuntimeError(f"deploy/{site} has no {old!r} to edit")
+            text = text.replace(old, new)
         text = text.replace("/etc/nginx/chorus-errors.conf",
                             str(ROOT / "deploy" / "nginx-errors.conf"))
         (self.root / "site.conf").write_text(text)
@@ -96,8 +107,9 @@ class Nginx:
 
 
 @contextlib.contextmanager
-def running_nginx(upstream_port: int, site: str = "nginx.conf") -> Iterator[Nginx]:
-    server = Nginx(upstream_port, site).start()
+def running_nginx(upstream_port: int, site: str = "nginx.conf",
+                  edits: Mapping[str, str] | None = None) -> Iterator[Nginx]:
+    server = Nginx(upstream_port, site, edits).start()
     try:
         yield server
     finally:

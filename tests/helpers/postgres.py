@@ -57,12 +57,20 @@ class PostgresServer:
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres",
                   "--no-sync", "-E", "UTF8")
         # fsync stays on: the kill -9 tests rely on what a commit promises.
+        self.resume()
+        return self
+
+    def resume(self) -> None:
+        """Start the server on its data directory (again, after ``halt``), on the same port."""
         options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
                    f"-c unix_socket_directories={self.root} -c max_connections=300 "
                    "-c shared_buffers=64MB")
         self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l",
                   str(self.root / "server.log"), "-w", "-t", "60", "start")
-        return self
+
+    def halt(self) -> None:
+        """Stop the server at once, as a crash would (``-m immediate``), keeping its data."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
 
     def stop(self) -> None:
         with contextlib.suppress(subprocess.SubprocessError, OSError):

@@ -42,7 +42,7 @@ from chorus_collector.analysis.windows import (
     window_inputs,
 )
 from chorus_collector.estimators import Query
-from chorus_collector.jobs.folding import EstimateInputs
+from chorus_collector.jobs.tail import EstimateInputs
 from chorus_collector.kinds import kind_of
 from chorus_collector.problems import Problem
 from chorus_collector.results.encoding import CsvWriter

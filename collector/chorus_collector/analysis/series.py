@@ -52,7 +52,7 @@ from chorus_collector.analysis.windows import (
     value_estimates,
 )
 from chorus_collector.estimators import Query, estimator_for
-from chorus_collector.jobs.folding import map_payloads
+from chorus_collector.jobs.tail import read_tail
 from chorus_collector.kinds import kind_of
 from chorus_collector.problems import Problem
 from chorus_collector.results.encoding import CsvWriter
@@ -314,20 +314,20 @@ def _point_statistics(storage: Storage, stored: StoredCampaign,
     states = np.zeros((len(intervals), size), dtype=np.int64)
     if not intervals:
         return counts, states, 0, None
-    snapshot = storage.bucket_snapshot(stored.id, start, end)
+    with read_tail(storage, stored) as tail:  # mapped page by page, kept for the next query
+        snapshot = storage.bucket_snapshot(stored.id, start, end, tail)
     starts = np.array([a for a, _ in intervals], dtype=np.int64)
     for time, n, blob in snapshot.buckets:
         at = int(np.searchsorted(starts, time, side="right")) - 1
         counts[at] += n
         states[at] += state_array(blob)
-    tails: dict[int, list[str]] = {}
-    for time, payload in snapshot.tail:
-        tails.setdefault(int(np.searchsorted(starts, time, side="right")) - 1,
-                         []).append(payload)
-    for at, payloads in tails.items():
-        counts[at] += len(payloads)
-        states[at] += map_payloads(stored.campaign, payloads)
-    return counts, states, len(snapshot.tail), snapshot.folded_at
+    unfolded = 0
+    for time, n, state in tail.window(start, end):
+        at = int(np.searchsorted(starts, time, side="right")) - 1
+        counts[at] += n
+        states[at] += state
+        unfolded += n
+    return counts, states, unfolded, snapshot.folded_at
 
 
 def _chosen(campaign: Campaign, labels: list[str], values: Sequence[str], top: int | None,

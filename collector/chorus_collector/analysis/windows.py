@@ -1,7 +1,7 @@
 """One window's estimate, and the per-value numbers that series and comparisons read from it.
 
 ``estimate_window`` is what ``GET /v1/campaigns/<name>/estimates`` answers: the window's folded
-statistics plus its unfolded tail (``folding.estimate_inputs``), finalized by the campaign's
+statistics plus its unfolded tail (``jobs.tail.estimate_inputs``), finalized by the campaign's
 estimator. A series point and each side of a comparison are read from the same kind of result,
 so a point equals the estimates route's answer for the point's interval.
 
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from chorus_collector.estimators import Query, QueryError, estimator_for
-from chorus_collector.jobs.folding import EstimateInputs, estimate_inputs
+from chorus_collector.jobs.tail import EstimateInputs, estimate_inputs
 from chorus_collector.kinds import ValueEstimate, kind_of, kind_of_answer
 from chorus_collector.kinds.record import record_label
 from chorus_collector.problems import Problem

@@ -1,20 +1,24 @@
-"""``chorus demo``: the whole system on the embedded default, in about two minutes.
+"""``chorus demo``: the whole system on the embedded default, in about a minute.
 
-Starts a collector (the production server, on loopback, on a fresh SQLite file), creates
-six campaigns (one of them discovers frequent search terms without a candidate list),
-simulates users who each report through their own instance of the real
-client library over real HTTP (noise from the OS CSPRNG), then prints the true value, the
-estimate and its 95% interval side by side, the dashboard's address and this demo's tokens,
-and stops the server; with ``serve``, it goes on serving on loopback until Ctrl-C.
+Starts a collector (the production server, on loopback, on a SQLite file it keeps in
+``.demo/``), creates seven campaigns (one discovers frequent search terms without a candidate
+list, one is a daily series over 90 days), simulates installs that report over real HTTP
+(the first hundred through the client library itself, the rest made by the same mechanisms
+with the same OS CSPRNG and sent many to a request: ``demo_reports``), then prints the true
+value, the estimate and its 95% interval side by side, the dashboard's address and this
+demo's tokens, and stops the server; with ``serve``, it goes on serving on loopback until
+Ctrl-C. A later run with the same users and seed serves the kept database at once
+(``demo_store``).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 import math
 import random
 import secrets
 import signal
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -27,22 +31,28 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from chorus_client import Client, CollectorAPI, RequestsTransport
+from chorus_collector.cli.demo_reports import install_report, send_reports
 from chorus_collector.cli.demo_series import (
     SERIES_NAME,
     SERIES_USERS,
     SeriesPopulation,
+    series_plans,
+    series_reports,
     series_spec,
     simulate_series,
     summarize_series,
 )
+from chorus_collector.cli.demo_store import DEFAULT_FOLDER, DemoFolder, DemoRecord
 from chorus_collector.cli.formatting import format_estimates
 from chorus_collector.cli.progress import progress_bar
 from chorus_collector.results.distribution import quantile_label
 from chorus_collector.results.tables import shown_value
 from chorus_collector.server.process import CollectorProcess
-from chorus_shared.campaign import Campaign, campaign_from_config
+from chorus_collector.storage import open_storage
+from chorus_collector.version import VERSION
+from chorus_shared.campaign import Campaign, campaign_from_config, canonical_json
 
-__all__ = ["DEMO_CAMPAIGNS", "Population", "run_demo"]
+__all__ = ["CLIENT_INSTALLS", "DEMO_CAMPAIGNS", "Population", "fingerprint", "run_demo"]
 
 BROWSERS = ["chrome", "safari", "edge", "firefox", "samsung", "opera", "uc", "brave",
             "vivaldi", "other"]
@@ -52,6 +62,14 @@ DAY = 86400
 # Each simulated user reports on one of the last DEMO_DAYS UTC days (today included), so the
 # dashboard has a series to draw; the estimates over all data are of the whole population.
 DEMO_DAYS = 7
+#: Installs of each app that report through the client library itself (its state, ledger and
+#: a request per report); the rest are made by its mechanisms directly (``demo_reports``).
+CLIENT_INSTALLS = 100
+#: The most seconds the demo waits for the server's fold before it queries anyway.
+FOLD_WAIT = 120
+#: Bumped when what the demo simulates changes without its campaigns changing: a kept
+#: database of another format is simulated afresh.
+DEMO_FORMAT = 1
 
 DEMO_CAMPAIGNS: list[dict[str, Any]] = [
     {"name": "browser", "mechanism": "krr", "epsilon": 1.0,
@@ -137,6 +155,11 @@ class Population:
     def __len__(self) -> int:
         return len(self.browsers)
 
+    def values(self, install: int) -> tuple[object, ...]:
+        """The install's true values, in the order of DEMO_CAMPAIGNS."""
+        return (self.browsers[install], self.homepages[install], self.load_times[install],
+                self.load_times[install], self.sessions[install], self.searches[install])
+
     def truth(self) -> dict[str, dict[str, float]]:
         n = len(self)
         clipped = [min(max(t, 0.0), 10.0) for t in self.load_times]
@@ -170,11 +193,52 @@ def _quantiles(values: list[float], levels: tuple[float, ...]) -> dict[str, floa
 
 
 def _simulate(url: str, campaigns: dict[str, Campaign], population: Population,
-              workers: int = 8) -> int:
+              echo: Callable[[str], None], workers: int = 8) -> int:
+    """Every install's reports, the first :data:`CLIENT_INSTALLS` of each app through the
+    real client library as an app sends them, the rest made as the client makes them and
+    sent many to a request (``demo_reports``); returns how many were accepted."""
+    now = time.time()
+    through_client = range(min(CLIENT_INSTALLS, len(population)))
+    echo(f"simulating {len(population):,} installs of an app with six campaigns: "
+         f"{len(through_client)} through the client library over HTTP, a request per "
+         "report; the rest with the same mechanisms and OS CSPRNG, many to a request")
+    accepted = _through_client(url, campaigns, population, through_client, now, workers)
+    echo(f"  through the client library: {accepted:,} reports accepted")
+    rest = range(len(through_client), len(population))
+    names = [spec["name"] for spec in DEMO_CAMPAIGNS]
+    reports = (install_report(campaigns[name], value, _reported_at(now, i))
+               for i in rest for name, value in zip(names, population.values(i), strict=True))
+    accepted += send_reports(url, reports, len(rest) * len(names), "installs", echo)
+    # The daily series: another app's installs, its one campaign planned over 90 days.
+    series = campaigns.get(SERIES_NAME)
+    if series is not None:
+        installs = len(population.series.before)
+        first = range(min(CLIENT_INSTALLS, installs))
+        echo(f"simulating {installs:,} installs of another app, each reporting on 4 days of "
+             f"90 drawn at random ({len(first)} through the client library)")
+        session = requests.Session()
+        session.mount("http://", HTTPAdapter(pool_connections=workers, pool_maxsize=workers))
+        with session:
+            transport = RequestsTransport(session, reuse_connections=True)
+            accepted += simulate_series(url, series, population.series, transport, first,
+                                        workers)
+        plans = series_plans(series, range(len(first), installs))
+        accepted += send_reports(url, series_reports(series, population.series, plans),
+                                 sum(map(len, plans.values())), "daily-series installs", echo)
+    return accepted
+
+
+def _reported_at(now: float, install: int) -> float:
+    """Each install reports on one of the last DEMO_DAYS days, so the series has days."""
+    return now - (install % DEMO_DAYS) * DAY
+
+
+def _through_client(url: str, campaigns: dict[str, Campaign], population: Population,
+                    installs: range, now: float, workers: int) -> int:
     session = requests.Session()
     session.mount("http://", HTTPAdapter(pool_connections=workers, pool_maxsize=workers))
-    # Thousands of simulated devices in one process share a connection pool; a real install
-    # reuses no connection (the default).
+    # Simulated devices in one process share a connection pool; a real install reuses no
+    # connection (the default).
     transport = RequestsTransport(session, reuse_connections=True)
 
     def one_user(i: int) -> int:
@@ -182,48 +246,91 @@ def _simulate(url: str, campaigns: dict[str, Campaign], population: Population,
         # caps and the app's plan for its lifetime budget of 8 (docs/client.md). Ephemeral
         # and without a send delay only because the whole simulation lasts a minute (a real
         # app keeps its state on disk and lets reports leave at random times).
-        reported_at = time.time() - (i % DEMO_DAYS) * DAY
+        reported_at = _reported_at(now, i)
         client = Client(url, ephemeral=True, transport=transport, campaigns=campaigns,
                         send_delay=0.0, clock=lambda: reported_at, plan=DEMO_PLAN)
-        client.report("browser", population.browsers[i])
-        client.report("homepage", population.homepages[i])
-        client.report("load_time", population.load_times[i])
-        client.report("load_time_percentiles", population.load_times[i])
-        client.report("sessions", population.sessions[i])
-        client.report("search", population.searches[i])
+        for spec, value in zip(DEMO_CAMPAIGNS, population.values(i), strict=True):
+            client.report(spec["name"], value)
         client.flush()
         return client.totals.accepted
 
     accepted = 0
-    with ThreadPoolExecutor(workers) as pool, \
-            progress_bar(len(population), "user", "simulated users") as bar:
-        for count in pool.map(one_user, range(len(population)), chunksize=64):
+    with session, ThreadPoolExecutor(workers) as pool, \
+            progress_bar(len(installs), "install", "installs through the client") as bar:
+        for count in pool.map(one_user, installs, chunksize=16):
             accepted += count
             bar.update(1)
-    # The daily series: another app's installs, its one campaign planned over 90 days.
-    series = campaigns.get(SERIES_NAME)
-    if series is not None:
-        accepted += simulate_series(url, series, population.series, transport, workers)
-    session.close()
     return accepted
+
+
+def _wait_for_fold(database: Path, echo: Callable[[str], None]) -> None:
+    """Wait (a bounded time) until the server's background fold has folded every report, so
+    that the queries read per-bucket statistics rather than map every report again."""
+    storage = open_storage(str(database))
+    try:
+        left = storage.fold_status().unfolded
+        if left == 0:
+            return
+        echo(f"folding {left:,} reports into the per-day statistics ...")
+        started = time.monotonic()
+        with progress_bar(left, "report", "folding") as bar:
+            while left and time.monotonic() - started < FOLD_WAIT:
+                time.sleep(0.2)
+                now_left = storage.fold_status().unfolded
+                bar.update(left - now_left)
+                left = now_left
+        echo(f"  folded in {time.monotonic() - started:.1f} s" if left == 0 else
+             f"  {left:,} reports not folded yet: the estimates map them at query time")
+    finally:
+        storage.close()
+
+
+def fingerprint(users: int, seed: int) -> str:
+    """What a kept database holds: the demo's campaigns and populations, and this version
+    of Chorus (another version may ingest, fold or estimate otherwise)."""
+    described = {"format": DEMO_FORMAT, "version": VERSION, "users": users, "seed": seed,
+                 "campaigns": DEMO_CAMPAIGNS, "plan": DEMO_PLAN,
+                 "series": series_spec(0)}  # its shape: the dates follow the run's day
+    return hashlib.sha256(canonical_json(described)).hexdigest()
 
 
 def run_demo(users: int = 20_000, seed: int = 7, echo: Callable[[str], None] = print, *,
              serve: bool = False, port: int | None = None,
              until_stopped: Callable[[CollectorProcess], None] | None = None,
-             ) -> dict[str, Any]:
+             folder: Path = DEFAULT_FOLDER, fresh: bool = False) -> dict[str, Any]:
     """Run the demo and print the results, the dashboard's address and the tokens to sign in
-    with. With ``serve``, the collector then goes on answering on loopback until
-    ``until_stopped`` returns (by default: until Ctrl-C, or until the server dies)."""
+    with. The database stays in ``folder``: a later run with the same users and seed uses it
+    as it is (unless ``fresh``). With ``serve``, the collector then goes on answering on
+    loopback until ``until_stopped`` returns (by default: until Ctrl-C, or until the server
+    dies)."""
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="chorus-demo-") as tmp:
-        database = Path(tmp) / "demo.db"
-        admin, analyst = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    store = DemoFolder(folder)
+    with store.lock():
+        record = None if fresh else store.load(fingerprint(users, seed))
+        if record is None:
+            store.clear()
+            admin, analyst = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+        else:
+            admin, analyst = record.admin_token, record.analyst_token
         settings = {"ADMIN_TOKEN": admin, "ANALYST_TOKEN": analyst, "LOG_LEVEL": "WARNING"}
-        with CollectorProcess(database, settings=settings, port=port) as server:
-            echo(f"collector: {server.url} (gunicorn), database {database}")
-            results, truth, accepted, series = _run(server.url, admin, analyst, users, seed,
-                                                    echo)
+        with CollectorProcess(store.database, settings=settings, port=port) as server:
+            echo(f"collector: {server.url} (gunicorn), database {store.database}")
+            if record is None:
+                campaigns, accepted = _create_and_simulate(server.url, admin, users, seed, echo)
+                _wait_for_fold(store.database, echo)
+                store.save(DemoRecord(fingerprint(users, seed), users, seed, time.time(),
+                                      accepted, admin, analyst))
+            else:
+                campaigns = _campaigns(server.url, admin)
+                accepted = record.reports
+                simulated = dt.datetime.fromtimestamp(record.simulated_at, dt.UTC)
+                echo(f"using the database kept from {simulated:%Y-%m-%d %H:%M} UTC: "
+                     f"{users:,} installs, {accepted:,} reports (`chorus demo --fresh` "
+                     "simulates again)")
+            echo("querying the estimates ...")
+            population = Population(users, seed)
+            results, series = _query(server.url, analyst, campaigns, population, echo)
+            truth = population.truth()
             covered, total = _print_results(results, truth, echo)
             days_covered, days = series()
             echo(f"\n{covered} of {total} true values lie inside their 95% interval "
@@ -232,22 +339,22 @@ def run_demo(users: int = 20_000, seed: int = 7, echo: Callable[[str], None] = p
             echo("")
             lasts = ("serving on loopback until Ctrl-C" if serve else
                      "it stops with this demo: `chorus demo --serve`, or `make serve-demo`, "
-                     "keeps it until Ctrl-C")
+                     "serves this database again until Ctrl-C, without simulating it again")
             echo(f"dashboard: {server.url}/ ({lasts})")
             echo(f"  sign in with the analyst token {analyst}")
-            echo(f"  or the admin token {admin} (both new for this run)")
+            echo(f"  or the admin token {admin} (both kept with the database in "
+                 f"{store.path})")
             if serve:
                 (until_stopped or _until_interrupted)(server)
                 echo("stopping the collector")
     return {"results": results, "truth": truth, "covered": covered, "total": total,
-            "accepted": accepted, "series_days": days, "series_covered": days_covered}
+            "accepted": accepted, "series_days": days, "series_covered": days_covered,
+            "reused": record is not None}
 
 
-def _run(url: str, admin: str, analyst: str, users: int, seed: int,
-         echo: Callable[[str], None],
-         ) -> tuple[dict[str, Any], dict[str, dict[str, float]], int,
-                    Callable[[], tuple[int, int]]]:
-    """Create the campaigns, simulate the users and query the estimates."""
+def _create_and_simulate(url: str, admin: str, users: int, seed: int,
+                         echo: Callable[[str], None]) -> tuple[dict[str, Campaign], int]:
+    """Create the campaigns and simulate the installs; (the campaigns, reports accepted)."""
     api = CollectorAPI(url, admin)
     campaigns: dict[str, Campaign] = {}
     for spec in [*DEMO_CAMPAIGNS, series_spec(time.time())]:
@@ -256,11 +363,23 @@ def _run(url: str, admin: str, analyst: str, users: int, seed: int,
         chosen = config["mechanism"] + (" (auto)" if spec["mechanism"] == "auto" else "")
         echo(f"campaign {spec['name']}: {chosen}, ε = {config['epsilon']:.3g}"
              f", digest {config['digest'][:12]}")
-    population = Population(users, seed)
-    echo(f"simulating {users} users through the client library over HTTP ...")
     t0 = time.monotonic()
-    accepted = _simulate(url, campaigns, population)
-    echo(f"{accepted} reports accepted in {time.monotonic() - t0:.1f} s")
+    accepted = _simulate(url, campaigns, Population(users, seed), echo)
+    echo(f"{accepted:,} reports accepted in {time.monotonic() - t0:.1f} s")
+    return campaigns, accepted
+
+
+def _campaigns(url: str, admin: str) -> dict[str, Campaign]:
+    """The kept database's campaigns, as its collector serves them."""
+    api = CollectorAPI(url, admin)
+    names = [spec["name"] for spec in DEMO_CAMPAIGNS] + [SERIES_NAME]
+    return {name: campaign_from_config(api.get_campaign(name)) for name in names}
+
+
+def _query(url: str, analyst: str, campaigns: dict[str, Campaign], population: Population,
+           echo: Callable[[str], None],
+           ) -> tuple[dict[str, Any], Callable[[], tuple[int, int]]]:
+    """The estimates of each campaign, and the series' summary to print after them."""
     analyst_api = CollectorAPI(url, analyst)
     results = {
         "browser": analyst_api.estimates("browser"),
@@ -271,10 +390,11 @@ def _run(url: str, admin: str, analyst: str, users: int, seed: int,
         "sessions": analyst_api.estimates("sessions", joints=[("version", "crashed")]),
         "search": analyst_api.estimates("search"),  # no candidates: what the walk found
     }
+
     def series() -> tuple[int, int]:
         return summarize_series(analyst_api, campaigns[SERIES_NAME], population.series, echo)
 
-    return results, population.truth(), accepted, series
+    return results, series
 
 
 def _print_results(results: dict[str, Any], truth: dict[str, dict[str, float]],

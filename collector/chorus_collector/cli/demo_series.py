@@ -11,22 +11,29 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from chorus_client import APIError, Client, CollectorAPI, Transport
+from chorus_client.plan import draw_plan
+from chorus_client.policy import DEFAULT_LIFETIME_BUDGET
+from chorus_collector.cli.demo_reports import install_report
 from chorus_collector.cli.progress import progress_bar
 from chorus_shared.campaign import Campaign
+from chorus_shared.rng import resolve_rng
 
-__all__ = ["SERIES_DAYS", "SeriesPopulation", "series_spec", "simulate_series",
-           "summarize_series"]
+__all__ = ["SERIES_DAYS", "SeriesPopulation", "series_plans", "series_reports",
+           "series_spec", "simulate_series", "summarize_series"]
 
 DAY = 86400
 SERIES_NAME = "dark_mode"
 SERIES_DAYS = 90
 SERIES_USERS = 10_000
+#: The series' budget per install: the client's default lifetime budget, all of it for this
+#: app's one campaign (4 reports of ε = 2).
+SERIES_BUDGET = DEFAULT_LIFETIME_BUDGET
 #: The true share of installs with dark mode on steps up on this day of the 90.
 SWITCH_DAY = 60
 SHARE_BEFORE, SHARE_AFTER = 0.30, 0.36
@@ -77,8 +84,8 @@ class SeriesPopulation:
 
 
 def simulate_series(url: str, campaign: Campaign, population: SeriesPopulation,
-                    transport: Transport, workers: int = 8) -> int:
-    """Every install through the real client: it first sees the campaign on day 0, and
+                    transport: Transport, installs: range, workers: int = 8) -> int:
+    """These installs through the real client: each first sees the campaign on day 0, and
     reports on the days its plan drew (a call on any other day returns ``"skipped"`` and
     changes nothing, so the simulation makes only these)."""
     schedule = campaign.schedule
@@ -101,11 +108,36 @@ def simulate_series(url: str, campaign: Campaign, population: SeriesPopulation,
 
     accepted = 0
     with ThreadPoolExecutor(workers) as pool, \
-            progress_bar(len(population.before), "install", "daily-series installs") as bar:
-        for count in pool.map(one_install, range(len(population.before)), chunksize=64):
+            progress_bar(len(installs), "install", "daily-series installs") as bar:
+        for count in pool.map(one_install, installs, chunksize=16):
             accepted += count
             bar.update(1)
     return accepted
+
+
+def series_plans(campaign: Campaign, installs: range) -> dict[int, tuple[int, ...]]:
+    """The days each of these installs reports on, drawn as the client draws them when it
+    first sees the campaign on day 0 (``draw_plan``, the OS CSPRNG): 4 of the 90 for a
+    budget of 8 at ε = 2."""
+    schedule = campaign.schedule
+    assert schedule is not None
+    rng = resolve_rng(None)
+    return {i: draw_plan(campaign, pool="pinned", budget=SERIES_BUDGET,
+                         now=schedule.start + 3600.0, rng=rng, spent=0.0,
+                         reserved=0.0).slots or ()
+            for i in installs}
+
+
+def series_reports(campaign: Campaign, population: SeriesPopulation,
+                   plans: dict[int, tuple[int, ...]]) -> Iterator[dict[str, Any]]:
+    """Each install's report of its value on each of its planned days, as the client makes
+    it (``demo_reports``)."""
+    assert campaign.schedule is not None
+    start = campaign.schedule.start
+    for install, days in plans.items():
+        for day in days:
+            yield install_report(campaign, population.value(install, day),
+                                 start + day * DAY + 3600.0)
 
 
 def summarize_series(api: CollectorAPI, campaign: Campaign, population: SeriesPopulation,

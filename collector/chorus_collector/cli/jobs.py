@@ -17,6 +17,8 @@ from chorus_collector.cli.root import main
 if TYPE_CHECKING:
     from distributed import Client
 
+    from chorus_collector.storage import Storage
+
 
 @main.command()
 @click.option("--database", envvar="CHORUS_DATABASE", default="chorus.db", show_default=True,
@@ -78,6 +80,9 @@ def aggregate(database: str, follow: bool, interval: float, scheduler: str | Non
     With --scheduler the map step runs on a Dask cluster whose workers can read the
     database file."""
     import functools
+    import signal
+    import sys
+    import threading
     import time
 
     from chorus_collector.jobs.folding import BackgroundFolder
@@ -85,10 +90,17 @@ def aggregate(database: str, follow: bool, interval: float, scheduler: str | Non
     if parquet is not None:
         _aggregate_parquet(parquet, scheduler)
         return
-    storage = open_database(database)
-    with _cluster(scheduler) as client:
+    with contextlib.ExitStack() as stack:
+        if threading.current_thread() is threading.main_thread():  # where signals are handled
+            # SIGTERM unwinds like Ctrl-C (the fold in hand rolls back, the lease is given
+            # back) instead of ending the process where it stands, holding the lease.
+            previous = signal.signal(signal.SIGTERM,
+                                     lambda number, frame: sys.exit(128 + number))
+            stack.callback(signal.signal, signal.SIGTERM, previous)
+        storage = open_database(database)
+        client = stack.enter_context(_cluster(scheduler))
         if client is None:
-            run = BackgroundFolder(storage, interval).run_once
+            run = BackgroundFolder(storage, interval, role="aggregate").run_once
         else:
             from chorus_collector.jobs.distributed import fold_with_cluster
 
@@ -96,10 +108,29 @@ def aggregate(database: str, follow: bool, interval: float, scheduler: str | Non
         while True:
             folded = run()
             status = storage.fold_status()
-            click.echo(f"folded {folded} reports; {status.unfolded} waiting")
+            click.echo(f"folded {folded} reports; {status.unfolded} waiting"
+                       + (_lease_note(storage) if status.unfolded and not folded else ""))
             if not follow:
                 return
             time.sleep(interval)
+
+
+def _lease_note(storage: Storage) -> str:
+    """Why nothing was folded: who holds the fold lease, and until when."""
+    import datetime
+    import time
+
+    from chorus_collector.jobs.lease import Holder
+
+    lease = storage.fold_lease()
+    left = lease.until - time.time()
+    if left <= 0:
+        return ""
+    holder = Holder.parse(lease.holder)
+    who = holder.describe() if holder is not None else f"{lease.holder!r}"
+    until = datetime.datetime.fromtimestamp(lease.until, datetime.UTC)
+    return (f"; the fold lease is held by {who} until {until:%Y-%m-%d %H:%M:%S} UTC "
+            f"({left:.0f} s from now): it folds them, or run this again after that")
 
 
 def _aggregate_parquet(directory: Path, scheduler: str | None) -> None:

@@ -43,7 +43,7 @@ def shuffler(bind: str | None, database: str | None, flush: bool) -> None:
             from chorus_collector.shuffler.app import create_shuffler_app
 
             app = create_shuffler_app(overrides)
-            report = app.extensions["chorus.shuffler.forwarder"].flush()
+            report = app.extensions["chorus.shuffler.forwarder"].flush(retry_held=True)
             click.echo(json.dumps(report.to_json()))
             return
         from chorus_collector.shuffler.server import serve_shuffler

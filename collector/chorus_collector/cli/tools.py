@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from typing import Any
 
 import click
@@ -19,17 +20,29 @@ from chorus_collector.cli.root import main
               help="Keep the collector and its dashboard serving on loopback until Ctrl-C.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="Port on 127.0.0.1 (default: a free one).")
-def demo(users: int, seed: int, serve: bool, port: int | None) -> None:
+@click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path),
+              default=".demo", show_default=True,
+              help="Folder that keeps the demo's database: a later run with the same --users "
+                   "and --seed serves it without simulating again.")
+@click.option("--fresh", is_flag=True, help="Simulate again even if the folder holds the "
+                                            "same demo.")
+def demo(users: int, seed: int, serve: bool, port: int | None, folder: Path,
+         fresh: bool) -> None:
     """Start a collector, create seven campaigns (one a daily series over 90 days),
     simulate users, print the estimates beside the truth and
-    the dashboard's address; with --serve, keep serving until Ctrl-C."""
+    the dashboard's address; with --serve, keep serving until Ctrl-C. The database stays
+    in --dir for the next run."""
     from chorus_collector.cli.demo import run_demo
+    from chorus_collector.cli.demo_store import FolderBusy
 
     if port is not None and not _port_is_free(port):
         raise click.ClickException(f"port {port} on 127.0.0.1 is in use: choose another, or "
                                    "leave --port out for a free one")
     try:
-        run_demo(users=users, seed=seed, echo=click.echo, serve=serve, port=port)
+        run_demo(users=users, seed=seed, echo=click.echo, serve=serve, port=port,
+                 folder=folder, fresh=fresh)
+    except FolderBusy as error:
+        raise click.ClickException(str(error)) from None
     except RuntimeError as error:  # the server did not start, or died while serving
         lines = [line for line in str(error).splitlines() if line.strip()]
         # What happened, and the server log's last word on why (a port in use, say).

@@ -242,11 +242,43 @@ class Section:
     joints: list[dict[str, Any]] = field(default_factory=list)
 
 
-@dataclass
 class CampaignView:
-    estimates: Section = field(default_factory=Section)
-    series: Section = field(default_factory=Section)
-    comparison: Section = field(default_factory=Section)
+    """A campaign page's three sections, each computed when the page first reads it.
+
+    A discovery campaign's page is streamed (``views.campaign``): what is above a section
+    has reached the browser, with a line saying what is being computed, before that section's
+    walks start. Other pages compute all three first (:meth:`computed`)."""
+
+    def __init__(self, work: Mapping[str, Callable[[Section], None]] | None = None,
+                 **done: Section) -> None:
+        self._work = dict(work or {})
+        self._sections = dict(done)
+
+    def _section(self, name: str) -> Section:
+        if name not in self._sections:
+            section = self._sections[name] = Section()
+            work = self._work.pop(name, None)
+            if work is not None:
+                _attempt(section, lambda: work(section))
+        return self._sections[name]
+
+    @property
+    def estimates(self) -> Section:
+        return self._section("estimates")
+
+    @property
+    def series(self) -> Section:
+        return self._section("series")
+
+    @property
+    def comparison(self) -> Section:
+        return self._section("comparison")
+
+    def computed(self) -> CampaignView:
+        """Every section computed now (under the caller's query gate)."""
+        for name in ("estimates", "series", "comparison"):
+            self._section(name)
+        return self
 
 
 def _attempt(section: Section, work: Callable[[], None]) -> None:
@@ -326,30 +358,27 @@ def needs_candidates(stored: StoredCampaign) -> bool:
 
 def campaign_view(storage: Storage, stored: StoredCampaign,
                   parameters: PageParameters) -> CampaignView:
-    view = CampaignView()
+    """The page's sections, computed as they are first read (:class:`CampaignView`)."""
     if needs_candidates(stored) and not parameters.candidates:
         message = ("paste or upload candidate strings: this campaign's estimates are of the "
                    "strings you list")
-        view.estimates.error = view.series.error = view.comparison.error = message
-        return view
+        return CampaignView(estimates=Section(error=message), series=Section(error=message),
+                            comparison=Section(error=message))
 
-    def estimates() -> None:
-        view.estimates.json = estimates_result(storage, stored, parameters).to_json()
-        view.estimates.chart = estimate_chart(view.estimates.json)
-        view.estimates.joints = joint_views(view.estimates.json)
+    def estimates(section: Section) -> None:
+        section.json = estimates_result(storage, stored, parameters).to_json()
+        section.chart = estimate_chart(section.json)
+        section.joints = joint_views(section.json)
 
-    def series() -> None:
-        view.series.json = series_result(storage, stored, parameters).to_json()
-        view.series.chart = series_chart(view.series.json)
+    def series(section: Section) -> None:
+        section.json = series_result(storage, stored, parameters).to_json()
+        section.chart = series_chart(section.json)
 
-    def comparison() -> None:
-        view.comparison.json = comparison_result(storage, stored, parameters).to_json()
-        view.comparison.chart = comparison_chart(view.comparison.json)
+    def comparison(section: Section) -> None:
+        section.json = comparison_result(storage, stored, parameters).to_json()
+        section.chart = comparison_chart(section.json)
 
-    _attempt(view.estimates, estimates)
-    _attempt(view.series, series)
-    _attempt(view.comparison, comparison)
-    return view
+    return CampaignView({"estimates": estimates, "series": series, "comparison": comparison})
 
 
 def estimate_chart(body: Mapping[str, Any]) -> Markup:

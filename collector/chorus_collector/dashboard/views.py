@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from flask import (
@@ -15,9 +16,10 @@ from flask import (
     redirect,
     render_template,
     request,
+    stream_template,
     url_for,
 )
-from flask_wtf.csrf import CSRFError, CSRFProtect
+from flask_wtf.csrf import CSRFError, CSRFProtect, generate_csrf
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from chorus_collector.dashboard import designing, pages
@@ -31,6 +33,7 @@ from chorus_collector.dashboard.signin import (
 )
 from chorus_collector.design import designer
 from chorus_collector.estimators import estimator_for
+from chorus_collector.http.admission import admission
 from chorus_collector.http.ratelimit import RateLimiter
 from chorus_collector.kinds import kind_of
 from chorus_collector.problems import Problem
@@ -183,36 +186,93 @@ def _parameters(stored: StoredCampaign) -> pages.PageParameters:
     return pages.read_parameters(values, uploaded, stored, _extent(stored), now=_now())
 
 
+def _gate() -> threading.BoundedSemaphore:
+    """The worker's query gate, taken through its admission (http/admission.py): a 503
+    query-busy at once past QUERY_THREADS, or when no slot frees within QUERY_WAIT."""
+    queries = admission()
+    queries.enter()
+    return queries.slots
+
+
 def _gated(work: Any) -> Any:
     """Run a computation under the worker's query gate, as the API's estimates are."""
-    gate: threading.BoundedSemaphore = current_app.extensions["chorus.query_gate"]
-    if not gate.acquire(timeout=current_app.config["CHORUS"]["QUERY_WAIT"]):
-        raise Problem("query-busy", "as many estimate queries as this worker computes at "
-                      "once are running; retry shortly", headers={"Retry-After": "5"})
+    gate = _gate()
     try:
         return work()
     finally:
         gate.release()
 
 
+class _GatedStream:
+    """A streamed page's chunks, holding the query gate until the last one is sent or the
+    server closes the response (the browser gone), whichever comes first: a generator's own
+    ``finally`` would not run for a response closed before its first chunk."""
+
+    def __init__(self, chunks: Iterator[str], gate: threading.BoundedSemaphore) -> None:
+        self._chunks = chunks
+        self._gate: threading.BoundedSemaphore | None = gate
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            yield from self._chunks
+        finally:
+            self._release()
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._chunks, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._gate is not None:
+            gate, self._gate = self._gate, None
+            gate.release()
+
+
+def _streamed_page(template: str, **context: Any) -> Response:
+    """The page sent as its template renders: the browser shows each section, and what the
+    next one is computing, while the walks of that one run (seconds on a first view)."""
+    # The form's CSRF token goes into the session now: its cookie leaves with the headers,
+    # before the template that asks for the token has rendered.
+    generate_csrf()
+    gate = _gate()
+    try:
+        chunks = stream_template(template, **context)
+    except BaseException:
+        gate.release()
+        raise
+    response = Response(_GatedStream(chunks, gate), mimetype="text/html")
+    response.headers["X-Accel-Buffering"] = "no"  # nginx passes each chunk on as it comes
+    return response
+
+
 @dashboard.route("/campaigns/<name>", methods=["GET", "POST"])
 @require_role("analyst")
-def campaign(name: str) -> str:
+def campaign(name: str) -> str | Response:
     stored = _campaign(name)
     parameters = _parameters(stored)
-    view = _gated(lambda: pages.campaign_view(_storage(), stored, parameters))
     config = stored.campaign.public_config()
     retired_at = _storage().retired_at(stored.id)
     kind = kind_of(stored.campaign)
-    return render_template(
-        "campaign.html", stored=stored, config=config, view=view,
+    discovery = pages.discovers(stored)
+    view = pages.campaign_view(_storage(), stored, parameters)
+    context = dict(
+        stored=stored, config=config, view=view,
         domain=pages.domain_summary(config), form=parameters.form_values(),
-        strings=stored.campaign.domain.kind == "strings", discovery=pages.discovers(stored),
+        strings=stored.campaign.domain.kind == "strings", discovery=discovery,
         kind=kind, asks=kind.query_parameters(stored.campaign),
         pairs=pages.joint_pairs(stored),
         postprocessing=estimator_for(stored.campaign.mechanism.name).postprocessing,
         retired_at=retired_at, max_bars=pages.MAX_CHART_BARS,
-        reporting=stored.campaign.reporting, steps=pages.steps_of(stored))
+        reporting=stored.campaign.reporting, steps=pages.steps_of(stored),
+        walking=discovery)
+    if discovery:  # walks of several seconds on a first view: shown as they go
+        return _streamed_page("campaign.html", **context)
+    _gated(view.computed)
+    return render_template("campaign.html", **context)
 
 
 @dashboard.route("/campaigns/<name>/download/<what>.<fmt>", methods=["GET", "POST"])

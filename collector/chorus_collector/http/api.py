@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -33,6 +32,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 
 from chorus_collector.analysis import compare_windows, estimate_series, estimate_window
 from chorus_collector.analysis.periods import describe_window
+from chorus_collector.http.admission import admission
 from chorus_collector.http.auth import Role, TokenVerifier
 from chorus_collector.http.metrics import Metrics
 from chorus_collector.http.openapi import openapi_document
@@ -311,15 +311,9 @@ T = TypeVar("T")
 
 
 def _gated(work: Callable[[], T]) -> T:
-    """Run a query within the worker's bound on concurrent queries."""
-    gate: threading.BoundedSemaphore = current_app.extensions["chorus.query_gate"]
-    if not gate.acquire(timeout=current_app.config["CHORUS"]["QUERY_WAIT"]):
-        raise Problem("query-busy", "as many estimate queries as this worker computes at once "
-                      "are running; retry shortly", headers={"Retry-After": "5"})
-    try:
-        return work()
-    finally:
-        gate.release()
+    """Run a query within the worker's bounds on the threads queries hold and on the
+    queries computed at once (http/admission.py)."""
+    return admission().run(work)
 
 
 def _question_body() -> Any:

@@ -7,9 +7,14 @@
 * Reports: its client report CSV ``client,cohort,bloom,prr,irr`` (bit strings written most
   significant bit first, as ``tests/rappor_sim.py`` does and ``sum_bits.py`` reads) becomes
   Chorus reports carrying only the cohort and the IRR. A report ID is derived from what
-  identifies the report (campaign, client, cohort, report bits, time bucket), never from its
-  line: importing the same file twice, or in another order, counts it once, and the next
-  day's file with the same client names makes new reports.
+  identifies the report (campaign, client, cohort, report bits, time bucket) and how many
+  equal rows came before it in the file, never from its line: importing the same file twice
+  (into the same time bucket), or in another order, counts it once; two equal rows in one
+  file are two reports (a client that sends several reports an hour repeats its bits: with
+  google/rappor's 8 bits, 128 cohorts and 10 reports a client, 1.9% of the rows); and the
+  next day's file with the same client names makes new reports. The first of equal rows
+  keeps the ID it had before the occurrence counted, so re-importing a file imported then
+  (into the same time bucket) adds exactly the rows it dropped.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import csv
 import hashlib
 import io
 import math
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -68,6 +74,7 @@ def reports_from_google_csv(lines: Iterable[str], campaign: Campaign,
     header = [cell.strip() for cell in next(reader, [])]
     if header[:2] != ["client", "cohort"] or header[-1] != "irr":
         raise CompatError("expected a header 'client,cohort,...,irr'")
+    seen: Counter[tuple[str, int, str]] = Counter()  # equal rows so far
     for number, row in enumerate(reader, start=2):
         if not row:
             continue
@@ -80,8 +87,12 @@ def reports_from_google_csv(lines: Iterable[str], campaign: Campaign,
             raise CompatError(f"line {number}: cohort must be an integer") from None
         if not 0 <= cohort < mechanism.m:
             raise CompatError(f"line {number}: cohort {cohort} is outside [0, {mechanism.m})")
-        identity = f"{campaign.digest}\n{client}\n{cohort}\n{irr}\n{time}".encode()
+        occurrence = seen[client, cohort, irr]
+        seen[client, cohort, irr] += 1
+        identity = f"{campaign.digest}\n{client}\n{cohort}\n{irr}\n{time}"
+        if occurrence:  # the first keeps its earlier ID (see the module's docstring)
+            identity += f"\n{occurrence}"
         # The first character is the most significant bit: int(irr, 2) gives bit i = 1 << i.
         payload = {"cohort": cohort, "bits": mechanism.bits_to_hex(int(irr, 2))}
-        yield Report(report_id=hashlib.sha256(identity).hexdigest()[:32],
+        yield Report(report_id=hashlib.sha256(identity.encode()).hexdigest()[:32],
                      digest=campaign.digest, time=time, payload=payload).to_json()

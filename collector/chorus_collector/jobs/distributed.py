@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,7 +38,8 @@ import numpy as np
 from chorus_collector.extras import require
 from chorus_collector.jobs.aggregate import Buckets, Recompute
 from chorus_collector.jobs.export import ParquetExport, map_row_group, read_export, row_groups
-from chorus_collector.jobs.folding import LEASE_SECONDS, Partials, map_groups
+from chorus_collector.jobs.folding import Partials, map_groups
+from chorus_collector.jobs.lease import FoldLease
 from chorus_collector.storage import Storage, open_storage
 
 if TYPE_CHECKING:
@@ -152,30 +152,19 @@ def fold_with_cluster(storage: Storage, client: Client, *, task_reports: int = T
                       max_rounds: int = MAX_ROUNDS,
                       clock: Callable[[], float] = time.time) -> int:
     """Fold on the cluster until nothing is pending (or ``max_rounds`` folds), holding the
-    fold lease so that the servers' folders wait instead of doing the work twice. Returns how
+    fold lease so that the servers' folders wait instead of doing the work twice (a fold of
+    10⁹ reports outlasts the lease: its heartbeat keeps it while the tasks run). Returns how
     many reports were folded: 0 when another folder holds the lease."""
     if storage.fold_status().unfolded == 0:
         return 0  # nothing to do: no write transaction for the lease
-    holder = f"dask-{uuid.uuid4().hex}"
-    if not storage.claim_fold(holder, clock(), LEASE_SECONDS):
-        return 0
-    renewed = clock()
-
-    def renew() -> None:  # a fold of 10⁹ reports outlasts the lease: keep it while tasks finish
-        nonlocal renewed
-        if clock() - renewed > LEASE_SECONDS / 4:
-            storage.claim_fold(holder, clock(), LEASE_SECONDS)
-            renewed = clock()
-
+    lease = FoldLease(storage, "dask", clock=clock)
     folded = 0
-    try:
-        for _ in range(max_rounds):
-            if storage.fold_status().unfolded == 0:
+    with lease.hold() as held:
+        for _ in range(max_rounds if held else 0):
+            if storage.fold_status().unfolded == 0 or lease.lost.is_set():
                 break
-            folded += fold_on_cluster(storage, client, task_reports=task_reports, clock=clock,
-                                      progress=renew) or 0
-    finally:
-        storage.release_fold(holder)
+            folded += fold_on_cluster(storage, client, task_reports=task_reports,
+                                      clock=clock) or 0
     return folded
 
 

@@ -11,38 +11,38 @@ checks the watermark is still where it read it. So the job is idempotent and res
   cannot both count a report: the second one's check fails and it discards its work.
 
 A lease in the same row keeps concurrent folders from doing the work twice; it is an
-optimisation only. An estimate reads the folded statistics and maps the unfolded tail of its
-window in one snapshot (``estimate_inputs``), so answers are complete whatever the job's lag,
-and it says how fresh the folded part is.
+optimisation only, kept short and given back when a folder stops (``jobs/lease.py``). An
+estimate reads the folded statistics and maps the unfolded tail in one snapshot, page by page
+with this job's map (``jobs/tail.py``), so answers are complete whatever the job's lag, and it
+says how fresh the folded part is.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from chorus_collector.estimators import estimator_for
-from chorus_collector.storage import PayloadGroup, Storage, StoredCampaign
+from chorus_collector.jobs.lease import FoldLease
+from chorus_collector.storage import PayloadGroup, Storage
 from chorus_shared.campaign import Campaign
 
-__all__ = ["BackgroundFolder", "EstimateInputs", "Partials", "estimate_inputs", "fold", "fold_once",
-           "map_groups"]
+__all__ = ["BackgroundFolder", "Partials", "fold", "fold_once", "map_groups", "map_payloads"]
 
 log = logging.getLogger("chorus.folding")
 
 FOLD_CHUNK = 20_000  # reports per fold transaction: bounds the job's memory and lock time
-LEASE_SECONDS = 120.0
 FOLDER_NICENESS = 10
+STOP_SECONDS = 10.0  # a stopping folder waits this long for its chunk (gunicorn: 30 s)
 
 # Additive partial statistics: (report count, statistic) per (campaign id, time bucket).
 Partials = dict[tuple[int, int], tuple[int, np.ndarray]]
@@ -54,7 +54,7 @@ def _no_fault(step: str) -> None:
 
 def map_payloads(campaign: Campaign, payload_jsons: Sequence[str]) -> np.ndarray:
     """The estimator's map over stored canonical payloads: an additive int64 vector (the
-    estimates' tail's and the recomputation's map step; the fold's, through map_groups)."""
+    recomputation's map step; the fold's and the estimates' tail's, through map_groups)."""
     return map_parsed(campaign, json.loads("[" + ",".join(payload_jsons) + "]"))
 
 
@@ -110,47 +110,21 @@ def fold(storage: Storage, *, limit: int = FOLD_CHUNK, max_rounds: int | None = 
     return folded
 
 
-@dataclass(frozen=True)
-class EstimateInputs:
-    """What an estimate of one window is computed from."""
-
-    n: int
-    state: np.ndarray
-    unfolded: int  # of the n reports, those mapped at query time (past the watermark)
-    folded_at: float | None  # when the statistics were last folded (None: never)
-
-    def freshness(self) -> dict[str, Any]:
-        return {"folded_at": self.folded_at, "unfolded_reports": self.unfolded}
-
-
-def estimate_inputs(storage: Storage, stored: StoredCampaign, start: int | None,
-                    end: int | None) -> EstimateInputs:
-    """The window's folded statistics plus its unfolded tail, mapped now: complete at once."""
-    mechanism = stored.campaign.mechanism
-    size = estimator_for(mechanism.name).state_size(mechanism)
-    snapshot = storage.window_snapshot(stored.id, size, start, end)
-    state = snapshot.state
-    for offset in range(0, len(snapshot.tail), FOLD_CHUNK):
-        chunk = [payload for _, payload in snapshot.tail[offset:offset + FOLD_CHUNK]]
-        state = state + map_payloads(stored.campaign, chunk)
-    return EstimateInputs(snapshot.n + len(snapshot.tail), state, len(snapshot.tail),
-                          snapshot.folded_at)
-
-
 class BackgroundFolder:
     """Folds every ``interval`` seconds in a daemon thread of this process.
 
     Started in each server worker after the fork (no thread survives a fork); several
     folders, in one process or many, share the work through the lease and stay exact through
-    the watermark check.
+    the watermark check. ``stop`` (the server's worker exit, or the interpreter's exit)
+    lets the chunk in hand finish and gives the lease back.
     """
 
     def __init__(self, storage: Storage, interval: float,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, role: str = "folder") -> None:
         self.storage = storage
         self.interval = interval
         self.clock = clock
-        self.holder = uuid.uuid4().hex
+        self.lease = FoldLease(storage, role, clock=clock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -159,11 +133,16 @@ class BackgroundFolder:
             return
         self._thread = threading.Thread(target=self._run, name="chorus-folder", daemon=True)
         self._thread.start()
+        atexit.register(self.stop)  # a process that exits without stopping it still releases
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = STOP_SECONDS) -> None:
+        """Stop folding after the chunk in hand, and give the lease back (at once, even if
+        that chunk outlasts ``timeout``: its commit stays exact, and the process ends)."""
         self._stop.set()
-        if self._thread is not None:
+        atexit.unregister(self.stop)
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
+        self.lease.close()
 
     def run_once(self) -> int:
         """Fold what is pending if no other folder holds the lease; how many were folded."""
@@ -171,12 +150,13 @@ class BackgroundFolder:
         if not self.storage.any_unfolded():
             return 0  # nothing to do: no write transaction for the lease
         folded = 0
-        while self.storage.claim_fold(self.holder, self.clock(), LEASE_SECONDS):
-            count = fold_once(self.storage, clock=self.clock)
-            if count == 0:
-                break
-            folded += count or 0
-        self.storage.release_fold(self.holder)
+        with self.lease.hold() as held:
+            # Chunk by chunk, so that a stop or a lost lease ends the run between commits.
+            while held and not self._stop.is_set() and not self.lease.lost.is_set():
+                count = fold_once(self.storage, clock=self.clock)
+                if count == 0:
+                    break
+                folded += count or 0
         return folded
 
     def _run(self) -> None:
@@ -187,7 +167,8 @@ class BackgroundFolder:
         while not self._stop.wait(self.interval):
             try:
                 self.run_once()
-            except Exception:  # the next round retries; ingest and estimates are unaffected
-                log.exception("folding reports into the statistics failed; retrying")
+            except Exception as error:  # the next round retries
+                if not self.storage.unavailable(error):  # an outage is logged once, there
+                    log.exception("folding reports into the statistics failed; retrying")
             finally:
                 self.storage.close()

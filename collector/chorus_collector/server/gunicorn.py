@@ -4,6 +4,7 @@
 in the master (migrating the database there, before any worker exists) and forked into the
 workers. SIGTERM makes gunicorn stop accepting connections and finish in-flight requests
 (``graceful_timeout``); every acknowledged report was committed before its response was sent.
+Each worker then stops its folder, which gives the fold lease back after the chunk in hand.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
-from chorus_collector.app import create_app, start_background_work
+from chorus_collector.app import create_app, start_background_work, stop_background_work
 from chorus_collector.server.logs import configure_logging, logging_config
 from chorus_collector.settings import resolve_settings
 
@@ -48,7 +49,8 @@ def serve(config: Mapping[str, Any] | None = None) -> None:
     # Workers are separate processes: metrics go through files that /metrics sums up. The
     # variable must be set before prometheus_client is first imported (by create_app).
     _remove_stale_metrics_dirs()
-    metrics_dir = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
+    master = os.getpid()
+    metrics_dir = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{master}-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     configure_logging(settings["LOG_LEVEL"])
     app = create_app(config)
@@ -56,13 +58,18 @@ def serve(config: Mapping[str, Any] | None = None) -> None:
     options = {
         **gunicorn_options(settings, "chorus-collector", timeout=60),
         "child_exit": _child_exit,
-        # Threads do not survive the fork: each worker starts its own folder.
+        # Threads do not survive the fork: each worker starts its own folder, and stops it
+        # (giving the fold lease back) when it exits.
         "post_worker_init": lambda worker: start_background_work(app),
+        "worker_exit": lambda server, worker: _worker_exit(app, worker),
     }
     try:
         GunicornApp(app, options).run()
     finally:
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+        # A worker leaves run() too when it exits (it is a fork of this process): only the
+        # master removes the directory that every worker, and its successor, writes to.
+        if os.getpid() == master:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 def gunicorn_options(settings: Mapping[str, Any], name: str, *,
@@ -117,3 +124,10 @@ def _child_exit(server: Any, worker: Any) -> None:
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+
+
+def _worker_exit(app: Flask, worker: Any) -> None:
+    # gunicorn also calls this in the master, for a worker that vanished: only the worker
+    # itself has a folder to stop.
+    if worker.pid == os.getpid():
+        stop_background_work(app)

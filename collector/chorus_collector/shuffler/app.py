@@ -6,7 +6,8 @@ holds ``MIN_BATCH`` of them, as one batch in a uniformly random order, without t
 addresses, headers or arrival times. The collector then sees batches, not people.
 
 =================================  =========  =============================================
-``GET  /healthz``                    none       liveness and pool check
+``GET  /healthz``                    none       liveness and pool check; batches held as
+                                                too large for the collector
 ``POST /v1/reports``                 admission  reports, the collector's wire format; with
                                                 ``ADMISSION_SECRETS`` a credential minted by
                                                 the app's backend, else none
@@ -94,7 +95,8 @@ def create_shuffler_app(config: Mapping[str, Any] | None = None, *,
     app.extensions["chorus.shuffler.forwarder"] = Forwarder(
         pool, collector_url=settings["COLLECTOR_URL"], key=settings["SHUFFLER_KEY"],
         min_batch=settings["MIN_BATCH"], max_batch=settings["MAX_BATCH"],
-        timeout=settings["FORWARD_TIMEOUT"], upstream=upstream, rng=rng)
+        max_batch_bytes=settings["MAX_BATCH_BYTES"], timeout=settings["FORWARD_TIMEOUT"],
+        upstream=upstream, rng=rng, clock=wall_clock)
     app.extensions["chorus.shuffler.tokens"] = TokenVerifier(admin=settings["ADMIN_TOKEN"],
                                                              analyst=None)
     app.extensions["chorus.shuffler.campaigns"] = _CampaignCache(
@@ -124,8 +126,12 @@ def _setting(name: str) -> Any:
 
 @shuffler_api.get("/healthz")
 def healthz() -> Response:
-    _pool().ping()
-    return jsonify(status="ok")
+    counts = _pool().counts()
+    # Still 200: the process is fine, and a restart would not let a held batch through; the
+    # status and the counts are for the operator, whose settings must change (the log says
+    # which, docs/shuffler.md).
+    return jsonify(status="degraded" if counts.held_batches else "ok",
+                   held={"batches": counts.held_batches, "reports": counts.held_reports})
 
 
 # -- admission --------------------------------------------------------------------------------
@@ -323,6 +329,7 @@ def flush() -> Response:
     tokens: TokenVerifier = current_app.extensions["chorus.shuffler.tokens"]
     tokens.check(request.headers.get("Authorization"), "admin")
     forwarder: Forwarder = current_app.extensions["chorus.shuffler.forwarder"]
-    report = forwarder.flush()
+    report = forwarder.flush(retry_held=True)  # an operator's pass: held batches too
     counts = _pool().counts()
-    return jsonify(**report.to_json(), waiting=counts.waiting, claimed=counts.claimed)
+    return jsonify(**report.to_json(), waiting=counts.waiting, claimed=counts.claimed,
+                   held_reports=counts.held_reports)

@@ -9,6 +9,12 @@ pool only after the collector's 200. A crash between the collector's commit and 
 sends the same batch again; the collector counts its reports as duplicates, so nothing is
 lost and nothing counted twice.
 
+A 413 (the batch is over the collector's ``MAX_BODY_BYTES`` or ``MAX_REPORTS_PER_REQUEST``,
+or its proxy's body limit) splits the batch in two halves, each of at least ``MIN_BATCH``
+senders, and forwards each (a half refused again splits again). A batch too small to split
+is kept: logged once as an error, counted in ``/healthz``, and tried again after a back-off
+(:data:`HOLD_BACKOFF`) rather than on every pass; ``POST /v1/flush`` tries it at once.
+
 Only one pass runs at a time per pool, across threads and processes (gunicorn workers): a
 thread lock, then an exclusive ``flock`` on ``<database>.forward-lock``, which the OS releases
 if the process dies.
@@ -23,7 +29,8 @@ import logging
 import random
 import secrets
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -31,13 +38,17 @@ import requests
 
 from chorus_client.transport import Response
 from chorus_collector.ingest.shuffled_batches import SHUFFLED_BATCH_HEADER, SHUFFLED_SENDERS_HEADER
-from chorus_collector.shuffler.pool import ShufflerPool
+from chorus_collector.shuffler.pool import ShufflerPool, batch_body
 
-__all__ = ["SHUFFLED_BATCH_HEADER", "SHUFFLED_SENDERS_HEADER", "BackgroundForwarder",
-           "FlushReport", "Forwarder", "RequestsUpstream", "Upstream", "UpstreamError",
-           "UpstreamReply"]
+__all__ = ["HOLD_BACKOFF", "SHUFFLED_BATCH_HEADER", "SHUFFLED_SENDERS_HEADER",
+           "BackgroundForwarder", "FlushReport", "Forwarder", "RequestsUpstream", "Upstream",
+           "UpstreamError", "UpstreamReply"]
 
 USER_AGENT = "chorus-shuffler"
+# Seconds before a batch the collector refused as too large, and that cannot be split, is
+# tried again: one minute, doubling up to an hour. Only a change of settings lets it through,
+# so trying every pass would only load the collector (and fill its log).
+HOLD_BACKOFF = (60.0, 3600.0)
 
 log = logging.getLogger("chorus.shuffler")
 
@@ -81,6 +92,8 @@ class FlushReport:
     duplicate: int = 0
     rejected: int = 0
     failed: int = 0  # batches the collector did not acknowledge; kept for the next pass
+    split: int = 0  # batches the collector refused as too large, split in two halves
+    held: int = 0  # too large and too small to split: kept (refused now, or backing off)
     busy: bool = False  # another pass held the lock; this one did nothing
 
     def to_json(self) -> dict[str, Any]:
@@ -89,14 +102,17 @@ class FlushReport:
 
 class Forwarder:
     def __init__(self, pool: ShufflerPool, *, collector_url: str, key: str, min_batch: int,
-                 max_batch: int, timeout: float, upstream: Upstream | None = None,
-                 rng: random.Random | None = None) -> None:
+                 max_batch: int, timeout: float, max_batch_bytes: int | None = None,
+                 upstream: Upstream | None = None, rng: random.Random | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.pool = pool
         self.url = collector_url.rstrip("/") + "/v1/reports"
         self._key = key
         self.min_batch = min_batch
         self.max_batch = max_batch
+        self.max_batch_bytes = max_batch_bytes
         self.timeout = timeout
+        self.clock = clock  # wall clock: a held batch's next try survives a restart
         self.upstream: Upstream = upstream or RequestsUpstream()
         # The OS CSPRNG; tests may pass a seeded generator to make a statistical test exact.
         self.rng: random.Random = rng or secrets.SystemRandom()
@@ -126,17 +142,23 @@ class Forwarder:
         finally:
             self._lock.release()
 
-    def flush(self, *, wait: bool = True) -> FlushReport:
-        """One forwarding pass; ``wait=False`` returns at once if another pass is running."""
+    def flush(self, *, wait: bool = True, retry_held: bool = False) -> FlushReport:
+        """One forwarding pass; ``wait=False`` returns at once if another pass is running.
+        ``retry_held`` also tries the held batches whose back-off has not run out (an
+        operator's flush, after raising the collector's limit)."""
         report = FlushReport()
-        with self._exclusive(wait) as held:
-            if not held:
+        with self._exclusive(wait) as locked:
+            if not locked:
                 report.busy = True
                 return report
+            backing_off = set() if retry_held else self.pool.backing_off(self.clock())
+            report.held += len(backing_off)
             for batch in self.pool.claimed_batches():
+                if batch in backing_off:
+                    continue
                 if not self._forward(batch, report):
                     return report  # the collector is unreachable: try again next pass
-            for batch in self.pool.claim(self.min_batch, self.max_batch):
+            for batch in self.pool.claim(self.min_batch, self.max_batch, self.max_batch_bytes):
                 if not self._forward(batch, report):
                     return report
         return report
@@ -148,7 +170,7 @@ class Forwarder:
             return True
         senders = self.pool.batch_senders(batch)
         self.rng.shuffle(members)
-        body = ('{"reports":[' + ",".join(m.wire_json() for m in members) + "]}").encode()
+        body = batch_body(members)
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self._key}",
                    SHUFFLED_BATCH_HEADER: str(len(members)), "User-Agent": USER_AGENT}
         if senders is not None:
@@ -161,13 +183,15 @@ class Forwarder:
             log.warning("forward of a batch of %d reports failed, kept: %s", len(members), error)
             report.failed += 1
             return False
+        if reply.status == 413:
+            return self._too_large(batch, len(members), len(body), reply, report)
         statuses = _statuses(reply, len(members))
         if statuses is None:
             report.failed += 1
             log.warning("collector answered %d to a batch of %d reports, kept: %s",
                         reply.status, len(members), reply.body[:300].decode(errors="replace"))
             # 429 and 5xx: the collector is busy or down; stop. Other 4xx concern this batch
-            # (too large for the collector's limits, a wrong key): go on with the others.
+            # (a wrong key, say): go on with the others.
             return reply.status < 500 and reply.status != 429
         self.pool.delete(batch)  # only now: the collector has committed the batch
         report.batches += 1
@@ -188,6 +212,38 @@ class Forwarder:
                         statuses["rejected"], len(members))
         log.info("forwarded a shuffled batch of %d reports", len(members))
         return True
+
+    def _too_large(self, batch: str, size: int, body_bytes: int, reply: UpstreamReply,
+                   report: FlushReport) -> bool:
+        """The collector (or its proxy) refused the batch as too large: forward it in two
+        halves, each still of ``min_batch`` senders, or keep it whole when it cannot be split.
+        False when a half met an unreachable or failing collector (stop the pass)."""
+        halves = self.pool.split(batch, self.min_batch)
+        if halves:
+            report.split += 1
+            log.info("the collector refused a batch of %d reports (%d bytes) as too large; "
+                     "forwarding it in two halves", size, body_bytes)
+            return all(self._forward(half, report) for half in halves)
+        report.failed += 1
+        report.held += 1
+        refusals, retry_at = self.pool.hold(batch, reports=size, size=body_bytes,
+                                            now=self.clock(), backoff=HOLD_BACKOFF)
+        if refusals == 1:  # once per batch, whichever worker or restart meets it first
+            detail = reply.body[:300].decode(errors="replace")
+            log.error("the collector refused a batch of %d reports (%d bytes) as too large "
+                      "(%s), and it cannot be split: each half would have fewer than "
+                      "MIN_BATCH = %d senders (without admission: reports). The reports are "
+                      "kept and the batch is tried again after a back-off (POST /v1/flush: at "
+                      "once). Raise the "
+                      "collector's CHORUS_MAX_BODY_BYTES (and CHORUS_MAX_REPORTS_PER_REQUEST, "
+                      "and its proxy's client_max_body_size) above %d bytes, or lower this "
+                      "shuffler's CHORUS_SHUFFLER_MIN_BATCH (and CHORUS_SHUFFLER_MAX_BATCH, "
+                      "CHORUS_SHUFFLER_MAX_BATCH_BYTES) for the batches to come",
+                      size, body_bytes, detail, self.min_batch, body_bytes)
+        else:
+            log.debug("a held batch of %d reports was refused as too large again (%d times); "
+                      "next try in %.0f s", size, refusals, retry_at - self.clock())
+        return True  # the collector answers; go on with the other batches
 
 
 def _statuses(reply: UpstreamReply, size: int) -> dict[str, int] | None:

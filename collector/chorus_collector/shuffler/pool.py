@@ -17,6 +17,9 @@ Durability: WAL, ``synchronous=FULL`` and every write in a ``BEGIN IMMEDIATE`` t
 (through the collector's :class:`~chorus_collector.storage.SQLiteStorage`, which also gives group
 commit). A batch keeps its membership until the collector has acknowledged it, so a retry
 after a crash sends the same set of reports again, which the collector counts as duplicates.
+A batch the collector refuses as too large is split in the pool, in one transaction, before
+either half is sent (:meth:`ShufflerPool.split`); one that cannot be split without going
+below ``MIN_BATCH`` is kept, with the time of its next try (:meth:`ShufflerPool.hold`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from sqlite_utils.migrations import Migrations
 
 from chorus_collector.storage import SchemaError, SQLiteStorage
 
-__all__ = ["PoolCounts", "PooledReport", "ShufflerPool", "pool_migrations"]
+__all__ = ["PoolCounts", "PooledReport", "ShufflerPool", "batch_body", "pool_migrations"]
 
 pool_migrations = Migrations("chorus-shuffler")
 # "limit": the sender already has MAX_REPORTS_PER_SENDER reports waiting in the group.
@@ -71,6 +74,20 @@ def m002_admitted_senders(db: sqlite_utils.Database) -> None:
     db.execute("INSERT INTO pool_key (id, key) VALUES (1, ?)", [secrets.token_hex(32)])
 
 
+@pool_migrations()
+def m003_held(db: sqlite_utils.Database) -> None:
+    # Batches the collector refused as too large that cannot be split without going below
+    # MIN_BATCH: kept whole, tried again after a back-off. One row per batch, never per report,
+    # and gone with the batch once the collector takes it.
+    db.execute("""CREATE TABLE held (
+            batch TEXT PRIMARY KEY,
+            reports INTEGER NOT NULL,
+            bytes INTEGER NOT NULL,
+            refusals INTEGER NOT NULL,
+            retry_at REAL NOT NULL
+        ) STRICT, WITHOUT ROWID""")
+
+
 @dataclass(frozen=True)
 class PooledReport:
     """A report as pooled and forwarded; ``payload_json`` is its canonical JSON payload.
@@ -91,10 +108,33 @@ class PooledReport:
                 f'"report_id":"{self.report_id}","time":{self.time}}}')
 
 
+# The envelope of a forwarded body, and the bytes of one report's wire JSON besides its
+# payload and time (the comma that joins it to the next one included).
+_BODY_HEAD, _BODY_TAIL = b'{"reports":[', b"]}"
+_REPORT_FRAME = len(PooledReport("0" * 32, "0" * 64, 0, "").wire_json().encode()) - len("0") + 1
+
+
+def batch_body(members: Sequence[PooledReport]) -> bytes:
+    """The body of a forwarded batch: the collector's wire format, in the order given."""
+    return _BODY_HEAD + ",".join(m.wire_json() for m in members).encode() + _BODY_TAIL
+
+
+def _report_bytes(payload_bytes: int, time: int) -> int:
+    """What one report adds to :func:`batch_body` (with its comma)."""
+    return _REPORT_FRAME + payload_bytes + len(str(time))
+
+
+def _body_bytes(report_bytes: int) -> int:
+    """The size of a batch body whose reports add ``report_bytes`` (commas included)."""
+    return len(_BODY_HEAD) + max(report_bytes - 1, 0) + len(_BODY_TAIL)
+
+
 @dataclass(frozen=True)
 class PoolCounts:
     waiting: int  # not yet claimed for a batch
     claimed: int  # claimed for a batch that the collector has not acknowledged yet
+    held_batches: int = 0  # claimed batches the collector refuses as too large (split no more)
+    held_reports: int = 0
 
 
 class ShufflerPool:
@@ -187,7 +227,8 @@ class ShufflerPool:
 
     # -- batches --------------------------------------------------------------------------------
 
-    def claim(self, min_batch: int, max_batch: int) -> list[str]:
+    def claim(self, min_batch: int, max_batch: int,
+              max_bytes: int | None = None) -> list[str]:
         """Claim every full group and return the new batch IDs.
 
         Reports of admitted senders and reports without admission (pooled before it was
@@ -196,9 +237,11 @@ class ShufflerPool:
         count, so a party holding few credentials cannot complete a batch. A group without
         admission is full with ``min_batch`` reports, as before admission existed.
 
-        A group larger than ``max_batch`` reports is split, at random, into near-equal
-        batches, each sender's reports whole into one of them; every batch still has
-        ``min_batch`` senders (or reports). Nothing smaller is ever claimed.
+        A group larger than ``max_batch`` reports, or whose body would exceed ``max_bytes``,
+        is split, at random, into near-equal batches, each sender's reports whole into one of
+        them; every batch still has ``min_batch`` senders (or reports). Nothing smaller is ever
+        claimed: where the floor and ``max_bytes`` disagree, the floor wins (and the collector's
+        413, if it comes, is handled by :meth:`split` and :meth:`hold`).
         """
         shuffle = secrets.SystemRandom().shuffle
         claimed: list[str] = []
@@ -214,26 +257,93 @@ class ShufflerPool:
             groups = [(g, True) for g in admitted] + [(g, False) for g in anonymous]
             for (digest, time, size, senders), with_senders in groups:
                 rows = conn.execute(
-                    "SELECT report_id, sender FROM pool WHERE batch IS NULL AND digest = ? "
-                    "AND time = ? AND (sender IS NOT NULL) = ?",
-                    (digest, time, with_senders)).fetchall()
-                parts = max(1, min(-(-size // max_batch), senders // min_batch))
+                    "SELECT report_id, sender, length(CAST(payload AS BLOB)) FROM pool "
+                    "WHERE batch IS NULL AND digest = ? AND time = ? "
+                    "AND (sender IS NOT NULL) = ?", (digest, time, with_senders)).fetchall()
                 # Each sender (without admission: each report) goes whole into one batch.
                 by_sender: dict[str, list[str]] = {}
-                for report_id, sender in rows:
-                    by_sender.setdefault(sender if sender is not None else report_id,
-                                         []).append(report_id)
-                units = list(by_sender.values())
+                unit_bytes: dict[str, int] = {}
+                for report_id, sender, payload_bytes in rows:
+                    unit = sender if sender is not None else report_id
+                    by_sender.setdefault(unit, []).append(report_id)
+                    unit_bytes[unit] = unit_bytes.get(unit, 0) + _report_bytes(payload_bytes,
+                                                                               time)
+                units = list(by_sender)
                 shuffle(units)
-                for part in range(parts):
-                    chosen = units[part::parts]
-                    assert len(chosen) >= min_batch
+                most = max(1, senders // min_batch)  # more parts would break the floor
+                parts = max(1, min(-(-size // max_batch), most))
+                if max_bytes is not None:
+                    total = _body_bytes(sum(unit_bytes.values()))
+                    parts = max(parts, min(-(-total // max_bytes), most))
+                chosen = [units[part::parts] for part in range(parts)]
+                # The deal is round-robin, so a part may still be a little over max_bytes:
+                # one more part, as long as the floor allows. A few tries at most; a part
+                # still too large meets the collector's 413, and split() then.
+                for _ in range(8):
+                    if max_bytes is None or parts >= most or all(
+                            _body_bytes(sum(unit_bytes[u] for u in part)) <= max_bytes
+                            for part in chosen):
+                        break
+                    parts += 1
+                    chosen = [units[part::parts] for part in range(parts)]
+                for part_units in chosen:
+                    assert len(part_units) >= min_batch
                     batch = secrets.token_hex(16)
                     conn.executemany(
                         "UPDATE pool SET batch = ? WHERE digest = ? AND report_id = ?",
-                        [(batch, digest, report_id) for unit in chosen for report_id in unit])
+                        [(batch, digest, report_id) for unit in part_units
+                         for report_id in by_sender[unit]])
                     claimed.append(batch)
         return claimed
+
+    def split(self, batch: str, min_batch: int) -> list[str]:
+        """Split a claimed batch in two at random, each sender's reports whole into one half,
+        and return the new batch IDs; [] (nothing changes) if a half would have fewer than
+        ``min_batch`` senders (without admission: reports).
+
+        One transaction: after a crash the pool holds either the batch or its two halves,
+        each complete, so a retry sends the same reports, which the collector counts once.
+        """
+        with self._storage.write() as conn:
+            rows = conn.execute("SELECT digest, report_id, sender FROM pool WHERE batch = ?",
+                                (batch,)).fetchall()
+            by_sender: dict[str, list[tuple[str, str]]] = {}
+            for digest, report_id, sender in rows:
+                by_sender.setdefault(sender if sender is not None else report_id,
+                                     []).append((digest, report_id))
+            units = list(by_sender.values())
+            if len(units) < 2 * min_batch:
+                return []
+            secrets.SystemRandom().shuffle(units)
+            halves = [secrets.token_hex(16), secrets.token_hex(16)]
+            conn.executemany(
+                "UPDATE pool SET batch = ? WHERE digest = ? AND report_id = ?",
+                [(halves[index % 2], digest, report_id)
+                 for index, unit in enumerate(units) for digest, report_id in unit])
+            conn.execute("DELETE FROM held WHERE batch = ?", (batch,))
+        return halves
+
+    def hold(self, batch: str, *, reports: int, size: int, now: float,
+             backoff: tuple[float, float]) -> tuple[int, float]:
+        """Record that the collector refused ``batch`` (``size`` bytes) as too large once more:
+        (refusals so far, the time of the next try). The delay starts at ``backoff[0]`` and
+        doubles up to ``backoff[1]``."""
+        first, most = backoff
+        with self._storage.write() as conn:
+            row = conn.execute("SELECT refusals FROM held WHERE batch = ?", (batch,)).fetchone()
+            refusals = 1 if row is None else row[0] + 1
+            retry_at = now + min(first * 2 ** min(refusals - 1, 32), most)
+            conn.execute("INSERT INTO held (batch, reports, bytes, refusals, retry_at) "
+                         "VALUES (?, ?, ?, ?, ?) ON CONFLICT (batch) DO UPDATE SET "
+                         "reports = excluded.reports, bytes = excluded.bytes, "
+                         "refusals = excluded.refusals, retry_at = excluded.retry_at",
+                         (batch, reports, size, refusals, retry_at))
+        return refusals, retry_at
+
+    def backing_off(self, now: float) -> set[str]:
+        """The held batches whose next try is still to come."""
+        rows = self.connect().execute("SELECT batch FROM held WHERE retry_at > ?", (now,))
+        return {r[0] for r in rows}
 
     def claimed_batches(self) -> list[str]:
         """Batches claimed earlier and not yet acknowledged (a crash, or a failed forward)."""
@@ -258,9 +368,14 @@ class ShufflerPool:
     def delete(self, batch: str) -> int:
         """Remove an acknowledged batch from the pool."""
         with self._storage.write() as conn:
+            conn.execute("DELETE FROM held WHERE batch = ?", (batch,))
             return conn.execute("DELETE FROM pool WHERE batch = ?", (batch,)).rowcount
 
     def counts(self) -> PoolCounts:
-        waiting, claimed = self.connect().execute(
+        conn = self.connect()
+        waiting, claimed = conn.execute(
             "SELECT count(*) - count(batch), count(batch) FROM pool").fetchone()
-        return PoolCounts(waiting=waiting, claimed=claimed)
+        held_batches, held_reports = conn.execute(
+            "SELECT count(*), coalesce(sum(reports), 0) FROM held").fetchone()
+        return PoolCounts(waiting=waiting, claimed=claimed, held_batches=held_batches,
+                          held_reports=held_reports)

@@ -13,12 +13,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from chorus_collector.settings import Setting, SettingsError, read_settings
+from chorus_collector.settings import SETTINGS, Setting, SettingsError, read_settings
 from chorus_shared.admission import MIN_SECRET_LENGTH
 
 __all__ = ["ENV_PREFIX", "SHUFFLER_SETTINGS", "resolve_shuffler_settings"]
 
 ENV_PREFIX = "CHORUS_SHUFFLER_"
+# The collector's default body limit: batches sized to it pass a collector left at defaults.
+_COLLECTOR_BODY_LIMIT = next(s.default for s in SETTINGS if s.name == "MAX_BODY_BYTES")
 
 SHUFFLER_SETTINGS: tuple[Setting, ...] = (
     Setting("DATABASE", str, "chorus-shuffler.db",
@@ -45,6 +47,10 @@ SHUFFLER_SETTINGS: tuple[Setting, ...] = (
     Setting("MAX_BATCH", int, 5000,
             "Most reports in one forwarded batch (at least 2 x MIN_BATCH, so that a large "
             "group splits into batches of at least MIN_BATCH)."),
+    Setting("MAX_BATCH_BYTES", int, _COLLECTOR_BODY_LIMIT,
+            "Most bytes in the body of one forwarded batch: a larger group splits into more "
+            "batches, never below MIN_BATCH. Keep it at most the collector's MAX_BODY_BYTES "
+            "(and its proxy's body limit)."),
     Setting("FORWARD_INTERVAL", int, 10,
             "Seconds between forwarding passes of the background thread (0: none, 3600 at "
             "most)."),
@@ -74,9 +80,9 @@ def resolve_shuffler_settings(config: Mapping[str, Any] | None = None,
     if not values["SHUFFLER_KEY"]:
         raise SettingsError("the shuffler needs SHUFFLER_KEY (CHORUS_SHUFFLER_SHUFFLER_KEY): "
                             "the collector records a batch as shuffled only with it")
-    for name in ("MIN_BATCH", "MAX_BATCH", "FORWARD_TIMEOUT", "MAX_BODY_BYTES",
-                 "MAX_REPORTS_PER_REQUEST", "MAX_PAYLOAD_BYTES", "WORKERS", "THREADS",
-                 "MAX_REPORTS_PER_SENDER"):
+    for name in ("MIN_BATCH", "MAX_BATCH", "MAX_BATCH_BYTES", "FORWARD_TIMEOUT",
+                 "MAX_BODY_BYTES", "MAX_REPORTS_PER_REQUEST", "MAX_PAYLOAD_BYTES", "WORKERS",
+                 "THREADS", "MAX_REPORTS_PER_SENDER"):
         if values[name] < 1:
             raise SettingsError(f"{name} must be at least 1")
     values["ADMISSION_SECRETS"] = _admission_secrets(values["ADMISSION_SECRETS"])

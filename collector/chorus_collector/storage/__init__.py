@@ -14,27 +14,31 @@ The package, one module per job (after Django's database backends):
 
 from __future__ import annotations
 
-from chorus_collector.storage.interface import Connection, Storage
+from chorus_collector.storage.interface import Connection, Storage, TailPages, TailReader
 from chorus_collector.storage.postgres import PostgresStorage, is_postgres_url
 from chorus_collector.storage.sqlite import SQLiteStorage, migrations
 from chorus_collector.storage.values import (
     BucketSnapshot,
     FoldedStatistics,
+    FoldLeaseState,
     FoldStatus,
     PayloadGroup,
     SchemaError,
     StoredCampaign,
     StoredReport,
+    TailPage,
     WindowSnapshot,
     report_rows,
     state_array,
     stored_reports,
 )
 
-__all__ = ["BucketSnapshot", "Connection", "FoldStatus", "FoldedStatistics", "PayloadGroup",
+__all__ = ["BucketSnapshot", "Connection", "FoldLeaseState", "FoldStatus", "FoldedStatistics",
+           "PayloadGroup",
            "PostgresStorage", "SQLiteStorage", "SchemaError", "Storage", "StoredCampaign",
-           "StoredReport", "WindowSnapshot", "is_postgres_url", "migrations", "open_storage",
-           "report_rows", "state_array", "stored_reports"]
+           "StoredReport", "TailPage", "TailPages", "TailReader", "WindowSnapshot",
+           "is_postgres_url", "migrations", "open_storage", "report_rows", "state_array",
+           "stored_reports"]
 
 
 def open_storage(database: str, *, synchronous: str = "FULL") -> Storage:

@@ -15,7 +15,8 @@ contract, whatever the engine:
 * Reads of a window (``bucket_snapshot``, ``window_snapshot``, ``time_span``,
   ``report_counts``, ``folded_statistics``) see the folded statistics, the watermark and the
   not-yet-folded tail in one snapshot: a fold committing meanwhile neither double-counts nor
-  hides a report.
+  hides a report. A window's tail can be handed over page by page (a :class:`TailReader`):
+  a query's memory then stays bounded however far the fold has fallen behind.
 * ``migrate`` brings the schema up to date, and refuses (``SchemaError``) a database written
   by a newer version.
 
@@ -37,16 +38,18 @@ from chorus_collector.storage.values import (
     BucketSnapshot,
     FoldChunk,
     FoldedStatistics,
+    FoldLeaseState,
     FoldStatus,
     PayloadGroup,
     StoredCampaign,
     StoredReport,
+    TailPage,
     WindowSnapshot,
     state_array,
 )
 from chorus_shared.campaign import Campaign
 
-__all__ = ["Connection", "Storage"]
+__all__ = ["Connection", "Storage", "TailPages", "TailReader"]
 
 T = TypeVar("T")
 
@@ -65,6 +68,21 @@ class Connection(Protocol):
     def close(self) -> None: ...
 
 
+#: The pages of a campaign's unfolded tail with after < seq <= through (None: every one the
+#: snapshot sees), in append order, read in the snapshot of the call that handed it out.
+TailPages = Callable[[int, int | None], Iterator[TailPage]]
+
+
+class TailReader(Protocol):
+    """What takes a window's unfolded tail page by page (``jobs/tail.py``), inside the
+    snapshot of the read: given the watermark that snapshot sees and a settled horizon (every
+    report at or below it has committed and is in the snapshot; none can still appear
+    there), it reads whichever seq ranges it needs, past the watermark, of the campaign's
+    whole tail (not only the window's: it may keep them for later queries)."""
+
+    def read(self, watermark: int, horizon: int, pages: TailPages) -> None: ...
+
+
 class Storage(ABC):
     """One database of campaigns, appended reports and folded statistics; a connection per
     thread. Open one with :func:`chorus_collector.storage.open_storage`."""
@@ -75,6 +93,8 @@ class Storage(ABC):
     synchronous: str
     #: What a concurrent writer can make an ingest attempt fail with, so that it is retried.
     retryable_errors: tuple[type[Exception], ...]
+    #: Most reports in one page of a tail handed to a TailReader: a query's memory bound.
+    tail_page: int = 5_000
 
     # -- connections, schema and upkeep ------------------------------------------------------
 
@@ -99,6 +119,13 @@ class Storage(ABC):
     @abstractmethod
     def ping(self) -> None:
         """A trivial read: raises if the database cannot be read."""
+
+    @abstractmethod
+    def unavailable(self, error: BaseException) -> bool:
+        """Whether ``error`` means the database cannot be used now (stopped, unreachable,
+        locked, full: an outage, answered ``503 storage-unavailable`` and retried later)
+        rather than a bug; if so, notes it, logging the outage once until the database
+        answers again (which is logged once too)."""
 
     # -- transactions -----------------------------------------------------------------------
 
@@ -198,13 +225,20 @@ class Storage(ABC):
         commit: how far a fold that plans its ranges ahead may read."""
 
     @abstractmethod
-    def claim_fold(self, holder: str, now: float, lease: float) -> bool:
-        """Take the fold lease unless another holder's is still running. The lease only
-        saves duplicate work; ``commit_fold``'s watermark check is what keeps folds exact."""
+    def claim_fold(self, holder: str, now: float, lease: float,
+                   replacing: str | None = None) -> bool:
+        """Take (or renew) the fold lease until ``now + lease``, unless another holder's is
+        still running; ``replacing``: a holder known to be dead, whose lease is taken even
+        before it runs out (if it still holds it). The lease only saves duplicate work;
+        ``commit_fold``'s watermark check is what keeps folds exact."""
 
     @abstractmethod
     def release_fold(self, holder: str) -> None:
         """Give the fold lease back (if ``holder`` holds it)."""
+
+    @abstractmethod
+    def fold_lease(self) -> FoldLeaseState:
+        """Who holds the fold lease, and until when."""
 
     @abstractmethod
     def commit_fold(self, expected: int, through: int,
@@ -227,18 +261,20 @@ class Storage(ABC):
     # -- reads of statistics ------------------------------------------------------------------
 
     @abstractmethod
-    def bucket_snapshot(self, campaign_id: int, start: int | None,
-                        end: int | None) -> BucketSnapshot:
+    def bucket_snapshot(self, campaign_id: int, start: int | None, end: int | None,
+                        tail: TailReader | None = None) -> BucketSnapshot:
         """The folded (n, state) of each bucket with start <= time < end, and the window's
         reports past the watermark, in one snapshot, so that a series' points add up to what
-        one window's read gives."""
+        one window's read gives. With ``tail``, the reports past the watermark go to it page
+        by page (:class:`TailReader`), and the snapshot's ``tail`` is empty."""
 
     def window_snapshot(self, campaign_id: int, size: int, start: int | None,
-                        end: int | None) -> WindowSnapshot:
+                        end: int | None, tail: TailReader | None = None) -> WindowSnapshot:
         """The folded statistics of the buckets with start <= time < end (summed: O(buckets ×
-        state size)), and the reports of those buckets past the watermark, in one snapshot:
-        a fold committing meanwhile can neither double-count nor hide a report."""
-        snapshot = self.bucket_snapshot(campaign_id, start, end)
+        state size)), and the reports of those buckets past the watermark (or, to ``tail``,
+        the campaign's unfolded reports page by page), in one snapshot: a fold committing
+        meanwhile can neither double-count nor hide a report."""
+        snapshot = self.bucket_snapshot(campaign_id, start, end, tail)
         total = np.zeros(size, dtype=np.int64)
         n = 0
         for _, count, blob in snapshot.buckets:

@@ -1,25 +1,26 @@
 """PostgreSQL storage (psycopg 3), chosen by a ``postgresql://`` database URL.
 
-Several collector replicas share one database: report-ID uniqueness is the table's primary
-key, acknowledgement is the commit of the request's transaction (grouped per process, as on
-SQLite), and the fold job's compare-and-set on the watermark keeps folds exact whichever
-replica runs them. The SQL it shares with SQLite is in :mod:`chorus_collector.storage.sql`;
-this module holds what PostgreSQL does its own way:
+Several collector replicas share one database: report-ID uniqueness is the reports table's
+primary key (campaign_id, report_id), acknowledgement is the commit of the request's
+transaction (grouped per process, as on SQLite), and the fold job's compare-and-set on the
+watermark keeps folds exact whichever replica runs them. The SQL it shares with SQLite is in
+:mod:`chorus_collector.storage.sql`; this module holds what PostgreSQL does its own way:
 
-* Reports are partitioned by day of their time bucket, so ``gc`` drops a day whose reports
-  are all expired and folded as one table (``DROP TABLE``), not row by row; rows that land
-  in no daily partition go to a default partition and are deleted row by row.
+* One table, not partitions: PostgreSQL has no index across partitions, so a table
+  partitioned by day could only hold an ID unique within a day (the same ID with another
+  time was stored twice), and checking the other days costs an index probe per partition
+  and report (15 times the insert's own lookup, measured). The key is checked by the index
+  itself, under any concurrency, as on SQLite.
+* ``gc`` deletes expired rows in runs of heap blocks and then vacuums, so the space they held
+  is reused by the reports that follow and the files stay flat under a steady load.
 * Sequence numbers are taken at insert but committed in any order by concurrent
   transactions. Appending transactions hold a shared advisory lock; the fold job reads its
   horizon (the highest seq) under the exclusive lock, so every seq at or below it is
   committed and none can appear later below the watermark.
 * Migrations run under an advisory lock: replicas starting together apply them once.
-
-The primary key is (campaign_id, report_id, time), as a partitioned table's unique keys must
-include the partition key: a retry, which repeats its report byte for byte, is caught by the
-key even when two replicas insert it at once; ingest also looks an ID up in every partition
-first, so the same ID with another time is refused as a conflict unless both arrive at the
-same instant on two replicas (then both count, as two reports would).
+* A database that cannot be reached (stopped, restarting, refusing connections) is an
+  outage: :meth:`PostgresStorage.unavailable` tells it from a bug, and a broken connection is
+  replaced on next use.
 """
 
 from __future__ import annotations
@@ -27,10 +28,8 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-import time
 import weakref
-from collections import Counter
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from typing import Any
 
 from chorus_collector.storage.interface import Connection
@@ -39,8 +38,8 @@ from chorus_collector.storage.values import SchemaError, StoredReport, report_ro
 
 __all__ = ["PostgresStorage", "is_postgres_url"]
 
-DAY = 86_400
-PARTITIONS_AHEAD = 2  # days of partitions created before their first report
+GC_BLOCKS = 8_192  # heap blocks (64 MiB) gc deletes from in one transaction
+SMALL_INSERT = 64  # up to this many reports: one INSERT (one round trip), else COPY
 APPEND_LOCK = 0x43686F72  # advisory lock key ("Chor"): appends shared, the fold horizon excl.
 MIGRATION_LOCK = APPEND_LOCK + 1
 
@@ -97,6 +96,40 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "ALTER TABLE shuffled_batches ADD COLUMN vouched_batches BIGINT NOT NULL DEFAULT 0",
         "ALTER TABLE shuffled_batches ADD COLUMN smallest_senders BIGINT",
     ]),
+    # One reports table keyed by (campaign_id, report_id), as SQLite's: the daily partitions
+    # keyed the ID with its time, so an ID sent again with another time was stored twice.
+    # Each ID keeps its first copy (the lowest seq); a later copy already folded into the
+    # statistics is counted as retired (it cannot be recomputed), an unfolded one was never
+    # counted and goes. Columns ordered and sized so a row has no padding (72 bytes with a
+    # short payload, 80 before), and no foreign key: ingest resolves the campaign first and
+    # campaigns are never deleted, while the key's check cost a lookup per row.
+    ("p004_one_report_per_id", [
+        """CREATE TABLE reports_p004 (
+            seq BIGINT NOT NULL DEFAULT nextval('reports_seq'),
+            time BIGINT NOT NULL,
+            campaign_id INTEGER NOT NULL,
+            report_id BYTEA NOT NULL,
+            payload TEXT NOT NULL)""",
+        """INSERT INTO retired (campaign_id, time, reports)
+           SELECT campaign_id, time, count(*) FROM (
+               SELECT campaign_id, time, seq, row_number() OVER (
+                   PARTITION BY campaign_id, report_id ORDER BY seq) AS copy
+               FROM reports) AS copies
+           WHERE copy > 1 AND seq <= (SELECT seq FROM fold_state WHERE id = 1)
+           GROUP BY campaign_id, time
+           ON CONFLICT (campaign_id, time) DO UPDATE SET
+               reports = retired.reports + excluded.reports""",
+        """INSERT INTO reports_p004 (seq, time, campaign_id, report_id, payload)
+           SELECT seq, time, campaign_id, report_id, payload FROM (
+               SELECT DISTINCT ON (campaign_id, report_id) * FROM reports
+               ORDER BY campaign_id, report_id, seq) AS first_copies
+           ORDER BY seq""",
+        "DROP TABLE reports",
+        "ALTER TABLE reports_p004 RENAME TO reports",
+        "ALTER TABLE reports ADD CONSTRAINT reports_pkey PRIMARY KEY (campaign_id, report_id)",
+        "CREATE INDEX reports_by_seq ON reports (seq)",
+        "ALTER SEQUENCE reports_seq OWNED BY reports.seq",
+    ]),
 ]
 
 
@@ -114,23 +147,60 @@ _PLACEHOLDER = re.compile(r"\?")
 
 
 def _raw(conn: Connection) -> Any:
-    """The psycopg connection under one of this engine's connections."""
+    """The psycopg connection under one of this engine's connections, with every statement
+    it was given sent."""
     assert isinstance(conn, _Connection), conn
+    conn.flush()
     return conn.raw
+
+
+_DEFERRED = ("SAVEPOINT ", "RELEASE ")
 
 
 class _Connection:
     """A psycopg connection that speaks the storage's SQL: ``?`` placeholders, and the
-    ``BEGIN`` variants the engine-neutral code issues."""
+    ``BEGIN`` variants the engine-neutral code issues.
+
+    ``SAVEPOINT`` and ``RELEASE`` wait and go with the next statement, in one pipeline: a
+    single report's request took 8 round trips to the server, each costing more than the
+    insert itself, and takes 4 so. Nothing is lost by waiting: neither answers anything, and
+    a statement that fails after them fails where it did.
+    """
 
     def __init__(self, raw: Any, owner: PostgresStorage) -> None:
         self.raw = raw
         self.owner = owner  # the storage closes its connections when it goes: keep it
+        self._pending: list[str] = []
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
-        return self.raw.execute(_PLACEHOLDER.sub("%s", sql), tuple(args))
+        if not args and sql.startswith(_DEFERRED):
+            self._pending.append(sql)
+            return None
+        if sql == "ROLLBACK":  # the whole transaction goes: its savepoints do not matter
+            self._pending.clear()
+        sql = _PLACEHOLDER.sub("%s", sql)
+        if not self._pending:
+            return self.raw.execute(sql, tuple(args))
+        pending, self._pending = self._pending, []
+        if not args:  # one simple query; its cursor moved on to the last statement's result
+            cursor = self.raw.execute("; ".join([*pending, sql]))
+            for _ in pending:
+                cursor.nextset()
+            return cursor
+        with self.raw.pipeline():
+            for statement in pending:
+                self.raw.execute(statement)
+            cursor = self.raw.execute(sql, tuple(args))
+        return cursor
+
+    def flush(self) -> None:
+        """Send the statements waiting for the next one."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self.raw.execute("; ".join(pending))
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
+        self.flush()
         cursor = self.raw.cursor()
         cursor.executemany(_PLACEHOLDER.sub("%s", sql), rows)
         return cursor
@@ -142,6 +212,7 @@ class _Connection:
         return bool(self.raw.info.transaction_status != TransactionStatus.IDLE)
 
     def close(self) -> None:
+        self._pending.clear()
         self.raw.close()
 
     def __del__(self) -> None:
@@ -157,14 +228,12 @@ class PostgresStorage(SQLStorage["_Connection"]):
         super().__init__(url, synchronous=synchronous)
         import psycopg
 
-        self.integrity_errors = (psycopg.errors.UniqueViolation,)
         # Two replicas appending overlapping IDs in different orders deadlock; PostgreSQL
         # aborts one statement, and ingest retries it.
         self.retryable_errors = (psycopg.errors.UniqueViolation,
                                  psycopg.errors.DeadlockDetected)
-        self.lock_errors: tuple[type[Exception], ...] = (psycopg.errors.LockNotAvailable,)
-        self._partitions: set[int] = set()
-        self._partitions_lock = threading.Lock()
+        self._settled = 0  # the highest append horizon found yet (_settled_horizon)
+        self._connections_lock = threading.Lock()
         # Closed when this storage goes, even in a garbage cycle (weakref callbacks run
         # before finalizers): a connection left to its own __del__ warns.
         self._raw_connections: list[Any] = []
@@ -176,16 +245,18 @@ class PostgresStorage(SQLStorage["_Connection"]):
             import psycopg
 
             # autocommit: transactions are opened by explicit BEGIN, as on SQLite.
+            # A connection the server dropped (an outage, a restart) is replaced here.
             raw = psycopg.connect(self.path, autocommit=True, connect_timeout=10)
             # FULL: a commit returns after the WAL is flushed (synchronous_commit=on); NORMAL
             # lets PostgreSQL acknowledge before the flush, like SQLite's NORMAL.
             setting = "off" if self.synchronous == "NORMAL" else "on"
             raw.execute(f"SET synchronous_commit = {setting}")
-            with self._partitions_lock:
+            with self._connections_lock:
                 self._raw_connections[:] = [c for c in self._raw_connections if not c.closed]
                 self._raw_connections.append(raw)
             conn = _Connection(raw, self)
             self._local.conn = conn
+            self.outage.up()
         return conn
 
     def close(self) -> None:
@@ -200,8 +271,8 @@ class PostgresStorage(SQLStorage["_Connection"]):
         return contextlib.nullcontext()  # PostgreSQL's writers do not take turns
 
     def _begin_write(self, conn: _Connection) -> None:
-        conn.execute("BEGIN")
-        conn.execute("SELECT pg_advisory_xact_lock_shared(?)", (APPEND_LOCK,))
+        # One round trip for both (no parameters: the simple protocol takes two statements).
+        _raw(conn).execute(f"BEGIN; SELECT pg_advisory_xact_lock_shared({APPEND_LOCK})")
 
     def _begin_read(self, conn: _Connection) -> None:
         # One snapshot for every statement of the read, as SQLite's WAL read gives.
@@ -216,9 +287,25 @@ class PostgresStorage(SQLStorage["_Connection"]):
             horizon = conn.execute("SELECT coalesce(max(seq), 0) FROM reports").fetchone()[0]
         finally:
             conn.execute("COMMIT")
+        self._settled = max(self._settled, int(horizon))
         return int(horizon)
 
-    # -- schema and partitions ----------------------------------------------------------------
+    def _settled_horizon(self) -> int:
+        # A query does not wait for the appends in flight (nor hold new ones behind it): it
+        # takes the exclusive lock only if it is free at once, and otherwise the last horizon
+        # this process found (a fold step's, every FOLD_INTERVAL): what is settled stays so.
+        conn = self.connect()
+        conn.execute("BEGIN")
+        try:
+            if conn.execute("SELECT pg_try_advisory_xact_lock(?)",
+                            (APPEND_LOCK,)).fetchone()[0]:
+                horizon = conn.execute("SELECT coalesce(max(seq), 0) FROM reports").fetchone()[0]
+                self._settled = max(self._settled, int(horizon))
+        finally:
+            conn.execute("COMMIT")
+        return self._settled
+
+    # -- schema ------------------------------------------------------------------------------
 
     def migrate(self) -> None:
         conn = self.connect()
@@ -245,52 +332,44 @@ class PostgresStorage(SQLStorage["_Connection"]):
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        self.ensure_partitions(time.time())
 
-    def ensure_partitions(self, now: float, behind_days: int = 0) -> None:
-        """Daily partitions from ``behind_days`` before ``now`` to two days ahead."""
-        today = int(now) // DAY
-        for day in range(today - behind_days, today + PARTITIONS_AHEAD + 1):
-            if day in self._partitions:
-                continue
-            conn = self.connect()
-            conn.execute("BEGIN")
-            try:
-                # Creating a partition locks the parent table briefly: never wait long.
-                conn.execute("SET LOCAL lock_timeout = '2s'")
-                conn.execute(f"CREATE TABLE IF NOT EXISTS reports_d{day} PARTITION OF reports "
-                             f"FOR VALUES FROM ({day * DAY}) TO ({(day + 1) * DAY})")
-                conn.execute("COMMIT")
-            except Exception:
-                # Rows of that day already sit in the default partition, or the lock was
-                # busy: they stay where they are, and gc deletes them row by row.
-                conn.execute("ROLLBACK")
-                continue
-            with self._partitions_lock:
-                self._partitions.add(day)
+    def maintain(self, now: float) -> None:
+        """Nothing: autovacuum keeps the tables, and ``gc`` vacuums after it deletes."""
+        del now
+
+    # -- reports ------------------------------------------------------------------------------
 
     def existing_reports(self, conn: Connection, campaign_id: int,
                          report_ids: Sequence[bytes]) -> dict[bytes, tuple[int, str]]:
-        # One array parameter, not an IN list of hundreds: planned once for every partition.
-        rows = _raw(conn).execute(
+        # One array parameter, not an IN list of hundreds: one plan for any batch.
+        rows = conn.execute(
             "SELECT report_id, time, payload FROM reports "
-            "WHERE campaign_id = %s AND report_id = ANY(%s)", (campaign_id, list(report_ids)))
+            "WHERE campaign_id = ? AND report_id = ANY(?)", (campaign_id, list(report_ids)))
         return {bytes(report_id): (time, payload) for report_id, time, payload in rows}
 
     def insert_reports(self, conn: Connection, campaign_id: int,
                        reports: Sequence[StoredReport]) -> None:
-        # COPY: one stream for the whole batch instead of a statement per report. A report ID
-        # another replica inserted since the lookup fails the COPY with a unique violation,
-        # which ingest answers by looking again (as for INSERT).
-        # Ordered by the random IDs: the order within a request is not kept.
+        # An ID stored before, or inserted by another replica meanwhile, fails the statement
+        # with a unique violation (after waiting for that replica's commit), which ingest
+        # answers by looking again. Ordered by the random IDs: the order within a request is
+        # not kept.
+        if len(reports) <= SMALL_INSERT:
+            # One statement with arrays: a COPY takes a round trip more, which is most of a
+            # single report's cost.
+            ordered = sorted(reports)
+            conn.execute(
+                "INSERT INTO reports (campaign_id, report_id, time, payload) "
+                "SELECT ?, * FROM unnest(?::bytea[], ?::bigint[], ?::text[])",
+                (campaign_id, [r.report_id for r in ordered], [r.time for r in ordered],
+                 [r.payload_json for r in ordered]))
+            return
+        # COPY: one stream for the whole batch instead of a statement per report.
         with _raw(conn).cursor() as cursor, cursor.copy(
                 "COPY reports (campaign_id, report_id, time, payload) FROM STDIN") as copy:
             for row in report_rows(campaign_id, reports):
                 copy.write_row(row)
 
-    def maintain(self, now: float) -> None:
-        """Partitions ahead (the days to come)."""
-        self.ensure_partitions(now)
+    # -- retention ----------------------------------------------------------------------------
 
     def stream_reports(self, campaign_id: int, through_seq: int,
                        batch: int) -> Generator[list[tuple[int, int, str]], None, None]:
@@ -304,53 +383,52 @@ class PostgresStorage(SQLStorage["_Connection"]):
                 yield rows
 
     def drop_expired(self, now: float, margin: float, batch: int = 10_000) -> int:
-        """Drop whole daily partitions whose reports are all folded and past their
-        campaign's expiry plus ``margin``; then the generic row-by-row pass for the rest
-        (the default partition, and days that still hold younger reports)."""
-        dropped = self._drop_partitions(now, margin)
-        return dropped + self._drop_expired_rows(now, margin, batch)
+        """Row by row, as SQLite, but in one pass over the table: each transaction deletes the
+        expired folded reports of every campaign within a run of heap blocks (``GC_BLOCKS``),
+        so no transaction is long and no row is read twice; then ``VACUUM``, so the space is
+        reused by the next reports instead of growing the files.
 
-    def _drop_partitions(self, now: float, margin: float) -> int:
-        expiry = {stored.id: stored.campaign.report_expiry for stored in self.list_campaigns()}
+        Deleting takes no advisory lock: it hands out no seq, so appends and folds go on.
+        """
+        del batch  # bounded by heap blocks instead
+        cutoffs = [(stored.id, int(now - stored.campaign.report_expiry - margin))
+                   for stored in self.list_campaigns()]
+        if not cutoffs:
+            return 0
+        conn = self.connect()
+        blocks = int(conn.execute(
+            "SELECT pg_relation_size('reports') / current_setting('block_size')::bigint"
+        ).fetchone()[0])
+        values = ", ".join("(?::integer, ?::bigint)" for _ in cutoffs)
+        args = [value for pair in cutoffs for value in pair]
         dropped = 0
-        for day, table in self._daily_partitions():
-            if (day + 1) * DAY > now - margin:  # the day is not over its margin yet
-                continue
-            try:
-                dropped += self._drop_partition(table, now, margin, expiry)
-            except self.lock_errors:
-                continue  # ingest held the table: the next gc drops it
-            with self._partitions_lock:
-                self._partitions.discard(day)
+        for start in range(0, blocks, GC_BLOCKS):
+            # The heap's tail grows meanwhile: rows past the last run are new, not expired.
+            (count,) = conn.execute(
+                "WITH expiry (campaign_id, cutoff) AS (VALUES " + values + "), "
+                "gone AS (DELETE FROM reports r USING expiry e "
+                "  WHERE r.ctid >= ?::tid AND r.ctid < ?::tid "
+                "  AND +r.campaign_id = e.campaign_id AND r.time < e.cutoff "
+                "  AND r.seq <= (SELECT seq FROM fold_state WHERE id = 1) "
+                "  RETURNING r.campaign_id, r.time), "
+                "counted AS (SELECT campaign_id, time, count(*) AS n FROM gone "
+                "  GROUP BY campaign_id, time), "
+                "kept AS (INSERT INTO retired (campaign_id, time, reports) "
+                "  SELECT campaign_id, time, n FROM counted "
+                "  ON CONFLICT (campaign_id, time) DO UPDATE SET "
+                "  reports = retired.reports + excluded.reports) "
+                "SELECT coalesce(sum(n), 0) FROM counted",
+                (*args, f"({start},0)", f"({start + GC_BLOCKS},0)")).fetchone()
+            dropped += int(count)
+        if dropped:
+            conn.execute("VACUUM (ANALYZE) reports")
         return dropped
 
-    def _drop_partition(self, table: str, now: float, margin: float,
-                        expiry: dict[int, int]) -> int:
-        with self.write() as conn:
-            # Dropping a partition locks the parent table: never make ingest wait long.
-            conn.execute("SET LOCAL lock_timeout = '2s'")
-            watermark = conn.execute("SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
-            groups = conn.execute(
-                f"SELECT campaign_id, time, count(*), max(seq) FROM {table} "
-                "GROUP BY campaign_id, time").fetchall()
-            if not all(time < now - expiry.get(campaign_id, 0) - margin and top <= watermark
-                       for campaign_id, time, _, top in groups):
-                return 0  # younger or unfolded reports: the row-by-row pass takes the rest
-            counts = Counter({(campaign_id, time): count
-                              for campaign_id, time, count, _ in groups})
-            conn.executemany(
-                "INSERT INTO retired (campaign_id, time, reports) VALUES (?, ?, ?) "
-                "ON CONFLICT (campaign_id, time) DO UPDATE SET "
-                "reports = retired.reports + excluded.reports",
-                [(c, t, n) for (c, t), n in counts.items()])
-            conn.execute(f"DROP TABLE {table}")
-            return sum(counts.values())
+    # -- outages ------------------------------------------------------------------------------
 
-    def _daily_partitions(self) -> Iterator[tuple[int, str]]:
-        rows = self.connect().execute(
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = 'reports' "
-            "AND p.relnamespace = current_schema()::regnamespace").fetchall()
-        for (name,) in sorted(rows):
-            if re.fullmatch(r"reports_d\d+", name):
-                yield int(name.removeprefix("reports_d")), name
+    def _is_outage(self, error: BaseException) -> bool:
+        import psycopg
+
+        # OperationalError: the server cannot be reached, shut down, restarts, or dropped the
+        # connection; never a mistake in a statement (those are ProgrammingError and kin).
+        return isinstance(error, psycopg.OperationalError)

@@ -32,15 +32,18 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from chorus_collector.storage.interface import Connection, Storage
+from chorus_collector.storage.interface import Connection, Storage, TailReader
+from chorus_collector.storage.outage import Outage
 from chorus_collector.storage.values import (
     BucketSnapshot,
     FoldChunk,
     FoldedStatistics,
+    FoldLeaseState,
     FoldStatus,
     PayloadGroup,
     StoredCampaign,
     StoredReport,
+    TailPage,
     state_array,
     state_bytes,
 )
@@ -78,6 +81,7 @@ class SQLStorage(Storage, Generic[ConnT]):
         self._group_mutex = threading.Lock()
         self._group_queue: list[_GroupItem] = []
         self._group_leader = False
+        self.outage = Outage()
 
     # -- what each engine provides ------------------------------------------------------------
 
@@ -104,6 +108,16 @@ class SQLStorage(Storage, Generic[ConnT]):
     def _fold_horizon(self) -> int | None:
         """The highest seq a fold may read (None: any committed one)."""
 
+    @abstractmethod
+    def _is_outage(self, error: BaseException) -> bool:
+        """Whether ``error`` says the database cannot be used now, rather than a bug."""
+
+    def unavailable(self, error: BaseException) -> bool:
+        if not self._is_outage(error):
+            return False
+        self.outage.down(error)
+        return True
+
     # -- transactions -------------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -118,6 +132,7 @@ class SQLStorage(Storage, Generic[ConnT]):
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+        self.outage.up()
 
     def grouped_write(self, work: Callable[[ConnT], T]) -> T:
         """Run ``work(conn)`` in a write transaction shared with concurrent callers.
@@ -164,12 +179,18 @@ class SQLStorage(Storage, Generic[ConnT]):
                     item.error = error
             conn.execute("COMMIT")
         except BaseException as error:  # BEGIN or COMMIT failed: nothing here is durable
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            # Every caller gets the error before anything else can fail: a ROLLBACK on a
+            # connection the server dropped raises too, and must not leave a caller with its
+            # work's result as if it had committed.
             for item in group:
                 item.result, item.error = None, item.error or error
+            with contextlib.suppress(Exception):
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
             if not isinstance(error, Exception):
                 raise
+        else:
+            self.outage.up()
         finally:
             turn.__exit__(None, None, None)
             with self._group_mutex:
@@ -183,6 +204,7 @@ class SQLStorage(Storage, Generic[ConnT]):
 
     def ping(self) -> None:
         self.connect().execute("SELECT 1").fetchone()
+        self.outage.up()
 
     # -- campaigns ----------------------------------------------------------------------------
 
@@ -349,13 +371,19 @@ class SQLStorage(Storage, Generic[ConnT]):
         row = self.connect().execute("SELECT coalesce(max(seq), 0) FROM reports").fetchone()
         return int(row[0])
 
-    def claim_fold(self, holder: str, now: float, lease: float) -> bool:
+    def claim_fold(self, holder: str, now: float, lease: float,
+                   replacing: str | None = None) -> bool:
         with self.write() as conn:
             cursor = conn.execute(
                 "UPDATE fold_state SET holder = ?, lease_until = ? "
-                "WHERE id = 1 AND (lease_until < ? OR holder = ?)",
-                (holder, now + lease, now, holder))
+                "WHERE id = 1 AND (lease_until < ? OR holder = ? OR holder = ?)",
+                (holder, now + lease, now, holder, replacing or holder))
             return cursor.rowcount == 1  # type: ignore[no-any-return]
+
+    def fold_lease(self) -> FoldLeaseState:
+        holder, until = self.connect().execute(
+            "SELECT holder, lease_until FROM fold_state WHERE id = 1").fetchone()
+        return FoldLeaseState(holder, float(until))
 
     def release_fold(self, holder: str) -> None:
         with self.write() as conn:
@@ -407,8 +435,10 @@ class SQLStorage(Storage, Generic[ConnT]):
 
     # -- reads of statistics ------------------------------------------------------------------
 
-    def bucket_snapshot(self, campaign_id: int, start: int | None,
-                        end: int | None) -> BucketSnapshot:
+    def bucket_snapshot(self, campaign_id: int, start: int | None, end: int | None,
+                        tail: TailReader | None = None) -> BucketSnapshot:
+        # Taken before the snapshot begins, so that every seq at or below it is in it.
+        horizon = 0 if tail is None else self._settled_horizon()
         conn = self.connect()
         self._begin_read(conn)
         try:
@@ -417,14 +447,45 @@ class SQLStorage(Storage, Generic[ConnT]):
             sql, args = _in_window("SELECT time, n, state FROM aggregates WHERE campaign_id = ?",
                                    campaign_id, start, end)
             buckets = conn.execute(sql + " ORDER BY time", args).fetchall()
-            sql, args = _in_window("SELECT time, payload FROM reports "
-                                   "WHERE +campaign_id = ? AND seq > ?", campaign_id,
-                                   start, end, watermark)
-            tail = conn.execute(sql, args).fetchall()
+            rows: list[tuple[int, str]] = []
+            if tail is not None:
+                tail.read(int(watermark), int(horizon), lambda after, through:
+                          self._tail_pages(conn, campaign_id, after, through))
+            else:
+                sql, args = _in_window("SELECT time, payload FROM reports "
+                                       "WHERE +campaign_id = ? AND seq > ?", campaign_id,
+                                       start, end, watermark)
+                rows = conn.execute(sql, args).fetchall()
         finally:
             conn.execute("COMMIT")
         return BucketSnapshot([(int(t), int(n), bytes(blob)) for t, n, blob in buckets],
-                              [(int(t), payload) for t, payload in tail], folded_at)
+                              [(int(t), payload) for t, payload in rows], folded_at)
+
+    def _tail_pages(self, conn: ConnT, campaign_id: int, after: int,
+                    through: int | None) -> Iterator[TailPage]:
+        """Pages of at most ``tail_page`` of the campaign's reports with after < seq <=
+        through, on ``conn`` (in its snapshot): each page's range is found first, then read
+        grouped and joined by the database, as a fold step reads (``_payload_groups``)."""
+        while True:
+            sql = "SELECT seq FROM reports WHERE +campaign_id = ? AND seq > ?"
+            args: list[Any] = [campaign_id, after]
+            if through is not None:
+                sql += " AND seq <= ?"
+                args.append(through)
+            last, count = conn.execute(
+                f"SELECT max(seq), count(*) FROM ({sql} ORDER BY seq LIMIT ?) AS page",
+                (*args, self.tail_page)).fetchone()
+            if not count:
+                return
+            yield TailPage(after, int(last),
+                           self._payload_groups(conn, after, int(last), campaign_id))
+            after = int(last)
+
+    def _settled_horizon(self) -> int:
+        """A seq at or below which every append has committed, found without making ingest
+        wait (a query must never hold it up): here the append horizon, which the engine
+        may make cheaper."""
+        return self.append_horizon()
 
     def time_span(self, campaign_id: int) -> tuple[int, int] | None:
         conn = self.connect()

@@ -195,6 +195,9 @@ def _insert_rows(rows: int) -> str:
     return ("INSERT INTO reports (campaign_id, report_id, time, payload) VALUES "
             + ", ".join(["(?, ?, ?, ?)"] * rows))
 
+# SQLite's primary result codes of an outage: BUSY, LOCKED, READONLY, IOERR, FULL, CANTOPEN.
+_OUTAGE_CODES = frozenset({5, 6, 8, 10, 13, 14})
+
 
 class _WriterLock:
     """An open lock file of one thread, closed with ``close`` or when the thread's storage
@@ -313,6 +316,14 @@ class SQLiteStorage(SQLStorage[sqlite3.Connection]):
         # One writer at a time commits SQLite's seqs in order, so every seq a reader sees
         # has all smaller ones committed.
         return None
+
+    def _is_outage(self, error: BaseException) -> bool:
+        # Locked past the busy timeout, a failing or full disk, a file that cannot be opened
+        # or written: the database, not the request. Other errors (a missing table, a
+        # malformed statement, a corrupt file) are bugs or damage, answered 500.
+        code = getattr(error, "sqlite_errorcode", None)
+        return isinstance(error, sqlite3.OperationalError) and code is not None \
+            and code & 0xFF in _OUTAGE_CODES
 
     # -- reports ------------------------------------------------------------------------------
 

@@ -13,9 +13,9 @@ import numpy as np
 
 from chorus_shared.campaign import Campaign
 
-__all__ = ["BucketSnapshot", "FoldChunk", "FoldStatus", "FoldedStatistics", "PayloadGroup",
-           "SchemaError", "StoredCampaign", "StoredReport", "WindowSnapshot", "report_rows",
-           "state_array", "state_bytes", "stored_reports"]
+__all__ = ["BucketSnapshot", "FoldChunk", "FoldLeaseState", "FoldStatus", "FoldedStatistics",
+           "PayloadGroup", "SchemaError", "StoredCampaign", "StoredReport", "TailPage",
+           "WindowSnapshot", "report_rows", "state_array", "state_bytes", "stored_reports"]
 
 
 class SchemaError(RuntimeError):
@@ -64,10 +64,18 @@ class FoldStatus:
 
 
 @dataclass(frozen=True)
+class FoldLeaseState:
+    holder: str | None  # who claimed the fold lease last (None: nobody ever did)
+    until: float  # when it runs out (0: released)
+
+
+@dataclass(frozen=True)
 class WindowSnapshot:
     n: int  # folded reports in the window
     state: np.ndarray  # their summed statistics
-    tail: list[tuple[int, str]]  # (time bucket, payload) of the window's unfolded reports
+    # (time bucket, payload) of the window's unfolded reports; empty when a TailReader took
+    # the tail page by page instead
+    tail: list[tuple[int, str]]
     folded_at: float | None
 
 
@@ -76,7 +84,7 @@ class BucketSnapshot:
     """A window's statistics bucket by bucket (a time series' input), not summed."""
 
     buckets: list[tuple[int, int, bytes]]  # (time bucket, n, state blob) of folded reports
-    tail: list[tuple[int, str]]  # (time bucket, payload) of the window's unfolded reports
+    tail: list[tuple[int, str]]  # as WindowSnapshot.tail
     folded_at: float | None
 
 
@@ -115,4 +123,13 @@ class FoldChunk(NamedTuple):
     watermark: int
     through: int
     reports: int
+    groups: list[PayloadGroup]
+
+
+class TailPage(NamedTuple):
+    """One page of a campaign's unfolded tail: its reports with after < seq <= through (at
+    most ``Storage.tail_page`` of them), grouped by time bucket."""
+
+    after: int
+    through: int
     groups: list[PayloadGroup]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import random
 import re
 from typing import Any
 
@@ -15,9 +16,11 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from chorus_collector.estimators.discovery import WALKS
+from chorus_collector.jobs.folding import fold
 from chorus_collector.storage import Storage
-from helpers.discoveryseed import SPEC, WORDS, seed_folded
-from helpers.support import ADMIN_HEADERS, ANALYST, ANALYST_HEADERS
+from helpers.discoveryseed import HOUR, SPEC, WORDS, seed_folded
+from helpers.support import ADMIN_HEADERS, ANALYST, ANALYST_HEADERS, NOW, make_report
 
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 _BAR = re.compile(r'<g class="bar( flagged)?" data-label="([^"]*)" data-estimate="([^"]*)" '
@@ -143,3 +146,65 @@ def test_downloads_without_candidates_are_the_apis_answers(signed_in: FlaskClien
     csv = signed_in.get(f"{PAGE}/download/estimates.csv")
     api_csv = signed_in.get(f"{API}/estimates?format=csv", headers=ANALYST_HEADERS)
     assert csv.status_code == 200 and csv.get_data() == api_csv.get_data()
+
+
+def test_a_second_render_reuses_the_walks_until_new_reports_change_a_window(
+        app: Flask, signed_in: FlaskClient) -> None:
+    """The page's walks (its window, the series' whole window and points, both compared
+    windows) are computed once per process; reports ingested since change the windows they
+    fall in, so those are walked again; folding them changes no window's sum, and no walk."""
+    storage: Storage = app.extensions["chorus.storage"]
+    WALKS.clear()
+    first = signed_in.get(PAGE).get_data(as_text=True)
+    walked = WALKS.misses
+    assert walked >= 4  # the whole window, three hourly points, the two compared halves
+    again = signed_in.get(PAGE).get_data(as_text=True)
+    # Every walk of the second render came from the cache.
+    assert WALKS.misses == walked and WALKS.hits >= walked
+    for name in ("estimates", "series", "comparison"):
+        assert _section(again, name) == _section(first, name)
+    # New reports in the last hour, through the ingest route, not yet folded.
+    config = _api(signed_in, API)
+    rng = random.Random(20261218)  # the tests' reports: seeded, never the client's
+    reports = [make_report(config, WORDS[i % len(WORDS)], rng, now=NOW - HOUR / 2)
+               for i in range(500)]
+    sent = signed_in.post("/v1/reports", json={"reports": reports})
+    assert sent.status_code == 200 and sent.get_json()["accepted"] == 500
+    before = WALKS.misses
+    assert "dog" in signed_in.get(PAGE).get_data(as_text=True)  # streamed: read it whole
+    assert WALKS.misses > before, "the windows holding the new reports are walked again"
+    # Folding moves them from the tail into the statistics: every window sums the same.
+    assert fold(storage, clock=app.extensions["chorus.clock"]) == 500
+    before, hits = WALKS.misses, WALKS.hits
+    assert "dog" in signed_in.get(PAGE).get_data(as_text=True)
+    assert WALKS.misses == before and WALKS.hits > hits
+
+
+def test_the_page_is_sent_as_it_renders_saying_what_it_computes(
+        app: Flask, signed_in: FlaskClient) -> None:
+    """The page's top and a line saying what is being computed leave before any walk starts;
+    each section's result then follows its line (which the stylesheet then hides); a page
+    closed early (the browser gone) gives its query slot back."""
+    WALKS.clear()
+    reply = signed_in.get(PAGE)
+    assert reply.status_code == 200 and reply.is_streamed
+    chunks = (chunk.decode() for chunk in reply.response)
+    sent = ""
+    while 'class="meta pending"' not in sent:
+        sent += next(chunks)
+    assert WALKS.misses == 0, "nothing was walked before the first line went out"
+    page = sent + "".join(chunks)
+    reply.close()
+    assert WALKS.misses > 0
+    for name in ("estimates", "series", "comparison"):
+        section = _section(page, name)
+        line, result = section.split('class="meta pending"', 1)[1].split("</p>", 1)
+        assert "…" in line and "<" in result  # the result follows its line
+    with signed_in.get("/static/chorus.css") as css:
+        assert ".pending:not(:last-child) { display: none; }" in css.get_data(as_text=True)
+    # More pages left half-read than the worker computes at once: each gave its slot back.
+    for _ in range(app.config["CHORUS"]["QUERY_CONCURRENCY"] + 1):
+        left = signed_in.get(PAGE)
+        next(iter(left.response))
+        left.close()
+    assert signed_in.get(PAGE).status_code == 200

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -390,3 +392,36 @@ def test_the_license_file_matches_the_declared_license() -> None:
     assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
     assert "Apache License" in (root / "LICENSE").read_text()[:200]
     assert "Version 2.0, January 2004" in (root / "LICENSE").read_text()[:300]
+
+
+@pytest.mark.slow
+def test_metrics_survive_one_worker_exiting(tmp_path: Path) -> None:
+    """Regression: a worker leaving gunicorn's run() removed the metrics directory that
+    every worker shares, and /metrics answered 500 for the rest of the server's life."""
+    import signal
+    import subprocess
+
+    import requests
+
+    from chorus_collector.server.process import CollectorProcess
+
+    with CollectorProcess(tmp_path / "c.db", settings={"ADMIN_TOKEN": ADMIN,
+                                                       "WORKERS": "2"}) as server:
+        def workers() -> list[str]:
+            return subprocess.run(["pgrep", "-P", str(server.process.pid)],
+                                  capture_output=True, text=True).stdout.split()
+
+        def wait_for(condition: Callable[[list[str]], bool]) -> list[str]:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if condition(now := workers()):
+                    return now
+                time.sleep(0.2)
+            raise AssertionError(f"gunicorn's workers: {workers()}")
+
+        first = wait_for(lambda now: len(now) == 2)
+        os.kill(int(first[0]), signal.SIGTERM)  # gunicorn starts a successor
+        wait_for(lambda now: len(now) == 2 and first[0] not in now)
+        answers = [requests.get(f"{server.url}/metrics", timeout=10) for _ in range(8)]
+        assert [a.status_code for a in answers] == [200] * 8
+        assert all("chorus_build_info" in a.text for a in answers)

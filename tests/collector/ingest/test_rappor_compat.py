@@ -21,15 +21,17 @@ import pytest
 from click.testing import CliRunner
 from flask import Flask
 
+from chorus_client.api import CollectorAPI
 from chorus_collector.cli import main as cli
 from chorus_collector.ingest.rappor_compat import (
     CompatError,
     reports_from_google_csv,
     spec_from_google_params,
 )
-from chorus_shared import campaign_from_spec
+from chorus_collector.server.process import CollectorProcess
+from chorus_shared import Campaign, campaign_from_spec
 from chorus_shared.hashing import google_bloom_bits
-from helpers.support import ADMIN_HEADERS, ANALYST_HEADERS, NOW
+from helpers.support import ADMIN, ADMIN_HEADERS, ANALYST, ANALYST_HEADERS, NOW
 
 PARAMS_CSV = "k,h,m,p,q,f\n16,2,8,0.25,0.75,0.5\n"
 WORDS = [f"word-{i}" for i in range(8)]
@@ -169,3 +171,74 @@ def test_a_byte_order_mark_is_not_part_of_the_header(tmp_path: Path) -> None:
     params.write_bytes(b"\xef\xbb\xbf" + PARAMS_CSV.encode())
     result = CliRunner().invoke(cli, ["rappor", "params", str(params), "--name", "legacy"])
     assert result.exit_code == 0, result.output
+
+
+def test_equal_rows_in_one_file_are_separate_reports_counted_once_per_import() -> None:
+    """Regression (issue 33 #6): a client that sends two reports with the same bits in one
+    time bucket made one ID, and the second was counted a duplicate (dropped)."""
+    campaign = campaign_from_spec(spec_from_google_params(PARAMS_CSV, "legacy"))
+    rows = _google_rows(range(6))
+    twice = [rows[0], rows[1], rows[2], rows[1], rows[3], rows[1], rows[2]]
+    ids = [r["report_id"] for r in reports_from_google_csv(twice, campaign, 3600)]
+    assert len(ids) == len(set(ids)) == 6  # c0 three times and c1 twice: all of them count
+    reordered = [twice[0], *reversed(twice[1:])]
+    assert {r["report_id"] for r in reports_from_google_csv(reordered, campaign, 3600)} \
+        == set(ids)  # the same file in another order is the same reports
+    # The first of equal rows keeps the ID it had before occurrences counted, so a file
+    # imported then and again now adds exactly the rows that were dropped.
+    client, cohort, irr = "c0", 0, rows[1].rsplit(",", 1)[1]
+    before = hashlib.sha256(f"{campaign.digest}\n{client}\n{cohort}\n{irr}\n3600".encode())
+    assert ids[0] == before.hexdigest()[:32]
+
+
+def google_simulation(rng: random.Random, campaign: Campaign, clients: int,
+                      reports_per_client: int) -> tuple[list[str], Counter[str]]:
+    """Rows as google/rappor's simulation writes them: each client in one cohort, with a
+    secret of its own, reports ``reports_per_client`` values drawn from a Zipf-like
+    distribution over 100 values (the PRR memoized per value, a fresh IRR each time)."""
+    mechanism = campaign.mechanism
+    values = [f"v{i}" for i in range(1, 101)]
+    weights = [1 / i for i in range(1, 101)]
+    rows, truth = ["client,cohort,bloom,prr,irr"], Counter[str]()
+    for client in range(clients):
+        cohort = client % mechanism.m
+        for value in rng.choices(values, weights, k=reports_per_client):
+            truth[value] += 1
+            bloom, prr, irr = google_encode(value, cohort, f"secret-{client}".encode(),
+                                            mechanism.k, mechanism.h, mechanism.p,
+                                            mechanism.q, mechanism.f, rng)
+            rows.append(f"client-{client},{cohort},{bit_string(bloom, mechanism.k)},"
+                        f"{bit_string(prr, mechanism.k)},{bit_string(irr, mechanism.k)}")
+    return rows, truth
+
+
+@pytest.mark.slow
+def test_an_import_of_googles_simulation_drops_nothing_and_a_second_adds_nothing(
+        database: str, tmp_path: Path) -> None:
+    """google/rappor's regression setting (tests/regtest_spec.py): 8 Bloom bits, 2 hashes,
+    128 cohorts, eps_1_1 (p = 0.39, q = 0.61, f = 0.45) and, as in its demo, 10 reports a
+    client. Through ``chorus rappor import`` into a real server on the suite's backend."""
+    params = tmp_path / "params.csv"
+    params.write_text("k,h,m,p,q,f\n8,2,128,0.39,0.61,0.45\n")
+    runner = CliRunner()
+    spec = json.loads(runner.invoke(cli, ["rappor", "params", str(params), "--name",
+                                          "sim"]).output)
+    campaign = campaign_from_spec(spec)
+    rows, truth = google_simulation(random.Random(33), campaign, 2000, 10)
+    reports = tmp_path / "reports.csv"
+    reports.write_text("\n".join(rows) + "\n")
+    repeats = Counter(row.split(",", 2)[0] + "," + row.rsplit(",", 1)[1] for row in rows[1:])
+    dropped_before = sum(n - 1 for n in repeats.values())
+    assert dropped_before > 100  # what one ID per (client, bits, hour) used to drop
+    with CollectorProcess(database, settings={"ADMIN_TOKEN": ADMIN,
+                                              "ANALYST_TOKEN": ANALYST}) as server:
+        CollectorAPI(server.url, ADMIN).create_campaign({**spec, "min_batch_size": 1})
+        env = {"CHORUS_URL": server.url}
+        first = runner.invoke(cli, ["rappor", "import", "sim", str(reports)], env=env)
+        assert first.exit_code == 0, first.output
+        assert first.output.strip().endswith("20000 accepted, 0 duplicate, 0 rejected")
+        again = runner.invoke(cli, ["rappor", "import", "sim", str(reports)], env=env)
+        assert again.exit_code == 0, again.output
+        assert again.output.strip().endswith("0 accepted, 20000 duplicate, 0 rejected")
+        counted = CollectorAPI(server.url, ANALYST).estimates("sim", candidates=["v1"])
+    assert counted["n"] == 20_000 == sum(truth.values())

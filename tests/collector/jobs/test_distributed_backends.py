@@ -13,7 +13,7 @@ from flask import Flask
 
 from chorus_collector.jobs.aggregate import check_aggregates
 from chorus_collector.jobs.distributed import fold_on_cluster, fold_with_cluster
-from chorus_collector.jobs.folding import estimate_inputs
+from chorus_collector.jobs.tail import estimate_inputs
 from chorus_collector.storage import open_storage
 from helpers.support import ADMIN_HEADERS, FakeClock, make_report
 

@@ -26,13 +26,8 @@ from flask.testing import FlaskClient
 from chorus_collector.cli import main as cli
 from chorus_collector.estimators import estimator_for
 from chorus_collector.jobs.aggregate import check_aggregates
-from chorus_collector.jobs.folding import (
-    FOLDER_NICENESS,
-    BackgroundFolder,
-    estimate_inputs,
-    fold,
-    fold_once,
-)
+from chorus_collector.jobs.folding import FOLDER_NICENESS, BackgroundFolder, fold, fold_once
+from chorus_collector.jobs.tail import estimate_inputs
 from chorus_collector.storage import SQLiteStorage, migrations, open_storage
 from helpers.support import (
     ADMIN,

@@ -389,9 +389,12 @@ def test_the_pool_stores_nothing_about_the_sender(shuffler: FlaskClient, tmp_pat
     with sqlite3.connect(tmp_path / "pool.db") as conn:
         tables = {r[0] for r in conn.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert tables == {"pool", "pool_key", "_sqlite_migrations"}
+        assert tables == {"pool", "pool_key", "held", "_sqlite_migrations"}
         columns = [r[1] for r in conn.execute("PRAGMA table_info(pool)")]
         assert columns == ["digest", "report_id", "time", "payload", "batch", "sender"]
+        # Per batch the collector refused as too large: counts and a retry time, no report.
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(held)")]
+        assert columns == ["batch", "reports", "bytes", "refusals", "retry_at"]
         assert {r[0] for r in conn.execute("SELECT sender FROM pool")} == {None}
         sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'pool'").fetchone()[0]
         assert "WITHOUT ROWID" in sql
@@ -876,7 +879,7 @@ def test_an_old_pool_migrates_and_its_reports_go_out_unvouched(
     with sqlite3.connect(tmp_path / "pool.db") as conn:
         assert conn.execute("SELECT count(*), count(sender) FROM pool").fetchone() == (5, 0)
         names = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations")]
-        assert names == ["m001_pool", "m002_admitted_senders"]
+        assert names == ["m001_pool", "m002_admitted_senders", "m003_held"]
     for _ in range(4):
         http.post("/v1/reports", json={"reports": [envelope()]}, headers=credential())
     assert flush(http)["batches"] == 1  # the old group of 5; the 4 admitted senders wait
@@ -1166,7 +1169,8 @@ def test_flush_needs_the_admin_token(shuffler: FlaskClient) -> None:
     assert wrong.status_code == 403
     assert wrong.mimetype == PROBLEM
     assert shuffler.post("/v1/flush", headers=ADMIN_HEADERS).status_code == 200
-    assert shuffler.get("/healthz").get_json() == {"status": "ok"}
+    assert shuffler.get("/healthz").get_json() == {"status": "ok",
+                                                   "held": {"batches": 0, "reports": 0}}
 
 
 def test_the_cli_flushes_once(collector: Flask, tmp_path: Path, rng: random.Random,

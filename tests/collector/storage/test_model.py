@@ -31,7 +31,8 @@ from hypothesis.stateful import (
 )
 
 from chorus_collector import create_app
-from chorus_collector.jobs.folding import estimate_inputs, fold_once
+from chorus_collector.jobs.folding import fold_once
+from chorus_collector.jobs.tail import estimate_inputs
 from chorus_shared import campaign_from_config, new_report_id
 from helpers.support import (
     ADMIN,

@@ -1,15 +1,15 @@
 """Several collectors on one database: what each backend promises when replicas race.
 
 On SQLite, two collectors share a file; on PostgreSQL (``--backend postgresql``) two replicas
-share a database. Tests marked ``postgresql_only`` check what only PostgreSQL does (daily
-partitions, migrations under an advisory lock) and run in the PostgreSQL pass.
+share a database. Tests marked ``postgresql_only`` check what only PostgreSQL does
+(migrations under an advisory lock) and run in the PostgreSQL pass; ``test_report_ids`` holds
+the report-ID races, ``test_outages`` a database that goes away.
 """
 
 from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -92,35 +92,5 @@ def test_replicas_starting_together_migrate_once(postgres: Any) -> None:
         thread.join(60)
     assert errors == []
     assert query(url, "SELECT name FROM chorus_migrations ORDER BY name") == [
-        ("p001_initial",), ("p002_retired_campaigns",), ("p003_vouched_senders",)]
-
-
-@pytest.mark.postgresql_only
-def test_gc_drops_an_expired_day_as_one_partition(postgres: Any,
-                                                  make_app: Callable[..., Flask]) -> None:
-    url = postgres.new_schema()
-    day = 86_400
-    old = FakeClock(1_767_225_600.0 - 40 * day)  # 40 days before the tests' "now"
-    app = create_app({"DATABASE": url, "ADMIN_TOKEN": ADMIN, "ANALYST_TOKEN": ANALYST},
-                     clock=old)
-    storage = app.extensions["chorus.storage"]
-    storage.ensure_partitions(old.now)
-    http = app.test_client()
-    config = http.post("/v1/campaigns", json={**SPEC, "report_expiry": 7 * day},
-                       headers=ADMIN_HEADERS).get_json()
-    rng = random.Random(4)
-    reports = [make_report(config, "a", rng, now=old.now) for _ in range(25)]
-    assert http.post("/v1/reports", json={"reports": reports}).get_json()["accepted"] == 25
-    partition = f"reports_d{int(old.now) // day}"
-    assert query(url, f"SELECT count(*) FROM {partition}") == [(25,)]  # laid out by day
-    later = old.now + 30 * day
-    assert storage.drop_expired(later, margin=day) == 0  # not folded yet: fed nothing
-    fold(storage)
-    assert storage.drop_expired(later, margin=day) == 25
-    tables = {row[0] for row in query(url, "SELECT tablename FROM pg_tables WHERE "
-                                           "schemaname = current_schema()")}
-    assert partition not in tables  # dropped whole, not emptied row by row
-    assert storage.folded_statistics(1).retired == {reports[0]["time"]: 25}
-    old.now = later
-    estimate = http.get("/v1/campaigns/k/estimates", headers=ANALYST_HEADERS).get_json()
-    assert estimate["n"] == 25  # the statistics they fed stay
+        ("p001_initial",), ("p002_retired_campaigns",), ("p003_vouched_senders",),
+        ("p004_one_report_per_id",)]

@@ -4,7 +4,7 @@ Each test runs on SQLite and on PostgreSQL in the same run (a server started for
 as ``--backend postgresql`` does; the SQLite case is left out of that pass, which would only
 repeat it). One test per promise of :class:`chorus_collector.storage.Storage`; what a single
 engine does its own way is tested beside it (``test_group_commit`` for SQLite's write turns
-and checkpoints, ``test_replicas`` for PostgreSQL's partitions and replicas).
+and checkpoints, ``test_replicas`` for replicas on one database).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def campaign(store: Storage) -> StoredCampaign:
 
 ENGINE_EXTRAS = {
     SQLiteStorage: {"db"},  # a sqlite-utils Database (migrations; the shuffler's own pool)
-    PostgresStorage: {"ensure_partitions"},  # daily partitions ahead or behind
+    PostgresStorage: set(),
 }
 
 

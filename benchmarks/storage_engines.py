@@ -1,0 +1,256 @@
+"""PostgreSQL beside SQLite, in one run on one machine: ingest, bytes per report, storage under
+a steady load.
+
+``python benchmarks/storage_engines.py [--quick] [--out FILE]`` measures, for each backend:
+
+* **single-report ingest**: 8 threads post one k-RR report per request to ``chorus serve``
+  (2 workers × 8 threads) on loopback, bounded in count and time; reports/s by wall clock,
+  and the CPU time the server spent per report (the collector's processes, and for PostgreSQL
+  the database server's too: SQLite works inside the collector);
+* **batch ingest**: the same with 1,000-report batches;
+* **bytes per report**: the reports table with its indexes, over the reports it holds;
+* **steady load**: day after day, a day's reports (a twentieth of them late by two days) are
+  appended, folded and ``gc``-ed with a 3-day expiry, so the reports held stay constant;
+  the storage of the reports table on the last day over the storage on the middle day
+  (1.0: flat; from the fifth on as many reports are held each day).
+
+PostgreSQL / SQLite ratios are printed and written beside the figures (wall clock and CPU).
+Every load is bounded in count and time; servers listen on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the tests' throwaway PostgreSQL server
+
+from chorus_collector.design.simulate import simulate  # noqa: E402
+from chorus_collector.server.process import CollectorProcess  # noqa: E402
+from chorus_shared import campaign_from_config, new_report_id  # noqa: E402
+
+ADMIN = "bench-admin-token"
+DAY = 86_400
+SPEC = {"name": "k", "mechanism": "krr", "epsilon": 1.0,
+        "domain": [f"v{i}" for i in range(64)], "min_batch_size": 1}
+
+
+# -- CPU time of a process tree (the collector's workers, the database's backends) --------------
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu(roots: list[int]) -> float:
+    """User + system CPU seconds of the processes under ``roots`` (themselves included), with
+    what their finished children used."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry)
+        parents[pid] = int(fields[1])
+        times[pid] = sum(int(f) for f in fields[11:15]) / _TICK  # utime stime cutime cstime
+    total, wanted = 0.0, set(roots)
+    for pid, cpu in times.items():
+        walk = pid
+        while walk not in wanted and walk > 1:
+            walk = parents.get(walk, 0)
+        if walk in wanted:
+            total += cpu
+    return total
+
+
+def _postmaster_pid(server: Any) -> int:
+    return int((server.data / "postmaster.pid").read_text().split()[0])
+
+
+# -- HTTP ingest ----------------------------------------------------------------------------------
+
+def _post(port: int, path: str, body: bytes, token: str | None = None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        conn.request("POST", path, body=body, headers=headers)
+        reply = conn.getresponse()
+        return reply.status, reply.read()
+    finally:
+        conn.close()
+
+
+def _reports(campaign: Any, count: int, rng: np.random.Generator) -> list[dict[str, Any]]:
+    payloads = simulate(campaign.mechanism, rng.integers(0, 64, count).tolist(), rng)
+    bucket = campaign.time_bucket(time.time())
+    return [{"report_id": new_report_id(), "digest": campaign.digest, "time": bucket,
+             "payload": p} for p in payloads]
+
+
+def http_ingest(database: str, roots: list[int], quick: bool) -> dict[str, Any]:
+    rng = np.random.default_rng(7)
+    singles = 600 if quick else 6_000
+    batches = 10 if quick else 60
+    with CollectorProcess(database, settings={"ADMIN_TOKEN": ADMIN, "WORKERS": "2",
+                                              "THREADS": "8", "FOLD_INTERVAL": "0"}) as server:
+        assert server.process is not None
+        status, body = _post(server.port, "/v1/campaigns", json.dumps(SPEC).encode(), ADMIN)
+        assert status in (200, 201), body
+        campaign = campaign_from_config(json.loads(body))
+        processes = [server.process.pid, *roots]
+        rows: dict[str, Any] = {}
+        for kind, bodies in (
+                ("single", [json.dumps(r).encode() for r in _reports(campaign, singles, rng)]),
+                ("batch", [json.dumps({"reports": _reports(campaign, 1000, rng)}).encode()
+                           for _ in range(batches)])):
+            deadline = time.monotonic() + 120
+
+            def send(body: bytes, deadline: float = deadline) -> int:
+                if time.monotonic() > deadline:
+                    return 0
+                status, reply = _post(server.port, "/v1/reports", body)
+                if status not in (200, 201):
+                    return 0
+                answer = json.loads(reply)
+                return int(answer.get("accepted", answer.get("status") == "accepted"))
+
+            cpu = _tree_cpu(processes)
+            started = time.perf_counter()
+            with ThreadPoolExecutor(8) as pool:
+                accepted = sum(pool.map(send, bodies))
+            wall = time.perf_counter() - started
+            cpu = _tree_cpu(processes) - cpu
+            rows[kind] = {"reports": accepted, "seconds": wall,
+                          "reports_per_s": accepted / wall,
+                          "server_cpu_us_per_report": cpu / max(accepted, 1) * 1e6}
+    return rows
+
+
+def bytes_per_report(database: str) -> dict[str, float]:
+    from chorus_collector.storage import open_storage
+
+    storage = open_storage(database)
+    conn = storage.connect()
+    count = conn.execute("SELECT count(*) FROM reports").fetchone()[0]
+    size = _reports_size(storage, conn)
+    storage.close()
+    return {"reports": count, "bytes": size, "bytes_per_report": size / max(count, 1)}
+
+
+def _reports_size(storage: Any, conn: Any) -> int:
+    """The reports table with its indexes (and partitions, in a schema before p004); on SQLite
+    the pages of the table and its indexes (the file's free pages are reused, not counted)."""
+    if storage.path.startswith("postgresql:"):
+        return int(conn.execute("SELECT pg_total_relation_size('reports') + coalesce(sum("
+                                "pg_total_relation_size(relid)), 0) FROM pg_partition_tree("
+                                "'reports') WHERE relid <> 'reports'::regclass").fetchone()[0])
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return int(conn.execute(
+        "SELECT sum(pgsize) FROM dbstat WHERE name IN ('reports', 'reports_by_time') "
+        "OR name LIKE 'sqlite_autoindex_reports%'").fetchone()[0])
+
+
+# -- steady load: append, fold, gc, day after day ----------------------------------------------
+
+def steady_load(database: str, quick: bool) -> dict[str, Any]:
+    from chorus_collector.jobs.folding import fold
+    from chorus_collector.storage import StoredReport, open_storage
+    from chorus_shared.campaign import campaign_from_spec
+
+    per_day = 2_000 if quick else 6_000
+    days = 12 if quick else 16
+    storage = open_storage(database)
+    storage.migrate()
+    campaign = campaign_from_spec({**SPEC, "name": "steady", "time_precision": 3600,
+                                   "report_expiry": 3 * DAY})
+    stored, _ = storage.insert_campaign(campaign)
+    rng = np.random.default_rng(8)
+    start = (int(time.time()) // DAY) * DAY
+    sizes, held = [], []
+    for day in range(days):
+        now = float(start + day * DAY + DAY // 2)
+        storage.maintain(now)  # as the server's background folder does
+        times = np.where(rng.random(per_day) < 0.05, now - 2 * DAY, now).astype(int)
+        rows = [StoredReport(os.urandom(16), int(t) // 3600 * 3600, str(int(v)))
+                for t, v in zip(times, rng.integers(0, 64, per_day), strict=True)]
+        for offset in range(0, per_day, 1000):
+            with storage.write() as conn:
+                storage.insert_reports(conn, stored.id, rows[offset:offset + 1000])
+        fold(storage, clock=lambda now=now: now)
+        storage.drop_expired(now, margin=DAY)
+        conn = storage.connect()
+        held.append(int(conn.execute("SELECT count(*) FROM reports").fetchone()[0]))
+        sizes.append(_reports_size(storage, conn))
+    storage.close()
+    return {"reports_per_day": per_day, "days": days, "held": held, "bytes": sizes,
+            "growth_second_half": sizes[-1] / sizes[days // 2]}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path,
+                        default=ROOT / "bench-results" / "storage_engines.json")
+    args = parser.parse_args(argv)
+    from helpers.postgres import running_postgres
+
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp, running_postgres() as postgres:
+        for backend in ("sqlite", "postgresql"):
+            print(f"benchmarks/storage_engines.py: {backend}", file=sys.stderr, flush=True)
+            if backend == "postgresql":
+                database, roots = postgres.new_schema(), [_postmaster_pid(postgres)]
+                steady = postgres.new_schema()
+            else:
+                database, roots = str(Path(tmp) / "ingest.db"), []
+                steady = str(Path(tmp) / "steady.db")
+            row = http_ingest(database, roots, args.quick)
+            row["storage"] = bytes_per_report(database)
+            row["steady_load"] = steady_load(steady, args.quick)
+            results[backend] = row
+    sqlite, postgres_row = results["sqlite"], results["postgresql"]
+    results["postgresql_over_sqlite"] = {
+        f"{kind}_{figure}": postgres_row[kind][figure] / sqlite[kind][figure]
+        for kind in ("single", "batch")
+        for figure in ("reports_per_s", "server_cpu_us_per_report")}
+    print_table(results)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    print(f"\nwritten to {args.out}")
+    return results
+
+
+def print_table(results: dict[str, Any]) -> None:
+    for name in ("sqlite", "postgresql"):
+        row = results[name]
+        steady = row["steady_load"]
+        print(f"{name:<11} single {row['single']['reports_per_s']:>7,.0f} reports/s "
+              f"({row['single']['server_cpu_us_per_report']:,.0f} µs CPU each), batches "
+              f"{row['batch']['reports_per_s']:>8,.0f} reports/s "
+              f"({row['batch']['server_cpu_us_per_report']:,.0f} µs CPU each); "
+              f"{row['storage']['bytes_per_report']:.0f} bytes per report; steady load "
+              f"{steady['held'][-1]:,} reports held, storage on the last day / "
+              f"the middle one: {steady['growth_second_half']:.2f}")
+    ratios = results["postgresql_over_sqlite"]
+    print("PostgreSQL / SQLite: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main(sys.argv[1:])
