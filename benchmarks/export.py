@@ -3,8 +3,8 @@
 ``python benchmarks/export.py [--quick] [--out FILE]`` builds one database per backend holding
 four campaigns' reports interleaved in append order (OLH ``{"a","b","y"}`` and RAPPOR
 ``{"cohort","bits"}`` payloads, canonical JSON as ingest stores them, over seven daily time
-buckets, so PostgreSQL spreads them over seven partitions), folds them, and exports one OLH
-and one RAPPOR campaign three ways, taking turns:
+buckets, spread over seven partitions where the PostgreSQL schema has daily ones), folds
+them, and exports one OLH and one RAPPOR campaign three ways, taking turns:
 
 * **Chorus, in process**: ``jobs.export.export_parquet``;
 * **Chorus, the command**: ``chorus export NAME --parquet DIR`` in a child process (its
