@@ -66,6 +66,7 @@ bench: $(BENCH_STAMP) services
 	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/ingest.py
 	$(BIN)/python benchmarks/storage_engines.py
+	$(BIN)/python benchmarks/export.py
 	$(BIN)/python benchmarks/dask_aggregation.py
 	$(BIN)/python benchmarks/distributions.py
 	$(BIN)/python benchmarks/records.py

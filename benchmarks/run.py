@@ -15,7 +15,8 @@ baseline measured in the same run, so ratios stay comparable across machines:
   10^6 folded reports (it reads the per-bucket statistics: the ratio should be about 1), and
   against one window's estimate of the same data;
 * HTTP: reports/s and p50/p99 latency against the production server on loopback, batched and
-  single-report, bounded in count and time.
+  single-report, bounded in count and time, and reports per server CPU-second (the gunicorn
+  master and its workers, the background fold's catch-up included).
 """
 
 from __future__ import annotations
@@ -406,6 +407,42 @@ def _summary(answers: list[tuple[float, int, bytes]], elapsed: float,
     }
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every live process below it (gunicorn's workers), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue  # it exited meanwhile
+            parent = int(stat[stat.rindex(")") + 2:].split()[1])
+            parents.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo.extend(parents.get(found[-1], []))
+    return found
+
+
+def server_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, every thread) of a server: the process ``pid`` and all its
+    descendants, with their reaped children (a worker that exited counts in its parent's
+    cutime/cstime once reaped)."""
+    ticks = 0
+    for process in _descendants(pid):
+        try:
+            stat = Path(f"/proc/{process}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # the name may hold spaces
+        ticks += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return ticks / _CLOCK_TICKS
+
+
 def bench_http(camps: dict[str, Campaign], batches: int, singles: int, seconds: float,
                workdir: Path, rounds: int = 3) -> dict[str, Any]:
     """A bounded load on loopback from 16 threads, batched then single-report uploads, to the
@@ -441,6 +478,7 @@ def bench_http(camps: dict[str, Campaign], batches: int, singles: int, seconds: 
             time.sleep(0.2)
 
     sections = (("batch_1000", batches, 1000), ("single", singles, 1))
+    # Per round: (answers, elapsed wall seconds, server CPU seconds).
     runs: dict[str, dict[str, list[Any]]] = {label: {"ours": [], "bare": []}
                                              for label, _, _ in sections}
     port = free_port()
@@ -456,10 +494,12 @@ def bench_http(camps: dict[str, Campaign], batches: int, singles: int, seconds: 
                           headers={"Authorization": f"Bearer {admin}"}, timeout=10)
             ours = int(server.url.rsplit(":", 1)[1])
             storage = SQLiteStorage(str(database))
+            assert server.process is not None
             for label, count, size in sections:
                 for _ in range(rounds):
-                    answers, elapsed = _load(ours, [body(size) for _ in range(count)], seconds)
-                    runs[label]["ours"].append((answers, elapsed))
+                    bodies = [body(size) for _ in range(count)]
+                    cpu = server_cpu_seconds(server.process.pid)
+                    answers, elapsed = _load(ours, bodies, seconds)
                     for _, status, reply in answers:
                         if status == 200 and size > 1:
                             acked.update(r["report_id"] for r in json.loads(reply)["results"]
@@ -467,28 +507,45 @@ def bench_http(camps: dict[str, Campaign], batches: int, singles: int, seconds: 
                         elif status in (200, 201):
                             acked.add(json.loads(reply)["report_id"])
                     sent += len(answers) * size
-                    caught_up(storage)
+                    caught_up(storage)  # the fold's work is part of the round's CPU
+                    runs[label]["ours"].append(
+                        (answers, elapsed, server_cpu_seconds(server.process.pid) - cpu))
+                    bodies = [body(size) for _ in range(count)]
+                    cpu = server_cpu_seconds(bare.pid)
+                    answers, elapsed = _load(port, bodies, seconds)
                     runs[label]["bare"].append(
-                        _load(port, [body(size) for _ in range(count)], seconds))
+                        (answers, elapsed, server_cpu_seconds(bare.pid) - cpu))
     finally:
         bare.terminate()
         bare.wait(timeout=30)
 
     out: dict[str, Any] = {}
     for label, _, size in sections:
-        mine = _summary([a for answers, _ in runs[label]["ours"] for a in answers],
-                        sum(elapsed for _, elapsed in runs[label]["ours"]), size)
-        baseline = _summary([a for answers, _ in runs[label]["bare"] for a in answers],
-                            sum(elapsed for _, elapsed in runs[label]["bare"]), size)
+        mine = _summary([a for answers, _, _ in runs[label]["ours"] for a in answers],
+                        sum(elapsed for _, elapsed, _ in runs[label]["ours"]), size)
+        baseline = _summary([a for answers, _, _ in runs[label]["bare"] for a in answers],
+                            sum(elapsed for _, elapsed, _ in runs[label]["bare"]), size)
         mine["rounds"] = rounds
         mine["baseline_reports_per_s"] = baseline["reports_per_s"]
         mine["ratio_to_baseline"] = mine["reports_per_s"] / baseline["reports_per_s"]
-        mine["round_reports_per_s"] = [len(a) * size / e for a, e in runs[label]["ours"]]
+        mine["round_reports_per_s"] = [len(a) * size / e for a, e, _ in runs[label]["ours"]]
         mine["round_baseline_reports_per_s"] = [len(b) * size / f
-                                                for b, f in runs[label]["bare"]]
+                                                for b, f, _ in runs[label]["bare"]]
         mine["round_ratios"] = [a / b for a, b in zip(mine["round_reports_per_s"],
                                                       mine["round_baseline_reports_per_s"],
                                                       strict=True)]
+        # By CPU: reports per CPU-second of each server over its rounds (ours with the
+        # fold's catch-up), whatever else the machine ran meanwhile.
+        mine["cpu_seconds"] = sum(c for _, _, c in runs[label]["ours"])
+        mine["baseline_cpu_seconds"] = sum(c for _, _, c in runs[label]["bare"])
+        mine["reports_per_cpu_s"] = mine["requests"] * size / mine["cpu_seconds"]
+        mine["baseline_reports_per_cpu_s"] = (baseline["requests"] * size
+                                              / mine["baseline_cpu_seconds"])
+        mine["cpu_ratio_to_baseline"] = (mine["reports_per_cpu_s"]
+                                         / mine["baseline_reports_per_cpu_s"])
+        mine["round_cpu_ratios"] = [
+            (len(a) / c) / (len(b) / d) for (a, _, c), (b, _, d)
+            in zip(runs[label]["ours"], runs[label]["bare"], strict=True)]
         out[label] = mine
     # The server's folders stop with it, a few seconds' reports behind: fold the rest as
     # `chorus aggregate` would, so that every stored report must be counted exactly once.
@@ -518,6 +575,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
     parser.add_argument("--out", type=Path, default=Path("bench-results/results.json"))
+    parser.add_argument("--only", choices=("http",),
+                        help="run one stage only (its table, not the full one)")
     args = parser.parse_args(argv)
     quick = args.quick
     camps = campaigns()
@@ -538,11 +597,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                         5 if quick else 20, workdir,
                                         rounds=1 if quick else 3)),
         ]
+        if args.only:
+            stages = [(key, stage) for key, stage in stages if key == args.only]
         for key, stage in staged(stages, "benchmarks/run.py"):
             results[key] = stage()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
-    print_table(results)
+    if args.only:
+        print_http(results["http"])
+    else:
+        print_table(results)
     print(f"\nwritten to {args.out}")
     return results
 
@@ -582,8 +646,12 @@ def print_table(results: dict[str, Any]) -> None:
           f"{olh['ratio_to_bare_numpy_hash']:.1f}); one uint32 comparison per cell: "
           f"{olh['one_comparison_per_cell_reports_per_s']:,.0f} reports/s (ratio "
           f"{olh['ratio_to_one_comparison_per_cell']:.2f})")
+    print_http(results["http"])
+
+
+def print_http(http: dict[str, Any]) -> None:
     for label in ("batch_1000", "single"):
-        row = results["http"][label]
+        row = http[label]
         print(f"HTTP {label:<11} {row['reports_per_s']:>10,.0f} reports/s "
               f"{row['requests_per_s']:>8,.0f} req/s  p50 {row['p50_ms']:.1f} ms  "
               f"p99 {row['p99_ms']:.1f} ms  ({row['requests']} requests, "
@@ -591,7 +659,13 @@ def print_table(results: dict[str, Any]) -> None:
               f"{row['baseline_reports_per_s']:,.0f} reports/s, ratio "
               f"{row['ratio_to_baseline']:.2f} (rounds "
               + ", ".join(f"{r:.2f}" for r in row["round_ratios"]) + ")")
-    check = results["http"]["integrity"]
+    for label in ("batch_1000", "single"):
+        row = http[label]
+        print(f"HTTP {label:<11} by server CPU: {row['reports_per_cpu_s']:>10,.0f} reports per "
+              f"CPU-second (fold included); bare {row['baseline_reports_per_cpu_s']:,.0f}, "
+              f"ratio {row['cpu_ratio_to_baseline']:.2f} (rounds "
+              + ", ".join(f"{r:.2f}" for r in row["round_cpu_ratios"]) + ")")
+    check = http["integrity"]
     print(f"HTTP integrity: {check['acknowledged']} acknowledged of {check['sent']} sent, "
           f"{check['lost']} lost, {check['duplicated']} duplicated, statistics − stored = "
           f"{check['counted_minus_stored']}")

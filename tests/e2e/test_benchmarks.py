@@ -37,7 +37,11 @@ def test_benchmark_command_runs_on_a_tiny_size(tmp_path: Path) -> None:
     assert (integrity["lost"], integrity["duplicated"], integrity["counted_minus_stored"]) \
         == (0, 0, 0)
     assert results["http"]["single"]["errors_5xx"] == 0
-    assert "HTTP batch_1000" in run.stdout
+    for section in ("batch_1000", "single"):  # server CPU, each server's over its rounds
+        row = results["http"][section]
+        assert row["cpu_seconds"] > 0 and row["baseline_cpu_seconds"] > 0
+        assert row["cpu_ratio_to_baseline"] > 0
+    assert "HTTP batch_1000" in run.stdout and "by server CPU" in run.stdout
 
 
 def test_peer_comparison_runs_on_a_tiny_size(tmp_path: Path) -> None:
@@ -85,6 +89,23 @@ def test_ingest_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
     for backend in ("sqlite", "postgresql"):
         assert results[backend]["reports"] == 20_000  # every batch acknowledged in full
         assert results[backend]["bytes_per_report"] > 16  # at least the report ID
+
+
+@pytest.mark.slow
+def test_export_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/export.py --quick: each export way on both backends, its rows checked equal
+    to the bare copy's by the script."""
+    out = tmp_path / "export.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "export.py"), "--quick",
+                          "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    results = json.loads(out.read_text())
+    for backend in ("sqlite", "postgresql"):
+        for name in ("olh", "rappor"):
+            row = results[backend][name]
+            assert row["reports"] == results["reports_per_campaign"]  # the campaign's only
+            for way in ("bare", "in_process", "command"):
+                assert row[f"{way}_reports_per_s"] > 0 and row[f"{way}_reports_per_cpu_s"] > 0
 
 
 @pytest.mark.slow

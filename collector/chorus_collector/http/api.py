@@ -25,8 +25,7 @@ import json
 import math
 import re
 import warnings
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from flask import Blueprint, Response, current_app, jsonify, request
@@ -39,7 +38,13 @@ from chorus_collector.http.metrics import Metrics
 from chorus_collector.http.openapi import openapi_document
 from chorus_collector.http.query_args import compare_query, estimate_query, series_query
 from chorus_collector.http.ratelimit import RateLimiter
-from chorus_collector.ingest.reports import ReportStatus, batch_answer, ingest_reports, parse_body
+from chorus_collector.ingest.reports import (
+    ReportStatus,
+    batch_answer,
+    ingest_reports,
+    outcome_counts,
+    parse_body,
+)
 from chorus_collector.ingest.shuffled_batches import (
     SHUFFLED_BATCH_HEADER,
     SHUFFLED_SENDERS_HEADER,
@@ -275,10 +280,9 @@ def _submit(stored: StoredCampaign | None, admitted: bool = False,
     return response, 200
 
 
-def _count_outcomes(statuses: list[ReportStatus]) -> None:
+def _count_outcomes(statuses: Sequence[ReportStatus]) -> None:
     metrics: Metrics = current_app.extensions["chorus.metrics"]
-    tally = Counter((s.campaign or "", s.error or s.status) for s in statuses)
-    for (campaign, outcome), count in tally.items():
+    for (campaign, outcome), count in outcome_counts(statuses).items():
         metrics.count_reports(campaign, outcome, count)
 
 

@@ -43,18 +43,29 @@ class Metrics:
             "chorus_build_info", "Always 1; the version of the running collector.",
             ["version"], registry=self.registry, multiprocess_mode="max")
         self.build_info.labels(VERSION).set(1)
+        self._children: dict[tuple[object, ...], Any] = {}
 
     # Counting is never worth a failed request: a report already committed must not be
     # answered with a 500 because a metrics file is gone (the master removes the directory
     # while a draining worker still answers, under SIGTERM).
     def count_reports(self, campaign: str, outcome: str, count: int) -> None:
-        self._safely(lambda: self.reports.labels(campaign, outcome).inc(count))
+        self._safely(lambda: self._child(self.reports, campaign, outcome).inc(count))
 
     def count_rejected_request(self, reason: str) -> None:
         self._safely(lambda: self.requests_rejected.labels(reason).inc())
 
     def observe_latency(self, method: str, route: str, status: int, seconds: float) -> None:
-        self._safely(lambda: self.latency.labels(method, route, str(status)).observe(seconds))
+        self._safely(lambda: self._child(self.latency, method, route, status).observe(seconds))
+
+    def _child(self, metric: Any, *labels: object) -> Any:
+        """The metric's child for these labels, kept: ``labels()`` checks and looks them up
+        under a lock on every call, twice per report request. (The same labels always give
+        the same child, so two threads that both miss store the same one.)"""
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*map(str, labels))
+        return child
 
     @staticmethod
     def _safely(update: Callable[[], None]) -> None:

@@ -25,6 +25,7 @@ import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -82,24 +83,24 @@ def export_parquet(storage: Storage, name: str, directory: Path, *,
     watermark = storage.fold_status().watermark
     files: list[str] = []
     writer: Any = None
-    in_file = total = after = 0
+    in_file = total = 0
+    # One streaming read of the campaign (not a query per page), cut into row groups of
+    # ``row_group`` rows, ``rows_per_file`` to a file; the columns go to pyarrow as fetched.
+    stream = storage.stream_reports(stored.id, watermark, row_group)
+    rows_left = chain.from_iterable(stream)
     try:
-        # Ends: each page starts past the last seq read, and no seq exceeds the watermark.
-        while rows := storage.report_range(after, watermark, stored.id,
-                                           limit=min(row_group, rows_per_file - in_file)):
+        while rows := list(islice(rows_left, min(row_group, rows_per_file - in_file))):
             if writer is None:
                 files.append(f"part-{len(files):05d}.parquet")
                 writer = pq.ParquetWriter(directory / (files[-1] + ".tmp"), schema)
-            seqs, _, times, payloads = zip(*rows, strict=True)
-            writer.write_table(pa.table([list(seqs), list(times), list(payloads)],
-                                        schema=schema))
+            writer.write_table(pa.table(list(zip(*rows, strict=True)), schema=schema))
             in_file += len(rows)
             total += len(rows)
-            after = rows[-1][0]
             if in_file == rows_per_file:
                 writer.close()
                 writer, in_file = None, 0
     finally:
+        stream.close()  # ends the read (and its transaction) now, on any exit
         if writer is not None:
             writer.close()
     for file in files:

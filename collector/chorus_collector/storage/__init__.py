@@ -30,13 +30,15 @@ from chorus_collector.storage.values import (
     WindowSnapshot,
     report_rows,
     state_array,
+    stored_reports,
 )
 
 __all__ = ["BucketSnapshot", "Connection", "FoldLeaseState", "FoldStatus", "FoldedStatistics",
            "PayloadGroup",
            "PostgresStorage", "SQLiteStorage", "SchemaError", "Storage", "StoredCampaign",
            "StoredReport", "TailPage", "TailPages", "TailReader", "WindowSnapshot",
-           "is_postgres_url", "migrations", "open_storage", "report_rows", "state_array"]
+           "is_postgres_url", "migrations", "open_storage", "report_rows", "state_array",
+           "stored_reports"]
 
 
 def open_storage(database: str, *, synchronous: str = "FULL") -> Storage:

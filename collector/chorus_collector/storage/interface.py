@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -308,6 +308,13 @@ class Storage(ABC):
         """(seq, campaign id, time bucket, payload) of the reports with after_seq < seq <=
         through_seq (of one campaign if given; at most ``limit``), in append order: what an
         export writes, page by page."""
+
+    @abstractmethod
+    def stream_reports(self, campaign_id: int, through_seq: int,
+                       batch: int) -> Generator[list[tuple[int, int, str]], None, None]:
+        """(seq, time bucket, payload) of one campaign's reports with seq <= through_seq, in
+        append order, in lists of at most ``batch``: one query read as it goes (a server-side
+        cursor on PostgreSQL) in one snapshot, for an export of the whole campaign."""
 
     @abstractmethod
     def shuffled_totals(self, campaign_id: int, start: int | None, end: int | None,

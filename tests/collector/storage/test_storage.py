@@ -278,6 +278,27 @@ def test_reports_take_seqs_in_append_order_ordered_by_id_within_a_write(
     assert store.report_range(0, rows[-1][0], limit=2) == rows[:2]
 
 
+def test_a_stream_of_reports_is_one_campaigns_in_append_order_up_to_a_seq(
+        store: Storage, campaign: StoredCampaign) -> None:
+    other, _ = store.insert_campaign(_campaign("other"))
+    for first in (0, 10, 20):  # the two campaigns' rows interleaved in the append order
+        _append(store, campaign.id, _reports(3, first=first))
+        _append(store, other.id, _reports(2, first=first))
+    everything = store.report_range(0, store.append_horizon())
+    mine = [(seq, time, payload) for seq, cid, time, payload in everything
+            if cid == campaign.id]
+    through = mine[-2][0]  # the last report is past the end
+    batches = list(store.stream_reports(campaign.id, through, 3))
+    assert [len(b) for b in batches] == [3, 3, 2]
+    assert [row for b in batches for row in b] == mine[:-1]
+    # Closed before its end, a stream leaves the connection usable (no open transaction).
+    stream = store.stream_reports(campaign.id, through, 2)
+    assert next(stream) == mine[:2]
+    stream.close()
+    with store.write() as conn:
+        store.insert_reports(conn, campaign.id, _reports(1, first=99))
+
+
 def test_a_write_commits_when_its_block_ends_and_rolls_back_on_an_exception(
         store: Storage, campaign: StoredCampaign) -> None:
     def failing() -> None:
