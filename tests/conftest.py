@@ -42,32 +42,7 @@ def _one_blas_thread_per_worker() -> None:
 _BLAS_LIMITS: list[Any] = []
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    _select_backend(config, items)
-    _keep_shared_fixtures_on_one_worker(items)
-
-
-def _keep_shared_fixtures_on_one_worker(items: list[pytest.Item]) -> None:
-    """Under ``pytest -n N --dist loadgroup`` (make test), xdist deals tests to workers one by
-    one, so a module's tests would each start its module-scoped fixture (a gunicorn server, a
-    Dask cluster, a simulation shared by the module) on every worker. Tests that use a module-,
-    class- or package-scoped fixture go to one worker per module instead: each such fixture
-    is set up once. Session-scoped fixtures (the PostgreSQL cluster, Chromium) start once
-    per worker; every fixture takes its ports and folders fresh (free_port, tmp_path), so
-    workers never share one."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)  # pytest's; without it, no grouping
-        if info is None:
-            continue
-        shared = any(definition.scope in ("module", "class", "package")
-                     for definitions in info.name2fixturedefs.values()
-                     for definition in definitions)
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(item.path.as_posix()))
-
-
-def _select_backend(config: pytest.Config, items: list[pytest.Item]) -> None:
     # On PostgreSQL only the storage-facing suites run, minus the tests that read the SQLite
     # file itself (marked sqlite_only): the rest does not touch storage. Tests of what only
     # PostgreSQL does (postgresql_only) run in that pass only.
