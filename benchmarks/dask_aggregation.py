@@ -117,7 +117,10 @@ def run(name: str, reports: int, workers: int, repeat: int, workdir: Path) -> di
                            "task_reports": task_reports, "repeat": repeat, "build_s": build_s}
     cluster, out["cluster_start_s"] = _timed(lambda: LocalCluster(
         n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-        dashboard_address=None))
+        # The scheduler's /health and /metrics on a free port, not 8787 (the test suite runs
+        # this beside its own clusters).
+        dashboard_address=None,
+        scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"}))
     with cluster, Client(cluster, set_as_default=False) as client:
         # Workers are fresh processes: they import the estimators once, as a running
         # cluster already has (the pool's forked processes inherit them from this one).

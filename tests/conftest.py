@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--backend", choices=BACKENDS, default="sqlite",
                      help="storage the collector tests run on (postgresql: a real server "
                           "started for the session)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _one_blas_thread_per_worker()
+
+
+def _one_blas_thread_per_worker() -> None:
+    """Under pytest-xdist every core already runs a worker: BLAS threads on top of them
+    oversubscribe the cores and spin against each other (the project measured a threaded BLAS
+    on busy cores 10× slower). One thread each, here and in the processes tests start."""
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, "1")
+    from threadpoolctl import threadpool_limits
+
+    _BLAS_LIMITS.append(threadpool_limits(limits=1, user_api="blas"))
+
+
+# Held for the session: threadpoolctl restores the old limits when its object is collected.
+_BLAS_LIMITS: list[Any] = []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -59,11 +59,17 @@ TOTAL = len(SPECS) * 3 * PER_BUCKET
 pytestmark = pytest.mark.sqlite_only
 
 
+# With its dashboard off, the scheduler still serves /health and /metrics, on port 8787 by
+# default: a second cluster (another xdist worker, another checkout's tests) would find it
+# taken and warn, an error here. A free port on loopback instead.
+_SCHEDULER_HTTP = {"dashboard": False, "dashboard_address": "127.0.0.1:0"}
+
+
 @pytest.fixture(scope="module")
 def client() -> Iterator[Client]:
     """Two single-threaded worker processes: tasks are pickled and open storage themselves."""
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster, \
+                      dashboard_address=None, scheduler_kwargs=_SCHEDULER_HTTP) as cluster, \
             Client(cluster, set_as_default=False) as dask_client:  # as the CLI's is
         yield dask_client
 

@@ -23,10 +23,16 @@ SPECS = [{"name": "k", "mechanism": "krr", "epsilon": 1.0, "domain": ["a", "b", 
           "domain": [f"v{i}" for i in range(40)], "min_batch_size": 1}]
 
 
+# With its dashboard off, the scheduler still serves /health and /metrics, on port 8787 by
+# default: a second cluster (another xdist worker, another checkout's tests) would find it
+# taken and warn, an error here. A free port on loopback instead.
+_SCHEDULER_HTTP = {"dashboard": False, "dashboard_address": "127.0.0.1:0"}
+
+
 @pytest.fixture(scope="module")
 def client() -> Iterator[Client]:
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address=None) as cluster, \
+                      dashboard_address=None, scheduler_kwargs=_SCHEDULER_HTTP) as cluster, \
             Client(cluster, set_as_default=False) as dask_client:
         yield dask_client
 
