@@ -140,9 +140,10 @@ class SQLStorage(Storage, Generic[ConnT]):
 
         Group commit: threads that write at the same time share one BEGIN … COMMIT, so one
         fsync makes all their reports durable instead of one fsync each. Each caller's work
-        runs in its own SAVEPOINT: an exception rolls back only that caller's changes and is
-        raised to it. Every call returns only after the shared COMMIT succeeded; if it fails,
-        every caller in the group gets the error (nothing of theirs was acknowledged).
+        runs in its own SAVEPOINT (one alone in its group: in the transaction itself): an
+        exception rolls back only that caller's changes and is raised to it. Every call
+        returns only after the shared COMMIT succeeded; if it fails, every caller in the
+        group gets the error (nothing of theirs was acknowledged).
 
         One caller leads: it runs the group (its own work and everything queued) on its
         connection, then hands leadership to the next queued caller, so no thread stays busy
@@ -172,16 +173,25 @@ class SQLStorage(Storage, Generic[ConnT]):
             # leader is still woken (ingest may make no query before its append).
             conn = self.connect()
             self._begin_write(conn)
-            for number, item in enumerate(group):
-                conn.execute(f"SAVEPOINT w{number}")
+            if len(group) == 1:  # alone: the transaction is its savepoint (2 statements less)
                 try:
-                    item.result = item.work(conn)
-                    conn.execute(f"RELEASE w{number}")
-                except Exception as error:  # this caller's problem only
-                    conn.execute(f"ROLLBACK TO w{number}")
-                    conn.execute(f"RELEASE w{number}")
-                    item.error = error
-            conn.execute("COMMIT")
+                    group[0].result = group[0].work(conn)
+                except Exception as error:
+                    group[0].error = error
+                    conn.execute("ROLLBACK")
+                else:
+                    conn.execute("COMMIT")
+            else:
+                for number, item in enumerate(group):
+                    conn.execute(f"SAVEPOINT w{number}")
+                    try:
+                        item.result = item.work(conn)
+                        conn.execute(f"RELEASE w{number}")
+                    except Exception as error:  # this caller's problem only
+                        conn.execute(f"ROLLBACK TO w{number}")
+                        conn.execute(f"RELEASE w{number}")
+                        item.error = error
+                conn.execute("COMMIT")
         except BaseException as error:  # BEGIN or COMMIT failed: nothing here is durable
             # Every caller gets the error before anything else can fail: a ROLLBACK on a
             # connection the server dropped raises too, and must not leave a caller with its
