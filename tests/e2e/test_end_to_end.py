@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import requests
 import yaml
@@ -345,7 +346,9 @@ def test_compose_dask_profile_folds_the_collector_database_on_its_scheduler() ->
     assert worker["command"][:3] == ["dask", "worker", address]
     assert worker["deploy"]["replicas"] == 2
     assert job["command"][:2] == ["chorus", "aggregate"]
-    options = cli.commands["aggregate"].make_context("aggregate", job["command"][2:]).params
+    aggregate = cli.get_command(click.Context(cli), "aggregate")  # its module, imported
+    assert aggregate is not None
+    options = aggregate.make_context("aggregate", job["command"][2:]).params
     assert options["scheduler"] == address
     assert options["database"] == collector["environment"]["CHORUS_DATABASE"]
     for service in (worker, job):

@@ -10,16 +10,17 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from chorus_client.api import CollectorAPI
-from chorus_client.errors import APIError, ClientError, TransportError
-
 if TYPE_CHECKING:
+    from chorus_client.api import CollectorAPI
     from chorus_collector.storage import Storage
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 def collector_api(url: str, token: str | None) -> CollectorAPI:
+    # Imported here: the database commands (export, gc …) do without the HTTP client.
+    from chorus_client.api import CollectorAPI
+
     return CollectorAPI(url, token)
 
 
@@ -48,6 +49,8 @@ def open_database(database: str) -> Storage:
 
 def call_collector(fn: Any) -> Any:
     """A call to the collector, its failure said in one line that names what to change."""
+    from chorus_client.errors import APIError, ClientError, TransportError
+
     try:
         return fn()
     except TransportError as error:

@@ -24,6 +24,7 @@ from typing import Any, Literal, NamedTuple, TypeVar, overload
 
 from chorus_collector.ingest.shuffled_batches import vouched_senders
 from chorus_collector.storage import (
+    CampaignRetired,
     Connection,
     Storage,
     StoredCampaign,
@@ -195,22 +196,36 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
     senders among them.
     """
     batch = _BatchRecord(len(raw_reports), senders) if shuffled else None
+    # Retirement is read by the append itself (insert_new_reports raises CampaignRetired,
+    # having stored nothing): the usual request makes no query of its own for it.
+    retired: set[int] = set()
     if len(raw_reports) > 1:
-        uniform = _ingest_uniform(storage, raw_reports, now, campaign, max_payload_bytes,
-                                  batch)
-        if uniform is not None:
-            return uniform
+        try:
+            uniform = _ingest_uniform(storage, raw_reports, now, campaign, max_payload_bytes,
+                                      batch)
+        except CampaignRetired as gone:
+            retired.add(gone.campaign_id)
+        else:
+            if uniform is not None:
+                return uniform
     statuses: list[ReportStatus | None] = [None] * len(raw_reports)
     fresh: dict[tuple[int, bytes], Fresh] = {}  # by (campaign id, report id bytes)
     repeats: list[tuple[int, int, str, bool]] = []  # (index, index of first copy, id, same)
     seen: dict[str, StoredCampaign | None] = {}
     resolved = [_resolve_campaign(storage, raw, campaign, seen) for raw in raw_reports]
-    # Once per campaign and batch: retired campaigns take no reports.
-    campaigns = {stored.id: stored for stored in resolved if stored is not None}
-    retired = {cid for cid in campaigns if storage.retired_at(cid) is not None}
+    checks = [_check_report(index, raw, stored, now, max_payload_bytes,
+                            retired=stored is not None and stored.id in retired)
+              for index, (raw, stored) in enumerate(zip(raw_reports, resolved, strict=True))]
+    # A campaign with a refused report may append nothing to read its retirement with, and
+    # every report of a retired campaign is refused as retired: look it up first (once per
+    # campaign and batch).
+    doubtful = {stored.id for stored, check in zip(resolved, checks, strict=True)
+                if stored is not None and isinstance(check, ReportStatus)} - retired
+    retired.update(cid for cid in doubtful if storage.retired_at(cid) is not None)
     for index, (raw, stored) in enumerate(zip(raw_reports, resolved, strict=True)):
-        checked = _check_report(index, raw, stored, now, max_payload_bytes,
-                                retired=stored is not None and stored.id in retired)
+        checked = checks[index]
+        if stored is not None and stored.id in retired:
+            checked = _retired(index, raw, stored)
         if isinstance(checked, ReportStatus):
             statuses[index] = checked
             continue
@@ -223,9 +238,17 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
             repeats.append((index, earlier.position, report.report_id, same))
             continue
         fresh[key] = Fresh(index, report.report_id, report.time, payload_json)
-    if fresh:
-        _store(storage, fresh, statuses, batch)
+    while fresh:
+        try:
+            _store(storage, fresh, statuses, batch)
+            break
+        except CampaignRetired as gone:  # rolled back whole: again without that campaign
+            retired.add(gone.campaign_id)
+            fresh = {key: item for key, item in fresh.items() if key[0] != gone.campaign_id}
     _settle_repeats(statuses, repeats)
+    for index, (raw, stored) in enumerate(zip(raw_reports, resolved, strict=True)):
+        if stored is not None and stored.id in retired:  # its repeats in the batch too
+            statuses[index] = _retired(index, raw, stored)
     return _labelled(statuses, resolved)
 
 
@@ -259,10 +282,11 @@ def _ingest_uniform(storage: Storage, raw_reports: Sequence[object], now: float,
 
     None, having stored nothing, for any other batch (a retry of one already stored among
     them): then each report is checked and looked up on its own, which finds every refusal,
-    duplicate and conflict. The outcome is the same either way.
+    duplicate and conflict. The outcome is the same either way. ``CampaignRetired``, having
+    stored nothing, if the campaign is retired.
     """
     stored = _resolve_campaign(storage, raw_reports[0], campaign, {})
-    if stored is None or storage.retired_at(stored.id) is not None:
+    if stored is None:
         return None
     columns = parse_batch(raw_reports, stored.campaign)
     if columns is None or len(set(columns.report_ids)) != len(raw_reports) or any(
@@ -301,9 +325,7 @@ def _check_report(index: int, raw: object, stored: StoredCampaign | None, now: f
         return ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
                             "unknown-campaign", "the report's digest names no campaign here")
     if retired:
-        return ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
-                            "campaign-retired", f"campaign {stored.campaign.name!r} was "
-                            "retired: it takes no new reports")
+        return _retired(index, raw, stored)
     oversize, raw_json = _payload_too_large(raw, max_payload_bytes)
     if oversize is not None:
         return ReportStatus(index, _raw_field(raw, "report_id"), "rejected",
@@ -323,6 +345,12 @@ def _check_report(index: int, raw: object, stored: StoredCampaign | None, now: f
     payload_json = raw_json if raw_json is not None and type(report.payload) is int \
         else canonical_json(report.payload).decode()
     return report, payload_json
+
+
+def _retired(index: int, raw: object, stored: StoredCampaign) -> ReportStatus:
+    return ReportStatus(index, _raw_field(raw, "report_id"), "rejected", "campaign-retired",
+                        f"campaign {stored.campaign.name!r} was retired: it takes no new "
+                        "reports")
 
 
 def _settle_repeats(statuses: list[ReportStatus | None],

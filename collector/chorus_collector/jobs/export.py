@@ -16,7 +16,8 @@ pyarrow datasets skip it when they read the directory, and a directory without i
 export that did not finish. Report IDs are not exported: deduplication happened at ingest,
 and nothing downstream needs them.
 
-pyarrow comes with the ``dask`` extra and is imported only here, on demand.
+pyarrow comes with the ``dask`` extra and is imported only here, on demand; the estimators
+(and scipy) only by a job that maps an export, not by the export itself.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from itertools import chain, islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chorus_collector.extras import require
-from chorus_collector.jobs.aggregate import Buckets, map_chunk
 from chorus_collector.storage import Storage
+
+if TYPE_CHECKING:
+    from chorus_collector.jobs.aggregate import Buckets
 
 __all__ = ["SIDECAR", "ParquetExport", "export_parquet", "map_row_group", "read_export",
            "row_groups"]
@@ -144,6 +147,8 @@ def map_row_group(path: str, index: int, config_json: str) -> Buckets:
     """The map step over one row group: (reports, statistic) per time bucket."""
     _require_pyarrow()
     import pyarrow.parquet as pq
+
+    from chorus_collector.jobs.aggregate import map_chunk
 
     table = pq.ParquetFile(path).read_row_group(index, columns=["time", "payload"])
     groups: dict[int, list[str]] = defaultdict(list)

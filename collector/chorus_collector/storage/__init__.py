@@ -19,6 +19,7 @@ from chorus_collector.storage.postgres import PostgresStorage, is_postgres_url
 from chorus_collector.storage.sqlite import SQLiteStorage, migrations
 from chorus_collector.storage.values import (
     BucketSnapshot,
+    CampaignRetired,
     FoldedStatistics,
     FoldLeaseState,
     FoldStatus,
@@ -33,8 +34,8 @@ from chorus_collector.storage.values import (
     stored_reports,
 )
 
-__all__ = ["BucketSnapshot", "Connection", "FoldLeaseState", "FoldStatus", "FoldedStatistics",
-           "PayloadGroup",
+__all__ = ["BucketSnapshot", "CampaignRetired", "Connection", "FoldLeaseState", "FoldStatus",
+           "FoldedStatistics", "PayloadGroup",
            "PostgresStorage", "SQLiteStorage", "SchemaError", "Storage", "StoredCampaign",
            "StoredReport", "TailPage", "TailPages", "TailReader", "WindowSnapshot",
            "is_postgres_url", "migrations", "open_storage", "report_rows", "state_array",

@@ -194,7 +194,9 @@ class Storage(ABC):
     def insert_new_reports(self, conn: Connection, campaign_id: int,
                            reports: Sequence[StoredReport]) -> bool:
         """Append reports if no ID among them is stored yet; otherwise change nothing and
-        return False (then the caller looks each one up)."""
+        return False (then the caller looks each one up). Raises ``CampaignRetired``,
+        changing nothing, if the campaign is retired, whether or not the IDs are stored:
+        the append checks it itself, in its transaction, so ingest need not ask first."""
 
     @abstractmethod
     def record_shuffled_batch(self, conn: Connection, campaign_id: int,

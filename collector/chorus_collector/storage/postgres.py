@@ -161,10 +161,11 @@ class _Connection:
     """A psycopg connection that speaks the storage's SQL: ``?`` placeholders, and the
     ``BEGIN`` variants the engine-neutral code issues.
 
-    ``SAVEPOINT`` and ``RELEASE`` wait and go with the next statement, in one pipeline: a
-    single report's request took 8 round trips to the server, each costing more than the
-    insert itself, and takes 4 so. Nothing is lost by waiting: neither answers anything, and
-    a statement that fails after them fails where it did.
+    ``SAVEPOINT`` and ``RELEASE`` (and a write's ``BEGIN``, ``defer``) wait and go with the
+    next statement, in one pipeline: a single report's request took 8 round trips to the
+    server, each costing more than the insert itself, and takes 2 so. Nothing is lost by
+    waiting: none of them answers anything, and a statement that fails after them fails
+    where it did.
     """
 
     def __init__(self, raw: Any, owner: PostgresStorage) -> None:
@@ -178,6 +179,8 @@ class _Connection:
             return None
         if sql == "ROLLBACK":  # the whole transaction goes: its savepoints do not matter
             self._pending.clear()
+            if not self.in_transaction:  # its BEGIN was never sent
+                return None
         sql = _PLACEHOLDER.sub("%s", sql)
         if not self._pending:
             return self.raw.execute(sql, tuple(args))
@@ -192,6 +195,10 @@ class _Connection:
                 self.raw.execute(statement)
             cursor = self.raw.execute(sql, tuple(args))
         return cursor
+
+    def defer(self, *statements: str) -> None:
+        """Send these (without parameters) with the next statement, in its round trip."""
+        self._pending.extend(statements)
 
     def flush(self) -> None:
         """Send the statements waiting for the next one."""
@@ -209,7 +216,9 @@ class _Connection:
     def in_transaction(self) -> bool:
         from psycopg.pq import TransactionStatus
 
-        return bool(self.raw.info.transaction_status != TransactionStatus.IDLE)
+        # A BEGIN still waiting to be sent counts: a ROLLBACK then drops it.
+        return bool(self._pending) or bool(
+            self.raw.info.transaction_status != TransactionStatus.IDLE)
 
     def close(self) -> None:
         self._pending.clear()
@@ -271,8 +280,9 @@ class PostgresStorage(SQLStorage["_Connection"]):
         return contextlib.nullcontext()  # PostgreSQL's writers do not take turns
 
     def _begin_write(self, conn: _Connection) -> None:
-        # One round trip for both (no parameters: the simple protocol takes two statements).
-        _raw(conn).execute(f"BEGIN; SELECT pg_advisory_xact_lock_shared({APPEND_LOCK})")
+        # Sent with the transaction's first statement, in its round trip (a single report's
+        # request took four round trips: the retirement, these, the insert, COMMIT; two now).
+        conn.defer("BEGIN", f"SELECT pg_advisory_xact_lock_shared({APPEND_LOCK})")
 
     def _begin_read(self, conn: _Connection) -> None:
         # One snapshot for every statement of the read, as SQLite's WAL read gives.
@@ -368,6 +378,28 @@ class PostgresStorage(SQLStorage["_Connection"]):
                 "COPY reports (campaign_id, report_id, time, payload) FROM STDIN") as copy:
             for row in report_rows(campaign_id, reports):
                 copy.write_row(row)
+
+    def _append_live(self, conn: Connection, campaign_id: int,
+                     reports: Sequence[StoredReport]) -> bool:
+        if len(reports) <= SMALL_INSERT:
+            # The retirement read in the INSERT itself: a query of its own was a round trip
+            # more per request.
+            ordered = sorted(reports)
+            cursor = conn.execute(
+                "INSERT INTO reports (campaign_id, report_id, time, payload) "
+                "SELECT ?, * FROM unnest(?::bytea[], ?::bigint[], ?::text[]) "
+                "WHERE NOT EXISTS (SELECT 1 FROM campaigns WHERE id = ? "
+                "AND retired_at IS NOT NULL)",
+                (campaign_id, [r.report_id for r in ordered], [r.time for r in ordered],
+                 [r.payload_json for r in ordered], campaign_id))
+            return bool(cursor.rowcount)
+        # A COPY cannot be conditional: one statement first, over the whole batch.
+        row = conn.execute("SELECT retired_at FROM campaigns WHERE id = ?",
+                           (campaign_id,)).fetchone()
+        if row is not None and row[0] is not None:
+            return False
+        self.insert_reports(conn, campaign_id, reports)
+        return True
 
     # -- retention ----------------------------------------------------------------------------
 

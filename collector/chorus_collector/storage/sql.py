@@ -13,8 +13,9 @@ here as an abstract hook and written in the engine's module:
 * ``_fold_horizon``: how far a fold may read the append order;
 * ``joined_payloads``: the aggregate that joins a group's payloads with commas;
 * ``migrate``, ``maintain``, ``existing_reports``, ``insert_reports``, ``drop_expired``:
-  the schema and the statements that are the engine's own (``_drop_expired_rows`` is the
-  row-by-row gc both use).
+  the schema and the statements that are the engine's own;
+* ``_append_live`` / ``_append_is_atomic``: ingest's usual append, which checks in the same
+  statement that the campaign is not retired, and whether a failed one needs a savepoint.
 
 Schemas (which must keep the same tables and columns for this SQL to hold) are in the
 engine modules, with their migrations.
@@ -26,7 +27,6 @@ import contextlib
 import json
 import threading
 from abc import abstractmethod
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -36,6 +36,7 @@ from chorus_collector.storage.interface import Connection, Storage, TailReader
 from chorus_collector.storage.outage import Outage
 from chorus_collector.storage.values import (
     BucketSnapshot,
+    CampaignRetired,
     FoldChunk,
     FoldedStatistics,
     FoldLeaseState,
@@ -139,9 +140,10 @@ class SQLStorage(Storage, Generic[ConnT]):
 
         Group commit: threads that write at the same time share one BEGIN … COMMIT, so one
         fsync makes all their reports durable instead of one fsync each. Each caller's work
-        runs in its own SAVEPOINT: an exception rolls back only that caller's changes and is
-        raised to it. Every call returns only after the shared COMMIT succeeded; if it fails,
-        every caller in the group gets the error (nothing of theirs was acknowledged).
+        runs in its own SAVEPOINT (one alone in its group: in the transaction itself): an
+        exception rolls back only that caller's changes and is raised to it. Every call
+        returns only after the shared COMMIT succeeded; if it fails, every caller in the
+        group gets the error (nothing of theirs was acknowledged).
 
         One caller leads: it runs the group (its own work and everything queued) on its
         connection, then hands leadership to the next queued caller, so no thread stays busy
@@ -163,21 +165,33 @@ class SQLStorage(Storage, Generic[ConnT]):
     def _run_group(self) -> None:
         with self._group_mutex:
             group, self._group_queue = self._group_queue, []
-        conn = self.connect()
+        conn: ConnT | None = None
         turn = self._writer_turn()
         turn.__enter__()  # left in the finally clause, before the next leader is woken
         try:
+            # Inside: a database that cannot be reached fails the group, and the next
+            # leader is still woken (ingest may make no query before its append).
+            conn = self.connect()
             self._begin_write(conn)
-            for number, item in enumerate(group):
-                conn.execute(f"SAVEPOINT w{number}")
+            if len(group) == 1:  # alone: the transaction is its savepoint (2 statements less)
                 try:
-                    item.result = item.work(conn)
-                    conn.execute(f"RELEASE w{number}")
-                except Exception as error:  # this caller's problem only
-                    conn.execute(f"ROLLBACK TO w{number}")
-                    conn.execute(f"RELEASE w{number}")
-                    item.error = error
-            conn.execute("COMMIT")
+                    group[0].result = group[0].work(conn)
+                except Exception as error:
+                    group[0].error = error
+                    conn.execute("ROLLBACK")
+                else:
+                    conn.execute("COMMIT")
+            else:
+                for number, item in enumerate(group):
+                    conn.execute(f"SAVEPOINT w{number}")
+                    try:
+                        item.result = item.work(conn)
+                        conn.execute(f"RELEASE w{number}")
+                    except Exception as error:  # this caller's problem only
+                        conn.execute(f"ROLLBACK TO w{number}")
+                        conn.execute(f"RELEASE w{number}")
+                        item.error = error
+                conn.execute("COMMIT")
         except BaseException as error:  # BEGIN or COMMIT failed: nothing here is durable
             # Every caller gets the error before anything else can fail: a ROLLBACK on a
             # connection the server dropped raises too, and must not leave a caller with its
@@ -185,7 +199,7 @@ class SQLStorage(Storage, Generic[ConnT]):
             for item in group:
                 item.result, item.error = None, item.error or error
             with contextlib.suppress(Exception):
-                if conn.in_transaction:
+                if conn is not None and conn.in_transaction:
                     conn.execute("ROLLBACK")
             if not isinstance(error, Exception):
                 raise
@@ -286,17 +300,35 @@ class SQLStorage(Storage, Generic[ConnT]):
 
     # -- reports ------------------------------------------------------------------------------
 
+    @abstractmethod
+    def _append_live(self, conn: Connection, campaign_id: int,
+                     reports: Sequence[StoredReport]) -> bool:
+        """``insert_reports``, unless the campaign is retired (False: nothing appended),
+        which the append reads itself (in its first statement where it can), so that ingest
+        makes no query of its own for it."""
+
+    def _append_is_atomic(self, count: int) -> bool:
+        """Whether an append of ``count`` reports that fails leaves the transaction as it
+        was without a savepoint (one statement that the engine backs out by itself)."""
+        del count
+        return False
+
     def insert_new_reports(self, conn: Connection, campaign_id: int,
                            reports: Sequence[StoredReport]) -> bool:
-        # In one statement (the engine's insert_reports), under a savepoint.
-        conn.execute("SAVEPOINT append_new")
+        savepoint = not self._append_is_atomic(len(reports))
+        if savepoint:
+            conn.execute("SAVEPOINT append_new")
         try:
-            self.insert_reports(conn, campaign_id, reports)
+            live = self._append_live(conn, campaign_id, reports)
         except self.retryable_errors:
-            conn.execute("ROLLBACK TO append_new")
-            conn.execute("RELEASE append_new")
+            if savepoint:
+                conn.execute("ROLLBACK TO append_new")
+                conn.execute("RELEASE append_new")
             return False
-        conn.execute("RELEASE append_new")
+        if savepoint:
+            conn.execute("RELEASE append_new")
+        if not live:
+            raise CampaignRetired(campaign_id)
         return True
 
     def record_shuffled_batch(self, conn: Connection, campaign_id: int,
@@ -560,38 +592,6 @@ class SQLStorage(Storage, Generic[ConnT]):
             sql += " LIMIT ?"
             args.append(limit)
         return self.connect().execute(sql, args).fetchall()  # type: ignore[no-any-return]
-
-    # -- retention ----------------------------------------------------------------------------
-
-    def _drop_expired_rows(self, now: float, margin: float, batch: int) -> int:
-        """``drop_expired`` row by row: the folded reports of buckets older than their
-        campaign's expiry plus ``margin``, in transactions of at most ``batch`` rows (so
-        that ingest never waits long for the write lock); returns how many."""
-        dropped = 0
-        for stored in self.list_campaigns():
-            cutoff = now - stored.campaign.report_expiry - margin
-            while True:
-                with self.write() as conn:
-                    watermark = conn.execute(
-                        "SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
-                    seqs = [row[0] for row in conn.execute(
-                        "SELECT seq FROM reports WHERE campaign_id = ? AND time < ? "
-                        "AND seq <= ? LIMIT ?", (stored.id, cutoff, watermark, batch))]
-                    if not seqs:
-                        break
-                    marks = ",".join("?" * len(seqs))
-                    # RETURNING: count what this transaction deleted, not what it selected
-                    # (a concurrent gc may have deleted some first).
-                    times = [row[0] for row in conn.execute(
-                        f"DELETE FROM reports WHERE seq IN ({marks}) RETURNING time", seqs)]
-                    counts = Counter(times)
-                    conn.executemany(
-                        "INSERT INTO retired (campaign_id, time, reports) VALUES (?, ?, ?) "
-                        "ON CONFLICT (campaign_id, time) DO UPDATE SET "
-                        "reports = retired.reports + excluded.reports",
-                        [(stored.id, time, count) for time, count in counts.items()])
-                    dropped += len(times)
-        return dropped
 
 
 def _seq_range(after_seq: int, through_seq: int,

@@ -13,13 +13,22 @@ import numpy as np
 
 from chorus_shared.campaign import Campaign
 
-__all__ = ["BucketSnapshot", "FoldChunk", "FoldLeaseState", "FoldStatus", "FoldedStatistics",
-           "PayloadGroup", "SchemaError", "StoredCampaign", "StoredReport", "TailPage",
-           "WindowSnapshot", "report_rows", "state_array", "state_bytes", "stored_reports"]
+__all__ = ["BucketSnapshot", "CampaignRetired", "FoldChunk", "FoldLeaseState", "FoldStatus",
+           "FoldedStatistics", "PayloadGroup", "SchemaError", "StoredCampaign", "StoredReport",
+           "TailPage", "WindowSnapshot", "report_rows", "state_array", "state_bytes",
+           "stored_reports"]
 
 
 class SchemaError(RuntimeError):
     """The database was written by a newer or different version of Chorus."""
+
+
+class CampaignRetired(Exception):
+    """An append found its campaign retired: nothing of it was stored."""
+
+    def __init__(self, campaign_id: int) -> None:
+        super().__init__(f"campaign {campaign_id} is retired")
+        self.campaign_id = campaign_id
 
 
 @dataclass(frozen=True)

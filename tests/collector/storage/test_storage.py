@@ -21,6 +21,7 @@ import pytest
 
 import chorus_collector.storage as storage_package
 from chorus_collector.storage import (
+    CampaignRetired,
     PostgresStorage,
     SchemaError,
     SQLiteStorage,
@@ -263,6 +264,44 @@ def test_new_reports_are_appended_only_if_none_is_stored_yet(
         # One known ID among new ones: nothing of the batch is appended.
         assert not store.insert_new_reports(conn, campaign.id, _reports(3, first=1))
     assert store.fold_status().unfolded == 2
+
+
+@pytest.mark.parametrize("size", [1, 150])  # one statement; several (or a COPY)
+def test_an_append_to_a_retired_campaign_stores_nothing_and_says_so(
+        store: Storage, campaign: StoredCampaign, size: int) -> None:
+    other, _ = store.insert_campaign(_campaign("other"))
+    with store.write() as conn:
+        assert store.insert_new_reports(conn, campaign.id, _reports(2, first=1000))
+    store.retire_campaign(campaign.id, 5.0)
+    with store.write() as conn:
+        # Refused as retired whether the IDs are new or stored already; the transaction
+        # goes on (another campaign's append in it commits).
+        for reports in (_reports(size), _reports(2, first=1000)):
+            with pytest.raises(CampaignRetired) as refused:
+                store.insert_new_reports(conn, campaign.id, reports)
+            assert refused.value.campaign_id == campaign.id
+        assert store.insert_new_reports(conn, other.id, _reports(size))
+    assert store.report_counts() == {campaign.id: {HOUR: 2}, other.id: {HOUR: size}}
+
+
+def test_after_gc_dropped_the_newest_reports_new_ones_land_above_the_watermark(
+        store: Storage, campaign: StoredCampaign) -> None:
+    """gc drops only folded reports, the newest among them too; a report appended after must
+    still land above the watermark, or no fold would ever count it (SQLite hands out one
+    more than the highest seq left)."""
+    _append(store, campaign.id, _reports(3, time=HOUR))
+    _fold_all(store)
+    assert store.drop_expired(HOUR + EXPIRY + 60, margin=0) == 3
+    assert store.report_range(0, 10**9) == []
+    watermark = store.fold_status().watermark
+    _append(store, campaign.id, _reports(2, time=3 * HOUR, first=10))
+    assert [row[0] > watermark for row in store.report_range(0, 10**9)] == [True] * 2
+    assert store.fold_status().unfolded == 2
+    assert _fold_all(store) == 2
+    assert [(t, n) for t, n, _ in store.folded_statistics(campaign.id).buckets] == [
+        (HOUR, 3), (3 * HOUR, 2)]
+    assert store.folded_statistics(campaign.id).retired == {HOUR: 3}
+    assert store.report_counts() == {campaign.id: {HOUR: 3, 3 * HOUR: 2}}
 
 
 def test_reports_take_seqs_in_append_order_ordered_by_id_within_a_write(
