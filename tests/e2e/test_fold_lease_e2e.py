@@ -116,12 +116,13 @@ def test_sigterm_to_chorus_aggregate_mid_fold_gives_the_lease_back(slow_fold: St
         holder = _holding(slow_fold, "aggregate")
         assert holder.pid == command.pid
         command.send_signal(signal.SIGTERM)
-        assert command.wait(60) == 128 + signal.SIGTERM
+        code = command.wait(60)
     finally:
         if command.poll() is None:
             command.kill()
-        command.communicate(timeout=30)
-    assert slow_fold.fold_lease() == FoldLeaseState(str(holder), 0.0)
+        _, stderr = command.communicate(timeout=30)
+    assert code == 128 + signal.SIGTERM, stderr[-3000:]
+    assert slow_fold.fold_lease() == FoldLeaseState(str(holder), 0.0), stderr[-3000:]
     assert slow_fold.fold_status().unfolded > 0
     _exact(slow_fold)
 

@@ -120,16 +120,23 @@ class FoldLease:
             if self._closed:
                 return False
             now = self.clock()
-            taken = self.storage.claim_fold(self.holder, now, self.seconds)
-            if not taken:
-                state = self.storage.fold_lease()
-                other = Holder.parse(state.holder)
-                if other is not None and state.until >= now and process_gone(other):
-                    taken = self.storage.claim_fold(self.holder, now, self.seconds,
-                                                    replacing=state.holder)
-                    if taken:
-                        log.warning("took the fold lease of %s: that process is gone",
-                                    other.describe())
+            try:
+                taken = self.storage.claim_fold(self.holder, now, self.seconds)
+                if not taken:
+                    state = self.storage.fold_lease()
+                    other = Holder.parse(state.holder)
+                    if other is not None and state.until >= now and process_gone(other):
+                        taken = self.storage.claim_fold(self.holder, now, self.seconds,
+                                                        replacing=state.holder)
+                        if taken:
+                            log.warning("took the fold lease of %s: that process is gone",
+                                        other.describe())
+            except BaseException:
+                # Unwound (SIGTERM's SystemExit) perhaps after the claim committed: count
+                # it as held, so that it is given back (releasing a lease another holder
+                # has changes nothing).
+                self._holding = True
+                raise
             self._holding = self._holding or taken
             if taken:
                 self.lost.clear()
@@ -166,19 +173,36 @@ class FoldLease:
     def hold(self) -> Iterator[bool]:
         """Claim the lease; if it was taken, keep it by a heartbeat until the block ends
         (however it ends: an exception, SystemExit), then give it back."""
-        if not self.claim():
+        try:
+            claimed = self.claim()
+        except BaseException:
+            self._release_after_unwinding()
+            raise
+        if not claimed:
             yield False
             return
         stop = threading.Event()
         beat = threading.Thread(target=self._heartbeat, args=(stop,), daemon=True,
                                 name="chorus-fold-lease")
-        beat.start()
-        try:
+        try:  # from here on the lease is ours to give back, however this unwinds
+            beat.start()
             yield True
-        finally:
+        except BaseException:
             stop.set()
-            beat.join(self.seconds)
-            self.release()
+            if beat.ident is not None:
+                beat.join(self.seconds)
+            self._release_after_unwinding()
+            raise
+        stop.set()
+        beat.join(self.seconds)
+        self.release()
+
+    def _release_after_unwinding(self) -> None:
+        # What unwound the fold (SIGTERM's SystemExit, Ctrl-C) may have landed in the middle
+        # of a driver call and left this thread's connection mid-transaction or
+        # mid-pipeline: give the lease back on a fresh one.
+        self.storage.close()
+        self.release()
 
     def _heartbeat(self, stop: threading.Event) -> None:
         try:

@@ -130,7 +130,13 @@ class SQLStorage(Storage, Generic[ConnT]):
             try:
                 yield conn
             except BaseException:
-                conn.execute("ROLLBACK")
+                try:
+                    conn.execute("ROLLBACK")
+                except Exception:
+                    # The connection broke with the work (a signal that landed in the middle
+                    # of a driver call, a lost server): the transaction dies with it, and
+                    # what unwound is the error to report, not this one.
+                    self.close()
                 raise
             conn.execute("COMMIT")
         self.outage.up()
