@@ -206,8 +206,9 @@ def bench_backend(database: str, per_campaign: int, rounds: int, workdir: Path,
 def _postgres_cpu(postgres: Any) -> Callable[[], float]:
     """The PostgreSQL server's CPU seconds: the postmaster and its backends."""
     from run import server_cpu_seconds
+    from storage_engines import postmaster_pid
 
-    pid = int((postgres.data / "postmaster.pid").read_text().split()[0])
+    pid = postmaster_pid(postgres)
     return lambda: server_cpu_seconds(pid)
 
 

@@ -21,7 +21,6 @@ Every load is bounded in count and time; servers listen on 127.0.0.1 only.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import sys
@@ -36,6 +35,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' throwaway PostgreSQL server
 
+from ingest import _post  # noqa: E402
+from run import server_cpu_seconds  # noqa: E402
+
 from chorus_collector.design.simulate import simulate  # noqa: E402
 from chorus_collector.server.process import CollectorProcess  # noqa: E402
 from chorus_shared import campaign_from_config, new_report_id  # noqa: E402
@@ -46,55 +48,12 @@ SPEC = {"name": "k", "mechanism": "krr", "epsilon": 1.0,
         "domain": [f"v{i}" for i in range(64)], "min_batch_size": 1}
 
 
-# -- CPU time of a process tree (the collector's workers, the database's backends) --------------
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _tree_cpu(roots: list[int]) -> float:
-    """User + system CPU seconds of the processes under ``roots`` (themselves included), with
-    what their finished children used."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(entry)
-        parents[pid] = int(fields[1])
-        times[pid] = sum(int(f) for f in fields[11:15]) / _TICK  # utime stime cutime cstime
-    total, wanted = 0.0, set(roots)
-    for pid, cpu in times.items():
-        walk = pid
-        while walk not in wanted and walk > 1:
-            walk = parents.get(walk, 0)
-        if walk in wanted:
-            total += cpu
-    return total
-
-
-def _postmaster_pid(server: Any) -> int:
+def postmaster_pid(server: Any) -> int:
+    """The throwaway PostgreSQL server's postmaster: its backends are its children."""
     return int((server.data / "postmaster.pid").read_text().split()[0])
 
 
 # -- HTTP ingest ----------------------------------------------------------------------------------
-
-def _post(port: int, path: str, body: bytes, token: str | None = None) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    try:
-        conn.request("POST", path, body=body, headers=headers)
-        reply = conn.getresponse()
-        return reply.status, reply.read()
-    finally:
-        conn.close()
-
 
 def _reports(campaign: Any, count: int, rng: np.random.Generator) -> list[dict[str, Any]]:
     payloads = simulate(campaign.mechanism, rng.integers(0, 64, count).tolist(), rng)
@@ -130,12 +89,12 @@ def http_ingest(database: str, roots: list[int], quick: bool) -> dict[str, Any]:
                 answer = json.loads(reply)
                 return int(answer.get("accepted", answer.get("status") == "accepted"))
 
-            cpu = _tree_cpu(processes)
+            cpu = sum(map(server_cpu_seconds, processes))
             started = time.perf_counter()
             with ThreadPoolExecutor(8) as pool:
                 accepted = sum(pool.map(send, bodies))
             wall = time.perf_counter() - started
-            cpu = _tree_cpu(processes) - cpu
+            cpu = sum(map(server_cpu_seconds, processes)) - cpu
             rows[kind] = {"reports": accepted, "seconds": wall,
                           "reports_per_s": accepted / wall,
                           "server_cpu_us_per_report": cpu / max(accepted, 1) * 1e6}
@@ -215,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for backend in ("sqlite", "postgresql"):
             print(f"benchmarks/storage_engines.py: {backend}", file=sys.stderr, flush=True)
             if backend == "postgresql":
-                database, roots = postgres.new_schema(), [_postmaster_pid(postgres)]
+                database, roots = postgres.new_schema(), [postmaster_pid(postgres)]
                 steady = postgres.new_schema()
             else:
                 database, roots = str(Path(tmp) / "ingest.db"), []
