@@ -78,10 +78,17 @@ class CollectorAPI:
 
     def create_campaign(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """Create a campaign (admin). Returns its public config, with any warnings."""
+        return self.ensure_campaign(spec)[0]
+
+    def ensure_campaign(self, spec: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Create a campaign (admin), or find it already there with this very definition
+        (campaigns are immutable: a different one under the name is an error). Returns its
+        public config with any warnings, and whether this call created it."""
         if not isinstance(spec, Mapping):
             raise ClientError("a campaign definition is a JSON object")
-        result: dict[str, Any] = self._json("POST", "/v1/campaigns", dict(spec))
-        return result
+        response = self._call("POST", "/v1/campaigns", dict(spec))
+        result: dict[str, Any] = json.loads(response.body)
+        return result, response.status == 201
 
     def submit(self, reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Upload already-perturbed reports as they are (no token needed unless an ingest key

@@ -48,6 +48,10 @@ def test_cli_compares_and_refuses_bad_input() -> None:
     assert result.exit_code == 0, result.output
     assert "ss" in result.output and "least variance" in result.output
     assert "hm_md" in result.output
+    lines = result.output.splitlines()  # three tables, a blank line between, none before
+    assert lines[0].startswith("frequency oracles, d = 64")
+    assert [i for i, line in enumerate(lines) if not line] == \
+        [lines.index(title) - 1 for title in lines if title.startswith(("one number", "3 numbers"))]
     for args, message in ((["--epsilon", "0"], "epsilon"),
                           (["--epsilon", "1", "--domain-size", "1"], "domain size"),
                           (["--epsilon", "1", "--dimensions", "65"], "attributes")):

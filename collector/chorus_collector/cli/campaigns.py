@@ -13,6 +13,7 @@ from chorus_client.policy import DEFAULT_LIFETIME_BUDGET
 from chorus_collector.cli.common import (
     call_collector,
     collector_api,
+    counted,
     token_option,
     url_option,
 )
@@ -31,35 +32,66 @@ def campaign() -> None:
 
 @campaign.command("create")
 @click.argument("spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the campaign's public config as JSON instead of a summary.")
 @url_option
 @token_option
-def campaign_create(spec_file: Path, url: str, token: str | None) -> None:
-    """Create a campaign from a JSON definition file."""
+def campaign_create(spec_file: Path, as_json: bool, url: str, token: str | None) -> None:
+    """Create a campaign from a JSON definition file (again with the same file: nothing
+    changes, and it says so)."""
     try:
         spec = json.loads(spec_file.read_text())
     except ValueError as error:
         raise click.ClickException(f"{spec_file}: not JSON: {error}") from None
     if not isinstance(spec, dict):
         raise click.ClickException(f"{spec_file}: a campaign definition is a JSON object")
-    created = call_collector(lambda: collector_api(url, token).create_campaign(spec))
-    for warning in created.get("warnings", []):
+    config, created = call_collector(lambda: collector_api(url, token).ensure_campaign(spec))
+    for warning in config.get("warnings", []):
         click.secho(f"warning: {warning}", fg="yellow", err=True)
-    click.secho(worst_case_line(created), err=True)
-    click.secho(reporting_line(created), err=True)
-    click.echo(json.dumps(created, indent=2))
+    click.secho(worst_case_line(config), err=True)
+    click.secho(reporting_line(config), err=True)
+    if as_json:
+        click.echo(json.dumps(config, indent=2, ensure_ascii=False))
+    else:
+        click.echo(creation_summary(config, created))
+
+
+def creation_summary(config: dict[str, Any], created: bool) -> str:
+    """One line: what was created, or that this very campaign was already there."""
+    what = (f"{config['mechanism']}, ε = {config['epsilon']:.4g}, "
+            f"digest {config['digest'][:12]}")
+    if created:
+        return (f"created campaign {config['name']!r} ({what}); "
+                f"`chorus campaign show {config['name']}` prints the config to ship")
+    return (f"campaign {config['name']!r} already exists with this definition ({what}): "
+            "nothing changed")
+
+
+#: ``campaign list``'s columns: (header, width); the last one takes the rest of the line.
+_LIST_COLUMNS = (("NAME", 24), ("MECHANISM", 9), ("ε", 8), ("DOMAIN", 10), ("DIGEST", 12),
+                 ("STATE", 0))
 
 
 @campaign.command("list")
 @url_option
 @token_option
 def campaign_list(url: str, token: str | None) -> None:
-    """List campaigns."""
+    """List campaigns, each with how one install reports (the indented line below it)."""
     campaigns = call_collector(lambda: collector_api(url, token).list_campaigns())
+    if not campaigns:
+        click.echo("no campaigns yet: `chorus campaign create SPEC.json` makes one")
+        return
+    click.echo(_list_row([header for header, _ in _LIST_COLUMNS]))
     for c in campaigns:
         state = "retired" if c.get("retired_at") is not None else "active"
-        click.echo(f"{c['name']:<24} {c['mechanism']:<8} ε={c['epsilon']:<8.4g} "
-                   f"{c['domain']['kind']:<10} {c['digest'][:12]} {state}")
+        click.echo(_list_row([c["name"], c["mechanism"], f"{c['epsilon']:.4g}",
+                              c["domain"]["kind"], c["digest"][:12], state]))
         click.echo(f"    {reporting_of(c)}")
+
+
+def _list_row(cells: list[str]) -> str:
+    return " ".join(f"{cell:<{width}}" if width else cell
+                    for cell, (_, width) in zip(cells, _LIST_COLUMNS, strict=True))
 
 
 @campaign.command("retire")
@@ -94,10 +126,11 @@ def worst_case_line(config: dict[str, Any]) -> str:
     if unit == "lifetime":  # the campaign's own count may be the smaller
         reports = min(reports, bound["reports_per_period"])
     return (f"worst case for one install: ε = {bound['per_report']:.4g} per report, "
-            f"{bound['reports_per_period']} reports and ε = {bound['per_period']:.4g} {period}, "
+            f"{counted(bound['reports_per_period'], 'report')} and "
+            f"ε = {bound['per_period']:.4g} {period}, "
             f"ε = {bound['per_365_days']:.4g} in any 365 days by the campaign's own policy; "
             f"the client's lifetime budget ({lifetime:g} by default, for all of the app's "
-            f"campaigns) caps it at {reports} reports, ε = "
+            f"campaigns) caps it at {counted(reports, 'report')}, ε = "
             f"{min(lifetime, reports * bound['per_report']):.4g} in all")
 
 

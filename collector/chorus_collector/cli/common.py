@@ -47,6 +47,11 @@ def open_database(database: str) -> Storage:
     return storage
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 report``, ``2 reports``, ``20,000 reports``."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
 def call_collector(fn: Any) -> Any:
     """A call to the collector, its failure said in one line that names what to change."""
     from chorus_client.errors import APIError, ClientError, TransportError
@@ -58,7 +63,8 @@ def call_collector(fn: Any) -> Any:
                                    f"{error}") from None
     except APIError as error:
         hint = {401: " (set CHORUS_TOKEN or pass --token)",
-                403: " (this token does not grant the call: an analyst or admin token?)"}
+                403: " (this call needs another role's token: the admin token creates and "
+                     "retires campaigns, the analyst or admin token reads estimates)"}
         raise click.ClickException(f"{error}{hint.get(error.status, '')}") from None
     except ClientError as error:
         raise click.ClickException(str(error)) from None

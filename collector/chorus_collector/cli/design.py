@@ -18,7 +18,13 @@ from typing import Any
 import click
 
 from chorus_collector.cli.campaigns import reporting_line, worst_case_line
-from chorus_collector.cli.common import call_collector, collector_api, token_option, url_option
+from chorus_collector.cli.common import (
+    call_collector,
+    collector_api,
+    counted,
+    token_option,
+    url_option,
+)
 from chorus_collector.cli.root import main
 from chorus_collector.design.request import KINDS
 
@@ -253,7 +259,7 @@ def plan_table(plan: dict[str, Any]) -> str:
     lines += [_table(header, rows), "",
               f"planned: {plan['reporting']}",
               f"recommended: ε = {plan['recommended_epsilon']:.4g} per report, "
-              f"{plan['recommended_reports']} reports per install",
+              f"{counted(plan['recommended_reports'], 'report')} per install",
               f"why: {plan['optimum']}", f"estimates: {plan['estimand']}"]
     lines += [f"note: {note}" for note in plan["notes"]]
     lines += [f"warning: {warning}" for warning in plan["warnings"]]

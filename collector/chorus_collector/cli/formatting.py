@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from chorus_collector.cli.common import counted
 from chorus_collector.kinds import KINDS
 from chorus_collector.results.tables import (
     describe_window,
@@ -36,8 +37,9 @@ def shuffling_lines(shuffling: Mapping[str, Any] | None) -> list[str]:
     if not shuffling:
         return []
     central = shuffling["central"]
-    line = (f"  shuffled: {shuffling['reports_shuffled']} reports in {shuffling['batches']} "
-            f"batches; central ε = {central['epsilon']:.4g}, δ = {central['delta']:.0e} at "
+    line = (f"  shuffled: {counted(shuffling['reports_shuffled'], 'report')} in "
+            f"{counted(shuffling['batches'], 'batch', 'batches')}; "
+            f"central ε = {central['epsilon']:.4g}, δ = {central['delta']:.0e} at "
             f"n = {central['n']}")
     if shuffling.get("n_basis") == "vouched-senders":
         return [line + " distinct senders vouched for by the shuffler's admission control"]

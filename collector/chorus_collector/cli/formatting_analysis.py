@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from chorus_collector.cli.common import counted
 from chorus_collector.kinds import KINDS
 from chorus_collector.results.tables import (
     ALGORITHMS,
@@ -128,7 +129,7 @@ def _tracked(discovery: Mapping[str, Any], where: str, how: str) -> str:
     """Which values a discovery campaign's series or comparison follows, and whence."""
     algorithm = ALGORITHMS.get(discovery["algorithm"], discovery["algorithm"])
     return (f"  values: the {len(discovery['values'])} that {algorithm}'s walk "
-            f"discovers {where} ({discovery['n']:,} reports), {how}")
+            f"discovers {where} ({counted(discovery['n'], 'report')}), {how}")
 
 
 def _cell(value: float | None, spec: str, width: int = 0) -> str:

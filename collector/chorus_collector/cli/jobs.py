@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from chorus_collector.cli.common import database_option, open_database, scheduler_option
+from chorus_collector.cli.common import (
+    counted,
+    database_option,
+    open_database,
+    scheduler_option,
+)
 from chorus_collector.cli.progress import progress_bar
 from chorus_collector.cli.root import main
 
@@ -39,7 +44,7 @@ def gc(database: str, margin: int) -> None:
 
     storage = open_database(database)
     fold(storage)  # only folded reports are dropped: fold what is pending first
-    click.echo(f"dropped {storage.drop_expired(time.time(), margin)} expired reports")
+    click.echo(f"dropped {counted(storage.drop_expired(time.time(), margin), 'expired report')}")
 
 
 @contextlib.contextmanager
@@ -108,7 +113,7 @@ def aggregate(database: str, follow: bool, interval: float, scheduler: str | Non
         while True:
             folded = run()
             status = storage.fold_status()
-            click.echo(f"folded {folded} reports; {status.unfolded} waiting"
+            click.echo(f"folded {counted(folded, 'report')}; {status.unfolded:,} waiting"
                        + (_lease_note(storage) if status.unfolded and not folded else ""))
             if not follow:
                 return
@@ -167,9 +172,11 @@ def export_command(name: str, directory: Path, database: str) -> None:
         raise click.ClickException(f"no campaign named {name!r}") from None
     except (ExtraMissing, FileExistsError) as error:
         raise click.ClickException(str(error)) from None
-    click.echo(f"exported {done.reports} reports of {name} (seq <= {done.watermark}) to "
-               f"{directory} in {len(done.files)} files; {storage.fold_status().unfolded} "
-               "newer reports wait to be folded (`chorus aggregate`) and were not exported")
+    waiting = storage.fold_status().unfolded
+    click.echo(f"exported {counted(done.reports, 'report')} of {name} "
+               f"(seq <= {done.watermark}) to {directory} in {counted(len(done.files), 'file')}; "
+               f"{counted(waiting, 'newer report')} {'waits' if waiting == 1 else 'wait'} to be "
+               "folded (`chorus aggregate`) and were not exported")
 
 
 @main.command("check-aggregates")
@@ -203,9 +210,10 @@ def check_aggregates_command(name: str, database: str, workers: int | None,
     partial = [c for c in checks if c.retired]
     bad = [c for c in checks if not c.matches]
     reports = sum(c.recomputed_n for c in checks)
-    click.echo(f"{name}: {len(checks)} time buckets, {reports} reports recomputed; "
-               f"{len(partial)} buckets lost expired reports to gc: their counts were "
-               "checked, their statistics could not be")
+    click.echo(f"{name}: {counted(len(checks), 'time bucket')}, "
+               f"{counted(reports, 'report')} recomputed; {counted(len(partial), 'bucket')} "
+               "lost expired reports to gc: their counts were checked, their statistics could "
+               "not be")
     for check in bad:
         click.echo(f"  bucket {check.time}: stored n = {check.stored_n}, recomputed n = "
                    f"{check.recomputed_n}: statistics differ")

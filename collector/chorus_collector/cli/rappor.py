@@ -12,6 +12,7 @@ import click
 from chorus_collector.cli.common import (
     call_collector,
     collector_api,
+    counted,
     token_option,
     url_option,
 )
@@ -70,7 +71,7 @@ def rappor_import(name: str, reports_csv: Path, when: int | None, dry_run: bool,
         raise click.ClickException(f"{reports_csv}: not UTF-8 text; nothing was sent") \
             from None
     if dry_run:
-        click.echo(f"{len(reports)} reports checked; nothing sent (--dry-run)")
+        click.echo(f"{counted(len(reports), 'report')} checked; nothing sent (--dry-run)")
         return
     counts = {"accepted": 0, "duplicate": 0, "rejected": 0}
     reasons: Counter[str] = Counter()

@@ -71,25 +71,29 @@ def mechanisms(epsilon: float, d: int | None, dimensions: int | None) -> None:
     from chorus_shared.compare import frequency_table, mean_table, vector_table
     from chorus_shared.errors import CampaignError
 
+    tables: list[tuple[str, list[dict[str, Any]], str]] = []
     try:
         if d is not None:
-            _print_comparison(f"frequency oracles, d = {d}: n·Var[f̂] as f → 0",
-                              frequency_table(epsilon, d), "variance_per_user")
-        _print_comparison("one number: worst-case n·Var of the mean on [−1, 1]",
-                          mean_table(epsilon), "worst_case_variance")
+            tables.append((f"frequency oracles, d = {d}: n·Var[f̂] as f → 0",
+                           frequency_table(epsilon, d), "variance_per_user"))
+        tables.append(("one number: worst-case n·Var of the mean on [−1, 1]",
+                       mean_table(epsilon), "worst_case_variance"))
         if dimensions is not None:
-            _print_comparison(f"{dimensions} numbers: worst-case n·Var per attribute on "
-                              "[−1, 1]", vector_table(epsilon, dimensions),
-                              "worst_case_variance")
+            tables.append((f"{dimensions} numbers: worst-case n·Var per attribute on [−1, 1]",
+                           vector_table(epsilon, dimensions), "worst_case_variance"))
     except CampaignError as error:
         raise click.ClickException(str(error)) from None
+    for number, (title, rows, key) in enumerate(tables):
+        if number:  # a blank line between tables, none before the first
+            click.echo()
+        _print_comparison(title, rows, key)
     if epsilon > 10:
         click.echo(f"\nwarning: ε = {epsilon:g} protects little (above 10)")
 
 
 def _print_comparison(title: str, rows: list[dict[str, Any]], key: str) -> None:
     best = min(row[key] for row in rows)
-    click.echo(f"\n{title}")
+    click.echo(title)
     click.echo(f"  {'mechanism':<12}{'variance':>12}{'bits':>8}")
     for row in sorted(rows, key=lambda r: (r[key], r["report_bits"])):
         mark = "  ← least variance" if row[key] <= best * (1 + 1e-9) else ""

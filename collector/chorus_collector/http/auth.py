@@ -83,7 +83,8 @@ class TokenVerifier:
         return True
 
     def check(self, authorization: str | None, role: Role) -> None:
-        """Raise a 401 or 403 :class:`Problem` unless the header grants ``role``."""
+        """Raise a 401 :class:`Problem` unless the header carries a token this collector knows,
+        and a 403 unless that token grants ``role``."""
         if role in OPEN_UNLESS_CONFIGURED and role not in self._digests:
             return
         label = "ingest key" if role == "ingest" else f"{role} bearer token"
@@ -94,10 +95,21 @@ class TokenVerifier:
         if scheme.lower() != "bearer" or not token.strip():
             raise Problem("unauthorized", "use 'Authorization: Bearer <token>'", headers=challenge)
         presented = _digest(token.strip())
-        granted = False
-        for grantor in GRANTS[role]:  # compare with every candidate, no short-circuit
-            expected = self._digests.get(grantor)
-            if expected is not None:
-                granted |= hmac.compare_digest(presented, expected)
-        if not granted:
-            raise Problem("forbidden", f"the token is not the {label}")
+        granted = known = False
+        for grantor, expected in self._digests.items():  # every one, no short-circuit
+            matches = hmac.compare_digest(presented, expected)
+            known |= matches
+            granted |= matches and grantor in GRANTS[role]
+        if granted:
+            return
+        # RFC 6750 §3.1: a token that is no token here is invalid_token, answered 401 (check
+        # it); a real token of another role is insufficient_scope, answered 403 (use another).
+        if not known:
+            raise Problem("unauthorized", f"the bearer token presented is not one this collector "
+                          f"knows: this endpoint needs the {label}",
+                          headers={"WWW-Authenticate": 'Bearer realm="chorus", '
+                                                       'error="invalid_token"'})
+        raise Problem("forbidden", f"the bearer token presented is valid but does not grant "
+                      f"this endpoint: it needs the {label}",
+                      headers={"WWW-Authenticate": 'Bearer realm="chorus", '
+                                                   'error="insufficient_scope"'})

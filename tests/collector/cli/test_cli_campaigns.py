@@ -49,7 +49,7 @@ def chorus(app: Flask, monkeypatch: pytest.MonkeyPatch) -> Chorus:
 def _create(chorus: Chorus, tmp_path: Path, spec: dict[str, Any]) -> Result:
     path = tmp_path / f"{spec['name']}.json"
     path.write_text(json.dumps(spec))
-    result = chorus("campaign", "create", str(path))
+    result = chorus("campaign", "create", "--json", str(path))
     assert result.exit_code == 0, result.output
     return result
 
@@ -75,8 +75,47 @@ def test_create_show_and_list_say_how_one_install_reports(chorus: Chorus,
         "in all" in shown.stderr
     assert "caps it at 4 reports, ε = 8 in all" in created.stderr  # 4 of 2: the schedule's
     listed = chorus("campaign", "list").output.splitlines()
-    assert listed[0].startswith("daily") and listed[1] == f"    {scheduled}"
-    assert listed[2].startswith("plain") and listed[3] == f"    {plain}"
+    assert listed[0].split() == ["NAME", "MECHANISM", "ε", "DOMAIN", "DIGEST", "STATE"]
+    assert listed[1].split()[:3] == ["daily", "krr", "2"] and listed[2] == f"    {scheduled}"
+    assert listed[3].startswith("plain") and listed[4] == f"    {plain}"
+
+
+def test_create_says_in_one_line_what_it_did_and_again_that_nothing_changed(
+        chorus: Chorus, tmp_path: Path) -> None:
+    path = tmp_path / "plain.json"
+    path.write_text(json.dumps(PLAIN))
+    assert chorus("campaign", "list").output == \
+        "no campaigns yet: `chorus campaign create SPEC.json` makes one\n"
+    first = chorus("campaign", "create", str(path))
+    digest = campaign_from_spec(PLAIN).public_config()["digest"]
+    assert first.exit_code == 0 and first.stdout == (
+        f"created campaign 'plain' (krr, ε = 1, digest {digest[:12]}); "
+        "`chorus campaign show plain` prints the config to ship\n")
+    again = chorus("campaign", "create", str(path))
+    assert again.exit_code == 0 and again.stdout == (
+        f"campaign 'plain' already exists with this definition (krr, ε = 1, digest "
+        f"{digest[:12]}): nothing changed\n")
+    assert "worst case for one install" in again.stderr  # the privacy lines either way
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps({**PLAIN, "epsilon": 2.0}))
+    refused = chorus("campaign", "create", str(changed))
+    assert refused.exit_code == 1 and "a different campaign is already named 'plain'" in \
+        refused.output
+
+
+def test_counts_agree_with_their_nouns() -> None:
+    from chorus_collector.cli.common import counted
+
+    assert counted(1, "report") == "1 report"
+    assert counted(0, "report") == "0 reports"
+    assert counted(20000, "report") == "20,000 reports"
+    assert counted(1, "batch", "batches") == "1 batch"
+    assert counted(3, "batch", "batches") == "3 batches"
+    one = {"per_report": 8.0, "reports_per_period": 1, "per_period": 8.0,
+           "per_365_days": 8.0}
+    line = campaigns_cli.worst_case_line({"worst_case": one, "privacy": {"unit": "lifetime"}})
+    assert "1 report and ε = 8 in its lifetime" in line and "caps it at 1 report," in line
+    assert "1 reports" not in line
 
 
 def test_a_config_alone_still_says_how_it_reports() -> None:

@@ -112,7 +112,7 @@ def test_large_epsilon_needs_explicit_consent(http: FlaskClient, database: str) 
     ({}, 401),
     ({"Authorization": "Basic abc"}, 401),
     ({"Authorization": "Bearer "}, 401),
-    ({"Authorization": "Bearer wrong"}, 403),
+    ({"Authorization": "Bearer wrong"}, 401),  # no token this collector knows
     (ANALYST_HEADERS, 403),  # analysts cannot administer
 ])
 def test_admin_endpoints_need_the_admin_token(http: FlaskClient, headers: dict[str, str],
@@ -121,6 +121,18 @@ def test_admin_endpoints_need_the_admin_token(http: FlaskClient, headers: dict[s
     assert_problem(http.post("/v1/campaigns", json=campaign_spec("x"), headers=headers),
                    status, kind)
     assert_problem(http.get("/v1/campaigns", headers=headers), status, kind)
+
+
+def test_an_unknown_token_is_401_and_a_real_one_of_another_role_403(http: FlaskClient) -> None:
+    unknown = http.get("/v1/campaigns", headers={"Authorization": "Bearer not-a-token"})
+    body = assert_problem(unknown, 401, "unauthorized")
+    assert "not one this collector knows" in body["detail"]
+    assert 'error="invalid_token"' in unknown.headers["WWW-Authenticate"]
+    scoped = http.post("/v1/campaigns", json=campaign_spec("x"), headers=ANALYST_HEADERS)
+    body = assert_problem(scoped, 403, "forbidden")
+    assert body["detail"] == ("the bearer token presented is valid but does not grant this "
+                              "endpoint: it needs the admin bearer token")
+    assert 'error="insufficient_scope"' in scoped.headers["WWW-Authenticate"]
 
 
 def test_unknown_campaign_is_404(http: FlaskClient) -> None:
@@ -345,7 +357,7 @@ def test_estimates_need_the_analyst_or_admin_token(http: FlaskClient, create: Cr
     _submit(http, config, ["a"] * 5, rng)
     assert_problem(http.get("/v1/campaigns/browser/estimates"), 401, "unauthorized")
     assert_problem(http.get("/v1/campaigns/browser/estimates",
-                            headers={"Authorization": "Bearer nope"}), 403, "forbidden")
+                            headers={"Authorization": "Bearer nope"}), 401, "unauthorized")
     for headers in (ANALYST_HEADERS, ADMIN_HEADERS):
         assert http.get("/v1/campaigns/browser/estimates", headers=headers).status_code == 200
 

@@ -88,7 +88,7 @@ def test_ingest_key_when_configured(make_app: Callable[..., Flask], rng: random.
     report = make_report(config, "a", rng)
     assert http.post("/v1/reports", json=report).status_code == 401
     assert http.post("/v1/reports", json=report,
-                     headers={"Authorization": "Bearer nope"}).status_code == 403
+                     headers={"Authorization": "Bearer nope"}).status_code == 401
     assert http.post("/v1/reports", json=report,
                      headers={"Authorization": f"Bearer {ADMIN}"}).status_code == 403
     assert http.post("/v1/reports", json=report,

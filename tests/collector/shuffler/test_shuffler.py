@@ -745,7 +745,7 @@ def test_the_collector_fills_an_open_shuffler_and_the_figure_says_what_it_assume
     assert shuffling["notes"][0].startswith(NO_INJECTION)
     # The CLI's table (chorus estimates) says it too, under the figure.
     table = format_estimates(body).splitlines()
-    assert table[1].startswith("  shuffled: 20 reports in 1 batches; central ε = ")
+    assert table[1].startswith("  shuffled: 20 reports in 1 batch; central ε = ")
     assert table[1].endswith("at n = 20 reports")
     assert table[2].startswith("  warning: this central (ε, δ) assumes no injected reports")
 
@@ -1166,7 +1166,7 @@ def test_the_proxy_passes_no_collector_cookie(make_shuffler: Callable[..., Flask
 def test_flush_needs_the_admin_token(shuffler: FlaskClient) -> None:
     assert shuffler.post("/v1/flush").status_code == 401
     wrong = shuffler.post("/v1/flush", headers={"Authorization": "Bearer nope"})
-    assert wrong.status_code == 403
+    assert wrong.status_code == 401
     assert wrong.mimetype == PROBLEM
     assert shuffler.post("/v1/flush", headers=ADMIN_HEADERS).status_code == 200
     assert shuffler.get("/healthz").get_json() == {"status": "ok",
