@@ -23,6 +23,7 @@ from chorus_client.errors import (
 from chorus_client.plan import CampaignPlan, PrivacyPlan
 from chorus_client.retry import RetryPolicy
 from chorus_client.transport import RequestsTransport, Response, Transport, WSGITransport
+from chorus_client.waiting import CampaignWaiting, Waiting
 from chorus_shared.errors import ChorusError, ValueDomainError
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "BudgetExceeded",
     "CampaignPlan",
     "CampaignUnavailable",
+    "CampaignWaiting",
     "ChorusError",
     "Client",
     "ClientError",
@@ -47,4 +49,5 @@ __all__ = [
     "TransportError",
     "ValueDomainError",
     "WSGITransport",
+    "Waiting",
 ]

@@ -54,6 +54,7 @@ from chorus_client.sending import FlushResult, Sender
 from chorus_client.spend import SpendCounter
 from chorus_client.state import ClientState, PlanRow
 from chorus_client.transport import RequestsTransport, Transport
+from chorus_client.waiting import CampaignWaiting, Waiting
 from chorus_shared.campaign import Campaign
 from chorus_shared.errors import ValueDomainError
 from chorus_shared.mechanisms import Mechanism
@@ -558,6 +559,15 @@ class Client:
         """Reports perturbed and queued, not yet answered by the collector."""
         return self._open_state().outbox_size()
 
+    def waiting(self) -> Waiting:
+        """What waits in the outbox, per campaign, and when it may leave; ``str()`` of it
+        reads "3 reports wait (browser: 3 reports leaving from 14:00 UTC)"."""
+        now = self._clock()
+        campaigns = {name: CampaignWaiting(count, first, last)
+                     for name, count, first, last in self._open_state().waiting()}
+        held = self.sender.hold_until
+        return Waiting(now, campaigns, held if held > now else None)
+
     # -- sending ----------------------------------------------------------------------------
 
     def flush(self, timeout: float | None = None) -> FlushResult:
@@ -584,6 +594,13 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         self.sender.stop(deadline)
         result = self.sender.flush(deadline, everything=self.ephemeral)
+        if result.pending:
+            # Not silent: a developer's first run ends with its reports still queued, and the
+            # outbox looks like a broken client unless it says when they leave. Loud only
+            # while this client has had nothing acknowledged (the first hour); routine after.
+            left = self.waiting()
+            log.log(logging.WARNING if self.totals.accepted == 0 else logging.INFO,
+                    "chorus: closing with %s", left.explained())
         closer = getattr(self.transport, "close", None)
         if callable(closer):
             closer()

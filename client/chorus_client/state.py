@@ -475,6 +475,14 @@ class ClientState:
             self.check_open()
             return int(self._conn.execute("SELECT count(*) FROM outbox").fetchone()[0])
 
+    def waiting(self) -> list[tuple[str, int, float, float]]:
+        """Per campaign: (campaign, reports queued, earliest due, latest due)."""
+        with self._lock:
+            self.check_open()
+            rows = self._conn.execute("SELECT campaign, count(*), min(due), max(due) FROM "
+                                      "outbox GROUP BY campaign").fetchall()
+        return [(str(c), int(n), float(first), float(last)) for c, n, first, last in rows]
+
     def next_due(self) -> float | None:
         """When the earliest queued report becomes due (None: the outbox is empty)."""
         with self._lock:
