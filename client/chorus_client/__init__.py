@@ -22,6 +22,7 @@ from chorus_client.errors import (
 )
 from chorus_client.plan import CampaignPlan, PrivacyPlan
 from chorus_client.retry import RetryPolicy
+from chorus_client.sent_log import SentLog, SentReport
 from chorus_client.transport import RequestsTransport, Response, Transport, WSGITransport
 from chorus_client.waiting import CampaignWaiting, Waiting
 from chorus_shared.errors import ChorusError, ValueDomainError
@@ -45,6 +46,8 @@ __all__ = [
     "Response",
     "RetryPolicy",
     "RollingWindow",
+    "SentLog",
+    "SentReport",
     "Transport",
     "TransportError",
     "ValueDomainError",

@@ -51,6 +51,7 @@ from chorus_client.policy import (
 )
 from chorus_client.retry import RetryPolicy
 from chorus_client.sending import FlushResult, Sender
+from chorus_client.sent_log import SentLog, SentReport
 from chorus_client.spend import SpendCounter
 from chorus_client.state import ClientState, PlanRow
 from chorus_client.transport import RequestsTransport, Transport
@@ -119,6 +120,8 @@ class Client:
         ``random.Random``): for tests and simulations only, never in an app.
     :param timeout: seconds for each HTTP request; always on.
     :param batch_size: most reports per upload (all of one campaign).
+    :param sent_log_size: how many answered reports :meth:`sent_log` keeps, the newest
+        (0: none). They are the randomized reports the collector got, nothing more.
     :param background: run a daemon thread that sends reports as they become due.
     :param strict: raise :class:`BudgetExceeded`, :class:`CampaignUnavailable` and
         ``ValueDomainError`` (after queuing the substitute) from :meth:`report` instead of
@@ -151,6 +154,7 @@ class Client:
                  allow_insecure_rng: bool = False,
                  timeout: float = 10.0, batch_size: int = 100,
                  background: bool = False, strict: bool = False,
+                 sent_log_size: int = 1000,
                  retry: RetryPolicy | None = None,
                  clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
@@ -162,6 +166,9 @@ class Client:
             raise ValueError("timeout must be positive")
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
+        if isinstance(sent_log_size, bool) or not isinstance(sent_log_size, int) \
+                or sent_log_size < 0:
+            raise ValueError("sent_log_size must be a whole number >= 0 (0 keeps no log)")
         if spend_counter is not None and not isinstance(spend_counter, SpendCounter):
             raise ValueError("spend_counter needs spent() and charge(epsilon) methods")
         if send_delay is not None and not send_delay >= 0:
@@ -209,7 +216,7 @@ class Client:
                              headers=headers, timeout=timeout, retry=retry,
                              batch_size=batch_size, clock=clock, sleep=sleep,
                              before_round=self.configs.fetch_due,
-                             next_fetch=self.configs.next_fetch)
+                             next_fetch=self.configs.next_fetch, sent_log=sent_log_size)
         privacy_plan = plan if isinstance(plan, PrivacyPlan) else PrivacyPlan(
             budgets=dict(plan or {}))
         self.shares = privacy_plan.resolve(lifetime_budget, sorted(self.configs.pinned),
@@ -558,6 +565,16 @@ class Client:
     def pending(self) -> int:
         """Reports perturbed and queued, not yet answered by the collector."""
         return self._open_state().outbox_size()
+
+    def sent_log(self, limit: int | None = None) -> SentLog:
+        """What this device sent, newest first (at most ``sent_log_size`` reports are kept):
+        each report as it left, the ε it was charged and the collector's answer, with the
+        budget spent and left. ``.text()`` and ``.html()`` render it for the app's settings
+        page, ``.as_dict()`` as data. It holds nothing the collector does not get."""
+        rows = self._open_state().sent_log(limit)
+        return SentLog(reports=tuple(SentReport.from_row(*row) for row in rows),
+                       spent=self.spent(), lifetime_budget=self.lifetime_budget,
+                       waiting=self.pending())
 
     def waiting(self) -> Waiting:
         """What waits in the outbox, per campaign, and when it may leave; ``str()`` of it

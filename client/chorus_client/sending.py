@@ -61,7 +61,7 @@ class Sender:
                  headers: Mapping[str, str], timeout: float, retry: RetryPolicy,
                  batch_size: int, clock: Callable[[], float], sleep: Callable[[float], None],
                  before_round: Callable[[], None],
-                 next_fetch: Callable[[], float | None]) -> None:
+                 next_fetch: Callable[[], float | None], sent_log: int = 0) -> None:
         self.url = url
         self.transport = transport
         self.headers = dict(headers)
@@ -73,6 +73,7 @@ class Sender:
         self._sleep = sleep
         self._before_round = before_round
         self._next_fetch = next_fetch
+        self.sent_log = sent_log  # answered reports kept for the app to show (0: none)
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self.hold_until = 0.0  # no sending before this (clock) time: Retry-After, backoff
@@ -145,7 +146,7 @@ class Sender:
         if response.status == 200:
             self._failures = 0
             answers = (response.json_object() or {}).get("results", [])
-            done = []
+            done: list[tuple[int, str]] = []
             for seq, answer in zip(seqs, answers, strict=False):
                 status = answer.get("status") if isinstance(answer, dict) else None
                 if status == "accepted":
@@ -153,13 +154,14 @@ class Sender:
                 elif status == "duplicate":
                     result.duplicate += 1
                 else:
+                    status = "refused"
                     result.rejected += 1
                     with self._lock:
                         self.dropped += 1
                     log.warning("chorus: report rejected by the collector: %s",
                                 answer.get("error") if isinstance(answer, dict) else answer)
-                done.append(seq)
-            self._state.remove(done)
+                done.append((seq, str(status)))
+            self._settle(done)
             return "done" if len(done) == len(seqs) else "kept"
         if response.status == 413 and len(rows) > 1:
             return "split"  # over the collector's request limits: send smaller batches
@@ -170,7 +172,7 @@ class Sender:
             result.rejected += len(rows)
             with self._lock:
                 self.dropped += len(rows)
-            self._state.remove(seqs)
+            self._settle([(seq, "refused") for seq in seqs])
             return "done"
         # 401/403 (a missing ingest key), 404, 429, 5xx, any answer that is not a Chorus
         # refusal of the reports (a proxy's error page): not the reports' fault; keep them.
@@ -179,6 +181,9 @@ class Sender:
                     response.status, len(rows), delay)
         self._hold_off(delay)
         return "kept"
+
+    def _settle(self, answered: list[tuple[int, str]]) -> None:
+        self._state.settle(answered, day=int(self._clock() // 86400), keep=self.sent_log)
 
     # -- the background thread ----------------------------------------------------------------
 

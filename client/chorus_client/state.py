@@ -3,16 +3,19 @@
 * ``ledger``: ε spent and reports made, per campaign *name* (the app's identity for it, so a
   new config version continues the same ledger) and privacy period.
 * ``outbox``: reports perturbed once and written before any send, each with the campaign it
-  belongs to and the time it becomes due (a random delay after it was made). A report leaves
-  the outbox only when the collector has answered for it, and is resent byte for byte after a
-  restart.
+  belongs to, the ε it was charged and the time it becomes due (a random delay after it was
+  made). A report leaves the outbox only when the collector has answered for it, and is resent
+  byte for byte after a restart.
+* ``sent_log`` (schema 6): the newest answered reports, as they left, with their ε, the answer
+  and its UTC day, for the app to show its user (``Client.sent_log``; ``sent_log_size=0``
+  keeps none).
 
-What the file reveals: no true value and no key from which one could be tested. It holds the
-ε spent per campaign and day, the randomized reports not yet sent, which are exactly what
-the collector will receive, the public configs of the campaigns (schema 4), one random
-``assignment_key`` (schema 3), and the privacy plan (schema 5): each campaign's share, the
-periods the install drew to report in and which of them it used (value-free, but never to be
-sent: a shuffler's anonymity needs the collector not to know them), and, only for an app
+What the file reveals: no true value and no key from which one could be tested. It holds the ε
+spent per campaign and day, the randomized reports not yet sent and the newest ones sent, which
+are exactly what the collector receives, the public configs of the campaigns (schema 4), one
+random ``assignment_key`` (schema 3), and the privacy plan (schema 5): each campaign's share,
+the periods the install drew to report in and which of them it used (value-free, but never to
+be sent: a shuffler's anonymity needs the collector not to know them), and, only for an app
 that set a rolling window, the ε spent per UTC day. The assignment key only derives which
 public group a discovery campaign's reports go to in each privacy period and config version
 (``chorus_shared.rng.keyed_source``); the group is in every such report anyway, and the key is
@@ -55,7 +58,7 @@ from chorus_shared.privacy import fits, reports_within
 
 __all__ = ["ClientState", "Decision", "Limits", "PlanBuilder", "PlanRow"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS plan (
     campaign TEXT PRIMARY KEY, pool TEXT NOT NULL, basis TEXT NOT NULL,
@@ -74,7 +77,10 @@ CREATE TABLE IF NOT EXISTS ledger (
     PRIMARY KEY (campaign, period));
 CREATE TABLE IF NOT EXISTS outbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, report TEXT NOT NULL, created REAL NOT NULL,
-    campaign TEXT NOT NULL DEFAULT '', due REAL NOT NULL DEFAULT 0);
+    campaign TEXT NOT NULL DEFAULT '', due REAL NOT NULL DEFAULT 0, epsilon REAL);
+CREATE TABLE IF NOT EXISTS sent_log (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, campaign TEXT NOT NULL, report TEXT NOT NULL,
+    epsilon REAL, status TEXT NOT NULL, day INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS config (
     campaign TEXT PRIMARY KEY, body TEXT NOT NULL, refresh REAL NOT NULL);
 """
@@ -201,6 +207,8 @@ class ClientState:
                                  "DEFAULT ''")
                     conn.execute("ALTER TABLE outbox ADD COLUMN due REAL NOT NULL DEFAULT 0")
                     self._spread_legacy_outbox(conn)
+                if "outbox" in tables and "epsilon" not in columns:  # schema 6: ε charged
+                    conn.execute("ALTER TABLE outbox ADD COLUMN epsilon REAL")
                 if version < 4 and "outbox" in tables:
                     # Schemas 0-3 kept the second of every report() call: keep the hour.
                     conn.execute("UPDATE outbox SET created = created - created % ?",
@@ -308,9 +316,9 @@ class ClientState:
             if slot is not None:
                 conn.execute("INSERT INTO slot_used (campaign, basis, slot) VALUES (?, ?, ?)",
                              (campaign, *slot))
-            conn.execute("INSERT INTO outbox (report, created, campaign, due) "
-                         "VALUES (?, ?, ?, ?)",
-                         (report, bucket - bucket % CREATED_PRECISION, campaign, due))
+            conn.execute("INSERT INTO outbox (report, created, campaign, due, epsilon) "
+                         "VALUES (?, ?, ?, ?, ?)",
+                         (report, bucket - bucket % CREATED_PRECISION, campaign, due, cost))
             return Decision(True)
 
     # -- the privacy plan -------------------------------------------------------------------
@@ -490,11 +498,33 @@ class ClientState:
             row = self._conn.execute("SELECT min(due) FROM outbox").fetchone()
         return None if row[0] is None else float(row[0])
 
-    def remove(self, seqs: list[int]) -> None:
-        if not seqs:
+    def settle(self, answered: list[tuple[int, str]], *, day: int, keep: int) -> None:
+        """Move reports the collector answered for (``(seq, status)``: accepted, duplicate
+        or refused) from the outbox to the sent log, in one transaction, keeping the log's
+        ``keep`` newest entries (0: no log). ``day`` is the UTC day number of the answer."""
+        if not answered:
             return
         with self._transaction() as conn:
-            conn.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in seqs])
+            if keep > 0:
+                conn.executemany(
+                    "INSERT INTO sent_log (campaign, report, epsilon, status, day) "
+                    "SELECT campaign, report, epsilon, ?, ? FROM outbox WHERE seq = ?",
+                    [(status, day, seq) for seq, status in answered])
+            conn.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s, _ in answered])
+            conn.execute("DELETE FROM sent_log WHERE seq <= (SELECT max(seq) FROM sent_log) "
+                         "- ?", (max(keep, 0),))
+
+    def sent_log(self, limit: int | None = None) -> list[tuple[str, str, float | None, str,
+                                                                 int]]:
+        """The newest first: (campaign, report JSON, ε charged or None, status, UTC day)."""
+        with self._lock:
+            self.check_open()
+            rows = self._conn.execute(
+                "SELECT campaign, report, epsilon, status, day FROM sent_log ORDER BY seq DESC"
+                + ("" if limit is None else " LIMIT ?"),
+                () if limit is None else (limit,)).fetchall()
+        return [(str(c), str(r), None if e is None else float(e), str(s), int(d))
+                for c, r, e, s, d in rows]
 
     def close(self) -> None:
         with self._lock:

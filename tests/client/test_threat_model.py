@@ -514,7 +514,7 @@ def test_the_state_file_holds_no_key_to_the_values(tmp_path: Path) -> None:
         configs = db.execute("SELECT campaign, body FROM config").fetchall()
     # The plan (drawn periods, value-free) and the periods used are kept too.
     assert tables == {"ledger", "outbox", "assignment_key", "config", "plan", "slot_used",
-                      "daily_spend"}
+                      "daily_spend", "sent_log"}
     # The assignment key is drawn only for a discovery campaign's groups: none here.
     assert keys == 0
     # The config kept is the public one, as every install is served it.
@@ -557,7 +557,7 @@ def test_an_old_state_file_loses_its_fingerprints_and_keeps_what_was_spent(
         keys = db.execute("SELECT count(*) FROM assignment_key").fetchone()[0]
     # The plan (drawn periods, value-free) and the periods used are kept too.
     assert tables == {"ledger", "outbox", "assignment_key", "config", "plan", "slot_used",
-                      "daily_spend"}
+                      "daily_spend", "sent_log"}
     # The assignment key is drawn only for a discovery campaign's groups: none here.
     assert keys == 0
 

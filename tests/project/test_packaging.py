@@ -53,6 +53,7 @@ def test_public_client_surface_is_pinned() -> None:
         "PrivacyBound", "PrivacyPlan", "RequestsTransport", "Response", "RetryPolicy",
         "RollingWindow", "Transport", "TransportError", "ValueDomainError", "WSGITransport",
         "CampaignWaiting", "Waiting",  # what waits in the outbox: Client.waiting()
+        "SentLog", "SentReport",  # what this device sent: Client.sent_log()
     ])
 
 
