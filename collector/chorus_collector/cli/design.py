@@ -159,27 +159,16 @@ def _numbers(text: str, option: str, count: int | None = None) -> list[float]:
 
 
 def parse_distribution(kind: str, text: str) -> Any:
-    """``a=0.5,b=0.5`` (categories, strings), ``1=0.2,5=0.8`` or ``1,5`` (numbers),
-    ``1:2=0.5,3:4=0.5`` (vectors), or the JSON form the designer reads."""
-    if text.lstrip().startswith(("{", "[")):
-        try:
-            return json.loads(text)
-        except ValueError as error:
-            raise click.ClickException(f"--distribution: not JSON: {error}") from None
-    pairs = [part.rpartition("=") for part in text.split(",") if part.strip()]
+    """``a=0.5,b=0.5`` or one per line (categories, strings), ``1=0.2,5=0.8`` or ``1,5``
+    (numbers), ``1:2=0.5,3:4=0.5`` (vectors), or the JSON form the designer reads: the
+    dashboard's reader (``design.distribution_text``), so either accepts what the other
+    shows."""
+    from chorus_collector.design import distribution_text
+
     try:
-        if kind in ("categories", "strings"):
-            return {key.strip(): float(weight) for key, _, weight in pairs}
-        values = [[float(x) for x in (key if key else weight).split(":")]
-                  for key, _, weight in pairs]
-        body: dict[str, Any] = {"values": [v[0] for v in values] if kind == "numeric"
-                                else values}
-        if all(sep for _, sep, _ in pairs):
-            body["weights"] = [float(weight) for _, _, weight in pairs]
-        return body
-    except ValueError:
-        raise click.ClickException(f"--distribution: cannot read {text!r} (e.g. a=0.5,b=0.5; "
-                                   "1=0.2,5=0.8; 1:2=0.5,3:4=0.5)") from None
+        return distribution_text.parse_distribution(kind, text)
+    except distribution_text.DistributionTextError as error:
+        raise click.ClickException(f"--distribution: {error}") from None
 
 
 def _number(value: float | None) -> str:

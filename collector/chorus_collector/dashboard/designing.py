@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from chorus_collector.design.distribution_text import DistributionTextError, parse_distribution
 from chorus_collector.problems import Problem
 
 __all__ = ["DEFAULTS", "PLAN_FIELDS", "design_request"]
@@ -83,34 +84,10 @@ def design_request(values: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _distribution(kind: str, text: str) -> Any:
-    """``name = share`` lines (categories, strings) or ``value = weight`` lines (numbers; a
-    vector's value is its numbers separated by spaces; weights may be left out: equal)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    pairs = []
-    for line in lines:
-        left, sep, right = line.rpartition("=")
-        if not sep:
-            left, right = line, ""
-        pairs.append((left.strip(), right.strip()))
-    if kind in ("categories", "strings"):
-        shares = {}
-        for name, share in pairs:
-            try:
-                shares[name] = float(share)
-            except ValueError:
-                raise Problem("invalid-campaign", f"write each share as name = share, e.g. "
-                                                  f"'chrome = 0.6', not {name!r}") from None
-        return shares
+    """``name = share`` per line or ``chrome=0.6,safari=0.25`` on one (categories, strings),
+    ``value = weight`` (numbers; a vector's numbers separated by spaces or colons): the CLI's
+    reader too (``design.distribution_text``)."""
     try:
-        points: list[Any] = [[float(x) for x in v.split()] if kind == "vector" else float(v)
-                             for v, _ in pairs]
-        weights = [float(w) for _, w in pairs if w]
-    except ValueError:
-        raise Problem("invalid-campaign", "write each value as 'value = weight' (a vector's "
-                                          "numbers separated by spaces)") from None
-    body: dict[str, Any] = {"values": points}
-    if weights:
-        if len(weights) != len(points):
-            raise Problem("invalid-campaign", "give a weight to every value, or to none")
-        body["weights"] = weights
-    return body
+        return parse_distribution(kind, text)
+    except DistributionTextError as error:
+        raise Problem("invalid-campaign", f"the distribution: {error}") from None

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from flask import (
@@ -298,7 +299,7 @@ def download(name: str, what: str, fmt: str) -> Response:
 
 @dashboard.get("/design")
 @require_role("analyst")
-def design() -> str:
+def design() -> str | tuple[str, int]:
     """Each mechanism's expected standard error, report size and privacy over time for a
     planned campaign; with a distribution, one simulated run. Anyone signed in may look;
     creating the campaign (below) is the admin's."""
@@ -314,15 +315,37 @@ def design() -> str:
                 simulation = _gated(lambda: designer.simulate_design(body, mechanism,
                                                                       seed=SIMULATION_SEED))
                 chart = pages.simulation_chart(simulation)
-        except CampaignError as error:
-            raise Problem("invalid-campaign", str(error)) from None
+        except (CampaignError, Problem) as error:
+            return _design_refused(form, error)
     return render_template("design.html", form=form, plan=plan, simulation=simulation,
-                           chart=chart, kinds=("categories", "numeric", "vector", "strings"))
+                           chart=chart, kinds=DESIGN_KINDS)
+
+
+DESIGN_KINDS = ("categories", "numeric", "vector", "strings")
+
+
+def _design_refused(form: dict[str, str], error: CampaignError | Problem,
+                    creating: Mapping[str, str] | None = None) -> tuple[str, int]:
+    """The form again as it was typed, with what to change (400, or 409 for a taken name): a
+    designer who
+    mistyped one field keeps the rest. When creating failed (a bad name, say), the figures
+    and the create form come back too, with what was typed there (``creating``). A refusal
+    that is not the input's (a busy server) goes out as it came."""
+    if isinstance(error, Problem) and error.kind not in ("invalid-campaign", "campaign-exists"):
+        raise error
+    message = error.detail if isinstance(error, Problem) else str(error)
+    plan = None
+    if creating is not None:
+        with contextlib.suppress(CampaignError, Problem):
+            plan = designer.design(designing.design_request(form)).to_json()
+    return render_template("design.html", form=form, plan=plan, simulation=None, chart=None,
+                           kinds=DESIGN_KINDS, error=message, creating=creating or {}), \
+        error.status if isinstance(error, Problem) else 400
 
 
 @dashboard.post("/design")
 @require_role("admin")
-def create_from_design() -> WerkzeugResponse:
+def create_from_design() -> WerkzeugResponse | tuple[str, int]:
     form = {key: request.form.get(key, default) for key, default in designing.DEFAULTS.items()}
     name = request.form.get("name", "").strip()
     try:
@@ -332,12 +355,13 @@ def create_from_design() -> WerkzeugResponse:
                              description=request.form.get("description", "").strip(),
                              accept_weak_privacy=request.form.get("accept_weak_privacy") == "on")
         campaign = campaign_from_spec(spec, require_consent=True, warn=False)
-    except CampaignError as error:
-        raise Problem("invalid-campaign", str(error)) from None
+    except (CampaignError, Problem) as error:
+        return _design_refused(form, error, creating=request.form)
     try:
         _storage().insert_campaign(campaign)
     except FileExistsError:
-        raise Problem("campaign-exists", f"a different campaign is already named {name!r}; "
-                      "pick another name") from None
+        return _design_refused(form, Problem(
+            "campaign-exists", f"a different campaign is already named {name!r}; pick "
+            "another name"), creating=request.form)
     log.info("campaign %s created from the designer", campaign.name)
     return redirect(url_for("dashboard.campaign", name=campaign.name))

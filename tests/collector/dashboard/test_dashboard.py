@@ -273,8 +273,32 @@ def test_the_admin_creates_a_campaign_from_the_designer(http: FlaskClient) -> No
     again = http.post("/design", data={**form, "csrf_token": token.group(1),
                                        "name": "consent", "mechanism": "oue"})
     assert again.status_code == 409  # a different campaign under a taken name
-    bad = http.get("/design", query_string={**form, "epsilon": "lots"})
-    assert bad.status_code == 400 and "ε must be a number" in bad.get_data(as_text=True)
+    kept = again.get_data(as_text=True)  # the figures, the create form and what was typed
+    assert "already named &#39;consent&#39;; pick another name" in kept
+    assert 'id="design-table"' in kept and 'name="name" required' in kept
+    assert 'value="consent"' in kept.split('id="create"')[1]
+    bad = http.get("/design", query_string={**form, "epsilon": "lots",
+                                           "distribution": "yes=0.7,no=0.3"})
+    page = bad.get_data(as_text=True)
+    assert bad.status_code == 400 and "ε must be a number" in page
+    # Every field as it was typed, the mistyped one included.
+    assert 'name="epsilon" value="lots"' in page and ">yes=0.7,no=0.3</textarea>" in page
+    assert ">yes\nno</textarea>" in page
+
+
+def test_the_designer_reads_shares_in_the_cli_form_and_the_line_form(http: FlaskClient) -> None:
+    sign_in(http, ADMIN)
+    form = {"kind": "categories", "categories": "yes\nno", "epsilon": "1", "users": "5000"}
+    pages = [http.get("/design", query_string={**form, "distribution": text})
+             for text in ("yes=0.7,no=0.3", "yes = 0.7\nno = 0.3")]
+    assert [p.status_code for p in pages] == [200, 200]
+    for page in pages:
+        assert 'id="simulation-table"' in page.get_data(as_text=True)
+        assert 'data-label="yes" data-true="0.7"' in page.get_data(as_text=True)
+    typo = http.get("/design", query_string={**form, "distribution": "yes=0.7,no=lots"})
+    text = typo.get_data(as_text=True)
+    assert typo.status_code == 400 and "the distribution: cannot read &#39;no=lots&#39;" in text
+    assert ">yes=0.7,no=lots</textarea>" in text
 
 
 _CELL = re.compile(r'<g class="cell" data-row="([^"]*)" data-column="([^"]*)" '
