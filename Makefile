@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
 BENCH_STAMP := $(VENV)/.bench-stamp
+DEMO_STAMP := $(VENV)/.demo-stamp
 
 .PHONY: demo serve-demo test quick lint bench clean services
 
@@ -20,13 +21,25 @@ $(STAMP): pyproject.toml
 	  ''.join(f'{root / d}\n' for d in ('client', 'collector', 'shared')))"
 	touch $(STAMP)
 
+# The demo needs the collector alone, not the test toolchain: on a fresh clone `make demo`
+# installs only that extra (a later `make test` adds the rest to the same .venv, and a .venv
+# set up for the tests serves the demo as it is). Each step says what it does, in a log too.
+$(DEMO_STAMP): pyproject.toml
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then touch $@; exit 0; fi; \
+	echo "setting up $(VENV) with the collector's dependencies (flask, numpy, scipy, gunicorn; about half a minute) ..."; \
+	start=$$(date +%s); \
+	$(PYTHON) -m venv $(VENV) && \
+	$(BIN)/python -m pip install --quiet --upgrade pip && \
+	$(BIN)/python -m pip install --quiet -e '.[collector]' && \
+	echo "set up in $$(( $$(date +%s) - start )) s" && touch $@
+
 # The demo ends by itself (it prints the dashboard's address and how to keep it running) and
 # keeps its database in .demo/; serve-demo serves that database (simulating only if there is
 # none, or one of another version) on loopback until Ctrl-C.
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/chorus demo
 
-serve-demo: $(STAMP)
+serve-demo: $(DEMO_STAMP)
 	$(BIN)/chorus demo --serve
 
 lint: $(STAMP)

@@ -182,3 +182,15 @@ def test_no_estimate_kind_chains_outside_the_kinds_package() -> None:
                 if pattern.search(line) and (str(relative), index) not in allowed:
                     offenders.append(f"{relative}:{number}: {line.strip()}")
     assert offenders == []
+
+
+def test_make_demo_installs_the_collector_alone_and_says_so(tmp_path: Path) -> None:
+    """A fresh clone's `make demo` sets up the collector's extra only (no test toolchain),
+    and prints what it does first (issue 35 #2)."""
+    plan = subprocess.run(["make", "-n", "demo", f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout
+    installs = [line for line in plan.splitlines() if "pip install" in line]
+    assert any("-e '.[collector]'" in line for line in installs), plan
+    assert not any(extra in line for line in installs for extra in ("dev", "dask", "postgresql"))
+    assert "setting up" in plan.split("pip install")[0]
+    assert plan.rstrip().endswith(f"{tmp_path / 'venv'}/bin/chorus demo")

@@ -1,5 +1,5 @@
-"""Progress bars (issue 13 #15): on a terminal they show; in a pipe, a log or CI the output
-stays exactly what it was."""
+"""Progress (issue 13 #15, issue 35 #2): a bar on a terminal; in a pipe, a log or CI a line
+every LINE_INTERVAL seconds of a long step, and nothing for a short one."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from chorus_collector.cli import main as cli
-from chorus_collector.cli.progress import progress_bar, staged
+from chorus_collector.cli.progress import LINE_INTERVAL, ProgressLines, progress_bar, staged
 
 
 class Terminal(io.StringIO):
@@ -31,7 +31,28 @@ def test_no_bar_when_the_output_is_not_a_terminal() -> None:
     pipe = io.StringIO()
     with progress_bar(200, "report", "recomputing k", stream=pipe) as bar:
         bar.update(200)
-    assert pipe.getvalue() == ""
+    assert isinstance(bar, ProgressLines)
+    assert pipe.getvalue() == ""  # a short step: nothing
+
+
+def test_a_long_step_prints_a_line_every_interval_where_there_is_no_terminal() -> None:
+    pipe = io.StringIO()
+    now = [100.0]
+    lines = ProgressLines(5000, "report", "recomputing k", pipe, clock=lambda: now[0])
+    for _ in range(50):  # 50 updates of 100 reports, 1 s apart: a line every 10 s
+        now[0] += 1.0
+        lines.update(100)
+    assert pipe.getvalue().splitlines() == [
+        f"recomputing k: {n:,} of 5,000 reports ({n / 5000:.0%}), {s} s"
+        for n, s in ((1000, 10), (2000, 20), (3000, 30), (4000, 40), (5000, 50))]
+    assert LINE_INTERVAL == 10.0
+    unknown = io.StringIO()
+    folding = ProgressLines(None, "report", "folding", unknown, interval=1.0,
+                            clock=lambda: now[0])
+    folding.set_postfix_str("bucket 3")
+    now[0] += 2.0
+    folding.update(1)
+    assert unknown.getvalue() == "folding: 1 report [bucket 3], 2 s\n"
 
 
 def test_check_aggregates_prints_no_bar_into_a_pipe(tmp_path: Path) -> None:
