@@ -73,6 +73,8 @@ KINDS: Mapping[str, Kind] = MappingProxyType({
     "report-too-large": Kind(413, _REJECTED, "the payload exceeds CHORUS_MAX_PAYLOAD_BYTES"),
     "report-expired": Kind(400, _REJECTED, "the report is older than the campaign's expiry"),
     "report-too-early": Kind(400, _REJECTED, "the report's time is more than a bucket ahead"),
+    "report-outside-schedule": Kind(400, _REJECTED, "the campaign has a schedule and the "
+                                                    "report's time is outside it"),
     "sender-limit": Kind(409, _REJECTED, "the shuffler already holds "
                                          "CHORUS_SHUFFLER_MAX_REPORTS_PER_SENDER reports of this "
                                          "admitted sender, campaign and time bucket"),

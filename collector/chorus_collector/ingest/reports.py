@@ -120,6 +120,13 @@ def _time_refusal(time: int, campaign: Campaign, now: float) -> tuple[str, str] 
     if time < now - campaign.report_expiry:
         return "report-expired", (f"report time {time} is older than the campaign's report "
                                   f"expiry of {campaign.report_expiry} s")
+    schedule = campaign.schedule
+    if schedule is not None and not schedule.start <= time < schedule.end:
+        # No honest client reports outside its calendar (it draws its periods within it), and
+        # a report there would count in no period's estimate yet in an all-time window's.
+        return "report-outside-schedule", (
+            f"report time {time} is outside the campaign's schedule, from {schedule.start} "
+            f"(inclusive) to {schedule.end} (exclusive)")
     return None
 
 

@@ -280,6 +280,33 @@ def test_report_time_window_boundaries(http: FlaskClient, create: Create, rng: r
     assert assert_problem(expired, 400, "report-expired")
 
 
+def test_a_scheduled_campaign_takes_reports_within_its_schedule_only(
+        http: FlaskClient, create: Create, rng: random.Random, clock: FakeClock) -> None:
+    """Its first period's first bucket and its last period's last bucket are taken; a bucket
+    before its start or from its end on is refused (an honest client never sends one)."""
+    day = 86400
+    start = int(NOW) - 3 * day  # 2025-12-29
+    config = create("daily", time_precision=3600, report_expiry=30 * day,
+                    schedule={"cadence": "day", "start": "2025-12-29", "periods": 4})
+    clock.now = NOW + 2 * day
+    cases = [(start - 3600, "report-outside-schedule"), (start, None),
+             (start + 4 * day - 3600, None), (start + 4 * day, "report-outside-schedule")]
+    for time, refusal in cases:
+        reply = http.post("/v1/campaigns/daily/reports",
+                          json=make_report(config, "a", rng, time=time))
+        if refusal is None:
+            assert reply.status_code == 201, (time, reply.get_json())
+        else:
+            body = assert_problem(reply, 400, refusal)
+            assert body["detail"] == (f"report time {time} is outside the campaign's schedule, "
+                                      f"from {start} (inclusive) to {start + 4 * day} "
+                                      "(exclusive)")
+    # Folded and estimated, the schedule's two reports are all there is.
+    assert http.get("/v1/campaigns/daily/estimates", headers=ANALYST_HEADERS,
+                    query_string={"start": start - day, "end": start + 6 * day}
+                    ).get_json()["n"] == 2
+
+
 @pytest.mark.parametrize(("body", "kind"), [
     (b"{not json", "malformed-json"),
     (b"\xff\xfe", "malformed-json"),
