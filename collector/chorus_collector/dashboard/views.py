@@ -21,6 +21,7 @@ from flask import (
     url_for,
 )
 from flask_wtf.csrf import CSRFError, CSRFProtect, generate_csrf
+from jinja2.utils import Namespace
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from chorus_collector.dashboard import designing, pages
@@ -101,8 +102,10 @@ def _csrf_page(error: CSRFError) -> tuple[str, int]:
 
 @dashboard.context_processor
 def _globals() -> dict[str, Any]:
+    # ``noise``: whether a figure on the page was shown clipped to its bounds (templates set
+    # it, the note after a table reads it); fresh for every page.
     return {"role": current_role(), "iso": pages.iso, "duration": pages.duration_label,
-            "shown": shown_value}
+            "shown": shown_value, "noise": Namespace(clipped=False)}
 
 
 @dashboard.route("/login", methods=["GET", "POST"])
