@@ -41,13 +41,11 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     if high <= low:
         high = low + (abs(low) or 1.0)
     step = _nice(_nice(high - low, round_=False) / max(1, count - 1), round_=True)
-    first = math.floor(low / step) * step
-    ticks = []
-    value = first
-    while value <= high + step * 0.5:
-        ticks.append(round(value, 12))
-        value += step
-    return ticks
+    # From the tick at or below ``low`` to the one at or above ``high``: a value between the
+    # last tick and ``high`` was drawn past the plot (and cut off by the picture's edge).
+    first = math.floor(low / step)
+    last = math.ceil(high / step - 1e-9)
+    return [round(index * step, 12) for index in range(first, max(last, first + 1) + 1)]
 
 
 def _nice(x: float, *, round_: bool) -> float:
@@ -310,7 +308,9 @@ def heatmap_chart(cells: Sequence[HeatCell], rows: Sequence[str], columns: Seque
     carry the estimate with its 95% interval."""
     label_width, top, cell_height, legend_height = 150, 44, 34, 46
     cell_width = max(48.0, min(110.0, 620 / max(len(columns), 1)))
-    width = label_width + cell_width * len(columns) + 20
+    # As wide as the grid, or as the key below it (five 60-unit shades) if that is wider: a
+    # narrow grid's key was drawn past the picture's edge and cut off.
+    width = label_width + max(cell_width * len(columns), 5 * 60) + 20
     height = top + cell_height * len(rows) + legend_height
     known = [c.share for c in cells if c.share is not None and math.isfinite(c.share)]
     peak = max([*known, 0.0]) or 1.0

@@ -4,6 +4,7 @@ are the API's (the real-browser tests are in tests/browser)."""
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import logging
 import random
@@ -14,6 +15,8 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers.support import ADMIN, ADMIN_HEADERS, ANALYST, ANALYST_HEADERS, NOW, make_report
 
@@ -390,3 +393,24 @@ def test_a_heat_map_shades_by_estimate_and_says_what_is_unknown() -> None:
     assert titles == ["r=a&lt;b, k=x: 0.5 [0.48, 0.52]", "r=a&lt;b, k=y: -0.02 [-0.04, 0]",
                       "r=c, k=x: 0.25 [0.23, 0.27]", "r=c, k=y: unknown (no reports)"]
     assert 'data-row="a&lt;b"' in svg and "<b" not in svg
+    # Everything drawn lies inside the picture: the key of a 2-column grid too.
+    width = float(re.search(r'viewBox="0 0 ([\d.]+) ', svg).group(1))  # type: ignore[union-attr]
+    rights = [float(x) + float(w) for x, w in
+              re.findall(r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)"', svg)]
+    assert rights and max(rights) <= width
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(-1e6, 1e6), st.floats(1e-6, 1e6))
+def test_chart_ticks_cover_every_value_drawn(low: float, span: float) -> None:
+    """The axis runs from a tick at or below the lowest value to one at or above the highest,
+    so no bar or whisker is drawn past the plot (0 to 0.24 once ended at the 0.2 tick)."""
+    from chorus_collector.dashboard.charts import nice_ticks
+
+    high = low + span
+    ticks = nice_ticks(low, high)
+    slack = 1e-9 * span  # float rounding, far below a pixel
+    assert ticks[0] <= low + slack and ticks[-1] >= high - slack
+    steps = {round(b - a, 9) for a, b in itertools.pairwise(ticks)}
+    assert len(ticks) >= 2 and len(steps) == 1
+    assert nice_ticks(0.0, 0.24)[-1] >= 0.24
