@@ -67,6 +67,16 @@ _SCHEMAS: dict[str, Any] = {
             "detail": {"type": "string"},
         },
     },
+    "Health": {
+        "type": "object",
+        "required": ["status", "version"],
+        "properties": {"status": {"const": "ok"}, "version": {"type": "string"}},
+    },
+    "CampaignList": {
+        "type": "object",
+        "required": ["campaigns"],
+        "properties": {"campaigns": {"type": "array", "items": _ref("CampaignConfig")}},
+    },
     "Report": {
         "type": "object",
         "description": "One randomized report, as the client library sends it.",
@@ -207,6 +217,12 @@ _SCHEMAS: dict[str, Any] = {
                                                           _ref("MeanRow")]},
                      "description": "kind 'frequency': one per category, candidate or "
                                     "discovered value; kind 'means': one per attribute"},
+            "window": _ref("Window"),
+            "confidence": {"type": "number"},
+            "variance_model": {"type": "string"},
+            "postprocessing": {"type": "string"},
+            **{name: {"type": ["number", "null"], "description": "kind 'mean'"}
+               for name in ("std_error", "ci_low", "ci_high")},
             "extra": {"type": "object",
                       "description": "what the estimator adds; a discovery campaign's answer "
                                      "has discovery (what its walk did)",
@@ -265,13 +281,13 @@ _SCHEMAS: dict[str, Any] = {
             "estimate_kind": _ESTIMATE_KINDS,
             "step": {"type": "integer"},
             "step_name": {"type": "string"},
-            "window": {"type": "object"},
+            "window": _ref("Window"),
+            "confidence": {"type": "number"},
             "variance_model": {"type": "string"},
+            "suppression": {"type": "string"},
             "min_batch_size": {"type": "integer"},
-            "series": {"type": "array", "items": {
-                "type": "object", "required": ["value", "points"],
-                "properties": {"value": {"type": "string"},
-                               "points": {"type": "array", "items": {"type": "object"}}}}},
+            "freshness": {"type": "object"},
+            "series": {"type": "array", "items": _ref("ValueSeries")},
             "discovery": _ref("TrackedValues"),
             "schedule": {"type": "object",
                          "description": "a campaign with a schedule: cadence, start, "
@@ -281,6 +297,39 @@ _SCHEMAS: dict[str, Any] = {
                          "description": "a campaign with a schedule: what each point "
                                         "estimates"},
         },
+    },
+    "ValueSeries": {
+        "type": "object",
+        "description": "one value's series: a point per step",
+        "required": ["value", "points"],
+        "properties": {"value": {"type": "string"},
+                       "points": {"type": "array", "items": _ref("SeriesPoint")}},
+    },
+    "SeriesPoint": {
+        "type": "object",
+        "description": "one step's estimate of one value: null estimates and suppressed: "
+                       "true below min_batch_size",
+        "required": ["start", "end", "n", "estimate", "std_error", "ci_low", "ci_high",
+                     "suppressed", "reason"],
+        "properties": {
+            "start": {"type": "integer"},
+            "end": {"type": "integer"},
+            "n": {"type": "integer", "minimum": 0},
+            **{name: {"type": ["number", "null"]}
+               for name in ("estimate", "std_error", "ci_low", "ci_high")},
+            "suppressed": {"type": "boolean"},
+            "reason": {"type": ["string", "null"], "description": "why it is suppressed"},
+            "detected": {"type": ["boolean", "null"],
+                         "description": "open-string candidates: whether the value passes "
+                                        "the estimator's test of f > 0"},
+        },
+    },
+    "Window": {
+        "type": "object",
+        "description": "a time window in Unix seconds, end excluded; null: unbounded",
+        "required": ["start", "end"],
+        "properties": {"start": {"type": ["integer", "null"]},
+                       "end": {"type": ["integer", "null"]}},
     },
     "CompareQuery": {
         "type": "object",
@@ -312,19 +361,60 @@ _SCHEMAS: dict[str, Any] = {
             "estimand": {"type": "object",
                          "description": "a campaign with a schedule: what each window's "
                                         "estimate estimates (baseline, current)"},
-            "baseline": {"type": "object"},
-            "current": {"type": "object"},
+            "baseline": _ref("ComparedWindow"),
+            "current": _ref("ComparedWindow"),
+            "confidence": {"type": "number"},
             "correction": {"enum": ["benjamini-hochberg", "bonferroni"]},
             "alpha": {"type": "number"},
             "variance_model": {"type": "string"},
-            "rows": {"type": "array", "items": {"type": "object"}},
+            "rows": {"type": "array", "items": _ref("ComparisonRow")},
             "discovery": _ref("TrackedValues"),
+        },
+    },
+    "ComparedWindow": {
+        "type": "object",
+        "description": "one window of a comparison (Unix seconds, end excluded; null: "
+                       "unbounded) and its reports",
+        "required": ["start", "end", "n"],
+        "properties": {"start": {"type": ["integer", "null"]},
+                       "end": {"type": ["integer", "null"]},
+                       "n": {"type": "integer", "minimum": 0}},
+    },
+    "ComparisonRow": {
+        "type": "object",
+        "description": "one value's change: both windows' estimates, the difference with its "
+                       "standard error, 95% interval and p-value (null where a window has no "
+                       "estimate)",
+        "required": ["value", "baseline_estimate", "baseline_std_error", "current_estimate",
+                     "current_std_error", "difference", "std_error", "ci_low", "ci_high",
+                     "p_value", "adjusted_p_value", "ci_excludes_zero", "significant"],
+        "properties": {
+            "value": {"type": "string"},
+            **{name: {"type": ["number", "null"]} for name in (
+                "baseline_estimate", "baseline_std_error", "current_estimate",
+                "current_std_error", "difference", "std_error", "ci_low", "ci_high",
+                "p_value", "adjusted_p_value")},
+            "ci_excludes_zero": {"type": "boolean"},
+            "significant": {"type": "boolean",
+                            "description": "the adjusted p-value is below alpha"},
         },
     },
     # Each estimate kind's own schemas (its rows, statistics, or whole answer).
     **{name: schema for kind in ESTIMATE_KINDS.values()
        for name, schema in kind.schemas.items()},
 }
+
+#: The operations' groups, in the order a generated client or a viewer lists them.
+_TAGS = [
+    {"name": "operations", "description": "health, metrics and this document: for the "
+                                          "operators and their tools"},
+    {"name": "campaigns", "description": "define, read and retire campaigns (admin; a "
+                                         "campaign's config is public, for the clients)"},
+    {"name": "reports", "description": "submit randomized reports (the clients, or a "
+                                       "shuffler; the ingest key where one is configured)"},
+    {"name": "analysis", "description": "estimates, series and comparisons with standard "
+                                        "errors and 95% intervals (analyst)"},
+]
 
 _NAME_PARAMETER = {"name": "name", "in": "path", "required": True,
                    "schema": {"type": "string"}, "example": "browsers",
@@ -339,11 +429,15 @@ _CANDIDATE = {"name": "candidate", "in": "query", "explode": True,
                              "the list (the second stage)"}
 
 
-def _operation(summary: str, answers: dict[str, Any], *, security: list[Any] | None = None,
-               body: dict[str, Any] | None = None, parameters: list[Any] | None = None,
+def _operation(operation_id: str, tag: str, summary: str, answers: dict[str, Any], *,
+               security: list[Any] | None = None, body: dict[str, Any] | None = None,
+               parameters: list[Any] | None = None,
                problems: tuple[int, ...] = _COMMON) -> dict[str, Any]:
-    operation: dict[str, Any] = {"summary": summary, "responses": {**answers,
-                                                                   **_problems(*problems)}}
+    """One operation. ``operation_id`` names it in generated clients (a function or method
+    name): it is part of the API, so it stays when a path or summary changes."""
+    operation: dict[str, Any] = {"operationId": operation_id, "tags": [tag],
+                                 "summary": summary,
+                                 "responses": {**answers, **_problems(*problems)}}
     if security is not None:
         operation["security"] = security
     if body is not None:
@@ -353,9 +447,10 @@ def _operation(summary: str, answers: dict[str, Any], *, security: list[Any] | N
     return operation
 
 
-def _reports_operation(summary: str, parameters: list[Any]) -> dict[str, Any]:
+def _reports_operation(operation_id: str, summary: str,
+                       parameters: list[Any]) -> dict[str, Any]:
     return _operation(
-        summary,
+        operation_id, "reports", summary,
         {"200": _json({"oneOf": [_ref("BatchAnswer"), _ref("ReportStatus")]},
                       "a batch's answer; or one report, stored before (duplicate)"),
          "201": _json(_ref("ReportStatus"), "one report, stored")},
@@ -431,6 +526,10 @@ def openapi_document() -> dict[str, Any]:
                            "problem document (application/problem+json).",
             "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
         },
+        # Relative: OpenAPI 3.1 resolves it against where the document was fetched, so the
+        # one document is true behind any host, port or proxy.
+        "servers": [{"url": "/", "description": "the collector that serves this document"}],
+        "tags": _TAGS,
         "components": {
             "schemas": _SCHEMAS,
             "securitySchemes": {"bearer": {
@@ -439,26 +538,23 @@ def openapi_document() -> dict[str, Any]:
         },
         "paths": {
             "/healthz": {"get": _operation(
-                "liveness and a database check",
-                {"200": _json({"type": "object", "required": ["status", "version"],
-                               "properties": {"status": {"const": "ok"},
-                                              "version": {"type": "string"}}}, "alive")})},
+                "getHealth", "operations", "liveness and a database check",
+                {"200": _json(_ref("Health"), "alive")})},
             "/metrics": {"get": _operation(
-                "Prometheus metrics, summed over the server's workers",
+                "getMetrics", "operations", "Prometheus metrics, summed over the server's workers",
                 {"200": {"description": "Prometheus text format",
                          "content": {"text/plain": {"schema": {"type": "string"}}}}},
                 security=[{}, {"bearer": []}])},
             "/openapi.json": {"get": _operation(
-                "this document", {"200": _json({"type": "object"}, "OpenAPI 3.1")})},
+                "getOpenApi", "operations", "this document",
+                {"200": _json({"type": "object"}, "OpenAPI 3.1")})},
             "/v1/campaigns": {
                 "get": _operation(
-                    "list campaigns",
-                    {"200": _json({"type": "object", "required": ["campaigns"],
-                                   "properties": {"campaigns": {
-                                       "type": "array", "items": _ref("CampaignConfig")}}},
-                                  "every campaign, retired ones too")},
+                    "listCampaigns", "campaigns", "list campaigns",
+                    {"200": _json(_ref("CampaignList"), "every campaign, retired ones too")},
                     security=_ADMIN),
                 "post": _operation(
+                    "createCampaign", "campaigns",
                     "create a campaign (idempotent for the same definition)",
                     {"200": _json(_ref("CampaignConfig"), "the same campaign existed"),
                      "201": _json(_ref("CampaignConfig"), "created")},
@@ -466,16 +562,20 @@ def openapi_document() -> dict[str, Any]:
                     problems=(*_COMMON, 409)),
             },
             "/v1/campaigns/{name}": {"get": _operation(
+                "getCampaign", "campaigns",
                 "a campaign's public config (clients verify its digest)",
                 {"200": _json(_ref("CampaignConfig"), "the config; ETag is its digest")},
                 parameters=[_NAME_PARAMETER], problems=(*_COMMON, 410))},
             "/v1/campaigns/{name}/retire": {"post": _operation(
+                "retireCampaign", "campaigns",
                 "retire a campaign: no new reports; estimates stay readable",
                 {"200": _json(_ref("CampaignConfig"), "retired (or retired before)")},
                 security=_ADMIN, parameters=[_NAME_PARAMETER])},
             "/v1/campaigns/{name}/reports": {"post": _reports_operation(
-                "submit one report or a batch for this campaign", [_NAME_PARAMETER])},
+                "submitCampaignReports", "submit one report or a batch for this campaign",
+                [_NAME_PARAMETER])},
             "/v1/reports": {"post": _reports_operation(
+                "submitReports",
                 "submit reports for any campaigns (each report's digest selects it)",
                 [{"name": SHUFFLED_BATCH_HEADER, "in": "header", "required": False,
                   "schema": {"type": "string"},
@@ -485,31 +585,37 @@ def openapi_document() -> dict[str, Any]:
                   "description": "with the shuffler key and the batch header: the distinct "
                                  "admitted senders the shuffler vouches for in the batch"}])},
             "/v1/campaigns/{name}/estimates": {
-                "get": _operation("estimates of a time window", estimate_answers,
+                "get": _operation("getEstimates", "analysis", "estimates of a time window",
+                                  estimate_answers,
                                   security=[{"bearer": []}],
                                   parameters=[_NAME_PARAMETER, *query_parameters],
                                   problems=estimate_problems),
-                "post": _operation("estimates of a time window (a long candidate list)",
+                "post": _operation("queryEstimates", "analysis",
+                                   "estimates of a time window (a long candidate list)",
                                    estimate_answers, security=[{"bearer": []}],
                                    body=_ref("EstimateQuery"), parameters=[_NAME_PARAMETER],
                                    problems=estimate_problems),
             },
             "/v1/campaigns/{name}/series": {
-                "get": _operation("estimates per time bucket, day, week or n seconds",
+                "get": _operation("getSeries", "analysis",
+                                  "estimates per time bucket, day, week or n seconds",
                                   series_answers, security=[{"bearer": []}],
                                   parameters=series_parameters,
                                   problems=estimate_problems),
-                "post": _operation("estimates per time bucket, day, week or n seconds (a "
+                "post": _operation("querySeries", "analysis",
+                                   "estimates per time bucket, day, week or n seconds (a "
                                    "long candidate list)", series_answers,
                                    security=[{"bearer": []}], body=_ref("SeriesQuery"),
                                    parameters=[_NAME_PARAMETER], problems=estimate_problems),
             },
             "/v1/campaigns/{name}/compare": {
-                "get": _operation("each value's change between two windows",
+                "get": _operation("getComparison", "analysis",
+                                  "each value's change between two windows",
                                   compare_answers, security=[{"bearer": []}],
                                   parameters=compare_parameters,
                                   problems=estimate_problems),
-                "post": _operation("each value's change between two windows (a long "
+                "post": _operation("queryComparison", "analysis",
+                                   "each value's change between two windows (a long "
                                    "candidate list)", compare_answers,
                                    security=[{"bearer": []}], body=_ref("CompareQuery"),
                                    parameters=[_NAME_PARAMETER], problems=estimate_problems),

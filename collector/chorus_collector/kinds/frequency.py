@@ -70,19 +70,8 @@ class FrequencyKind(EstimateKind):
             "properties": {
                 "stage": {"enum": ["discovery", "re-estimate"]},
                 "algorithm": {"enum": ["pem", "treehist"]},
-                "steps": {"type": "array", "description": "the walk's steps (it also runs "
-                                                          "when re-estimating)", "items": {
-                    "type": "object",
-                    "required": ["prefix_bits", "reports", "candidates", "kept"],
-                    "properties": {
-                        "prefix_bits": {"type": "integer", "minimum": 1,
-                                        "description": "the prefix length this step ranks"},
-                        "reports": {"type": "integer", "minimum": 0,
-                                    "description": "the reports of the step's group"},
-                        "candidates": {"type": "integer", "minimum": 0,
-                                       "description": "prefixes evaluated"},
-                        "kept": {"type": "integer", "minimum": 0,
-                                 "description": "prefixes carried to the next step"}}}},
+                "steps": {"type": "array", "items": schema_ref("DiscoveryStep"),
+                          "description": "the walk's steps (it also runs when re-estimating)"},
                 "final_reports": {"type": "integer", "minimum": 0,
                                   "description": "the reports the rows' frequencies rest on"},
                 "values_tested": {"type": "integer", "minimum": 0,
@@ -93,11 +82,32 @@ class FrequencyKind(EstimateKind):
                 "also_fit": {"type": "integer", "minimum": 0,
                              "description": "values the walk found that were fit beside the "
                                             "candidates and not reported (0 in discovery)"},
-                "detection": {"type": "object", "required": ["method", "alpha", "family_wise"],
-                              "properties": {"method": {"const": "holm"},
-                                             "alpha": {"type": "number"},
-                                             "family_wise": {"type": "boolean"}}},
+                "detection": schema_ref("DiscoveryDetection"),
             },
+        },
+        # Named, not inline: TrackedValues extends Discovery (allOf), and a generator that
+        # names inline objects after their parent would make each of these twice.
+        "DiscoveryStep": {
+            "type": "object",
+            "description": "one step of a discovery walk",
+            "required": ["prefix_bits", "reports", "candidates", "kept"],
+            "properties": {
+                "prefix_bits": {"type": "integer", "minimum": 1,
+                                "description": "the prefix length this step ranks"},
+                "reports": {"type": "integer", "minimum": 0,
+                            "description": "the reports of the step's group"},
+                "candidates": {"type": "integer", "minimum": 0,
+                               "description": "prefixes evaluated"},
+                "kept": {"type": "integer", "minimum": 0,
+                         "description": "prefixes carried to the next step"}},
+        },
+        "DiscoveryDetection": {
+            "type": "object",
+            "description": "how the rows' detected flags were decided",
+            "required": ["method", "alpha", "family_wise"],
+            "properties": {"method": {"const": "holm"},
+                           "alpha": {"type": "number"},
+                           "family_wise": {"type": "boolean"}},
         },
         "TrackedValues": {
             "type": "object",
@@ -105,15 +115,19 @@ class FrequencyKind(EstimateKind):
                            "candidates: the values it tracks, found once by the walk over all "
                            "the query covers (the series' whole window; both windows of a "
                            "comparison), then re-estimated in each point or window.",
-            "allOf": [schema_ref("Discovery")],
-            "required": ["values", "n", "windows"],
-            "properties": {
-                "values": {"type": "array", "items": {"type": "string"}},
-                "n": {"type": "integer", "minimum": 0,
-                      "description": "the reports the walk read"},
-                "windows": {"type": "array", "items": {"type": "object"}},
-                "warnings": {"type": "array", "items": {"type": "string"}},
-            },
+            # Discovery's fields and its own, both in allOf: a generator reads an allOf of
+            # one reference as that reference and would drop the fields beside it.
+            "allOf": [schema_ref("Discovery"), {
+                "type": "object",
+                "required": ["values", "n", "windows"],
+                "properties": {
+                    "values": {"type": "array", "items": {"type": "string"}},
+                    "n": {"type": "integer", "minimum": 0,
+                          "description": "the reports the walk read"},
+                    "windows": {"type": "array", "items": {"type": "object"}},
+                    "warnings": {"type": "array", "items": {"type": "string"}},
+                },
+            }],
         },
     }
     template: ClassVar[str] = "kinds/frequency.html"
