@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -38,10 +39,19 @@ SERIES_SHOWN = 6  # lines drawn by default; the rest are in the table and the do
 WEEK = 7 * 86400
 
 
-def parse_time(label: str, text: str | None, precision: int, *, up: bool) -> int | None:
+#: The page's relative ranges ("last"): the value in its URL → (seconds, label).
+RANGES = {"24h": (86400, "the last 24 hours"), "7d": (7 * 86400, "the last 7 days"),
+          "30d": (30 * 86400, "the last 30 days"), "90d": (90 * 86400, "the last 90 days")}
+#: Auto-refresh choices in seconds (0: off); a refreshed page asks the same question again.
+REFRESH = (0, 60, 300, 900)
+
+
+def parse_time(label: str, text: str | None, precision: int, *, up: bool,
+               notes: list[str] | None = None) -> int | None:
     """A window bound from the page's form: an ISO 8601 date or date-time (UTC unless it
     says otherwise) or Unix seconds, aligned to the campaign's time precision (a start down,
-    an end up), so a picked day never gets refused as misaligned."""
+    an end up), so a picked day never gets refused as misaligned; the alignment is said in
+    ``notes``."""
     if text is None or not text.strip():
         return None
     text = text.strip()
@@ -59,7 +69,13 @@ def parse_time(label: str, text: str | None, precision: int, *, up: bool) -> int
     if not 0 <= seconds < 2 ** 40:
         raise Problem("invalid-query", f"{label} is out of range")
     aligned = seconds - seconds % precision
-    return aligned + precision if up and aligned != seconds else aligned
+    bound = aligned + precision if up and aligned != seconds else aligned
+    if bound != seconds and notes is not None:
+        notes.append(f"{label} {iso(seconds).replace('T', ' ')} UTC was moved "
+                     f"{'up' if up else 'down'} to {iso(bound).replace('T', ' ')} UTC, the "
+                     f"{'end' if up else 'start'} of its time bucket ("
+                     f"{duration_label(precision)}): estimates are kept per bucket")
+    return bound
 
 
 def iso(seconds: int | None) -> str:
@@ -89,9 +105,19 @@ class PageParameters:
     joint: tuple[str, ...] = ()
     #: When the page was asked for: a scheduled campaign's series runs up to this period.
     now: float | None = None
+    #: A relative range (a key of RANGES) the window was computed from, or "".
+    last: str = ""
+    #: Seconds between automatic reloads of the page (0: none).
+    refresh: int = 0
+    #: What was done to the question as asked (a bound moved to its bucket's edge).
+    notes: tuple[str, ...] = ()
 
     def form_values(self) -> dict[str, str]:
-        """The values to put back into the page's form."""
+        """The values to put back into the page's form: with a relative range, no absolute
+        bound, so that the page's address (bookmarked, shared, refreshed) keeps moving."""
+        if self.last:
+            return {**replace(self, last="", start=None, end=None, baseline=(None, None),
+                              current=(None, None)).form_values(), "last": self.last}
         return {"start": iso(self.start), "end": iso(self.end),
                 "postprocessing": self.postprocessing, "candidates": "\n".join(self.candidates),
                 "step": self.step, "top": str(self.top),
@@ -100,7 +126,8 @@ class PageParameters:
                 "correction": self.correction,
                 "quantiles": ",".join(f"{q:g}" for q in self.quantiles),
                 "ranges": "\n".join(f"{a:g}:{b:g}" for a, b in self.ranges),
-                "joint": ",".join(self.joint)}
+                "joint": ",".join(self.joint), "last": self.last,
+                "refresh": str(self.refresh)}
 
 
 def steps_of(stored: StoredCampaign) -> tuple[str, ...]:
@@ -116,10 +143,24 @@ def read_parameters(values: Mapping[str, str], uploaded: str | None,
     extent: the whole window, and for the comparison the last 7 days against the 7 before
     (or the two halves of the data when it spans less than two weeks)."""
     precision = stored.campaign.time_precision
-    start = parse_time("start", values.get("start"), precision, up=False)
-    end = parse_time("end", values.get("end"), precision, up=True)
+    notes: list[str] = []
+    last = values.get("last") or ""
+    if last and last not in RANGES:
+        raise Problem("invalid-query", f"last must be one of {', '.join(RANGES)}")
+    if last:  # up to the end of the bucket now running, from the bucket a range before
+        span = RANGES[last][0]
+        moment = time.time() if now is None else now
+        end: int | None = int(moment // precision) * precision + precision
+        start: int | None = int((moment - span) // precision) * precision
+    else:
+        start = parse_time("start", values.get("start"), precision, up=False, notes=notes)
+        end = parse_time("end", values.get("end"), precision, up=True, notes=notes)
     if start is not None and end is not None and end <= start:
         raise Problem("invalid-query", "the window's end must be after its start")
+    refresh_text = values.get("refresh") or "0"
+    if not refresh_text.isdigit() or int(refresh_text) not in REFRESH:
+        raise Problem("invalid-query", "refresh must be one of "
+                      f"{', '.join(str(r) for r in REFRESH)} seconds")
     lines = (values.get("candidates") or "").splitlines() + (uploaded or "").splitlines()
     candidates = tuple(dict.fromkeys(line.strip() for line in lines if line.strip()))
     estimator = estimator_for(stored.campaign.mechanism.name)
@@ -137,9 +178,12 @@ def read_parameters(values: Mapping[str, str], uploaded: str | None,
     correction = values.get("correction") or "benjamini-hochberg"
     if correction not in ("benjamini-hochberg", "bonferroni"):
         raise Problem("invalid-query", "correction must be benjamini-hochberg or bonferroni")
-    bounds = [parse_time(name, values.get(name), precision, up=name.endswith("end"))
+    bounds = [parse_time(name.replace("_", " "), values.get(name), precision,
+                         up=name.endswith("end"), notes=notes)
               for name in ("baseline_start", "baseline_end", "current_start", "current_end")]
-    if all(b is None for b in bounds) and extent is not None:
+    if all(b is None for b in bounds) and last and start is not None and end is not None:
+        bounds = [start - (end - start), start, start, end]  # the range against the one before
+    elif all(b is None for b in bounds) and extent is not None:
         bounds = list(default_comparison(extent, precision))
     asks = kind_of(stored.campaign).query_parameters(stored.campaign)
     quantiles, ranges = _distribution_questions(values) \
@@ -148,7 +192,8 @@ def read_parameters(values: Mapping[str, str], uploaded: str | None,
                           candidates=candidates, step=step, top=int(top_text),
                           baseline=(bounds[0], bounds[1]), current=(bounds[2], bounds[3]),
                           correction=correction, quantiles=quantiles, ranges=ranges,
-                          joint=_joint_question(values, stored), now=now)
+                          joint=_joint_question(values, stored), now=now, last=last,
+                          refresh=int(refresh_text), notes=tuple(notes))
 
 
 def joint_pairs(stored: StoredCampaign) -> list[tuple[str, str]]:

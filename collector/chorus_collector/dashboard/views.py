@@ -272,11 +272,17 @@ def campaign(name: str) -> str | Response:
         postprocessing=estimator_for(stored.campaign.mechanism.name).postprocessing,
         retired_at=retired_at, max_bars=pages.MAX_CHART_BARS,
         reporting=stored.campaign.reporting, steps=pages.steps_of(stored),
-        walking=discovery)
+        walking=discovery, ranges=pages.RANGES, refresh_choices=pages.REFRESH,
+        notes=parameters.notes, refresh=parameters.refresh if not strings_page(stored) else 0)
     if discovery:  # walks of several seconds on a first view: shown as they go
         return _streamed_page("campaign.html", **context)
     _gated(view.computed)
     return render_template("campaign.html", **context)
+
+
+def strings_page(stored: StoredCampaign) -> bool:
+    """A page whose form is a POST (candidate lists): a reload would not ask again."""
+    return stored.campaign.domain.kind == "strings"
 
 
 @dashboard.route("/campaigns/<name>/download/<what>.<fmt>", methods=["GET", "POST"])
