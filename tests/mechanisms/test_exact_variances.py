@@ -20,7 +20,6 @@ million; a variance 12% off fails it (the band is about [0.88, 1.13] at R = 3,00
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from statistics import NormalDist
 
 import numpy as np
@@ -74,6 +73,22 @@ def assert_exact(estimates: np.ndarray, low: np.ndarray, high: np.ndarray, truth
 # RAPPOR, O-RAPPOR and O-RR: weighted least squares over the cohort × bit design ------------
 
 
+def wls_operator(x: np.ndarray, sizes: np.ndarray, k: int) -> np.ndarray:
+    """A = (XᵀWX)⁻¹XᵀW, the weighted least-squares fit with each cohort's size as weight."""
+    weighted = x * np.repeat(sizes, k).astype(np.float64)[:, None]
+    operator: np.ndarray = np.linalg.solve(x.T @ weighted, weighted.T)
+    return operator
+
+
+def bit_variances(mechanism: Decodable, x: np.ndarray, sizes: np.ndarray,
+                  pi: np.ndarray) -> np.ndarray:
+    """Var[Y] of every cohort bit (bin): λ(1 − λ)/((r1 − r0)²·N_j), λ = r0 + (r1 − r0)·X π."""
+    gap = mechanism.r1 - mechanism.r0
+    lam = mechanism.r0 + gap * (x @ pi)
+    variance: np.ndarray = lam * (1 - lam) / (np.repeat(sizes, mechanism.k) * gap**2)
+    return variance
+
+
 def dense_covariance(mechanism: Decodable, x: np.ndarray, sizes: np.ndarray,
                      pi: np.ndarray) -> np.ndarray:
     """Cov[β̂] = A·Cov[Y]·Aᵀ given the cohort sizes, Cov[Y] written out in full.
@@ -85,9 +100,8 @@ def dense_covariance(mechanism: Decodable, x: np.ndarray, sizes: np.ndarray,
     Cov[R] = diag λ − λλᵀ. Cov[Y_j] = Cov[Z]/N_j, and cohorts are independent.
     """
     k, gap = mechanism.k, mechanism.r1 - mechanism.r0
-    weights = np.repeat(sizes, k).astype(np.float64)
-    operator = np.linalg.solve(x.T @ (x * weights[:, None]), (x * weights[:, None]).T)
-    cov_y = np.zeros((len(weights), len(weights)))
+    operator = wls_operator(x, sizes, k)
+    cov_y = np.zeros((len(x), len(x)))
     for j, size in enumerate(sizes):
         x_j = x[j * k:(j + 1) * k]
         lam = mechanism.r0 + gap * (x_j @ pi)
@@ -121,15 +135,15 @@ def cohort_tables(mechanism: Decodable, x: np.ndarray, sizes: np.ndarray, pi: np
 
 
 BLOOM_CASES = [
-    pytest.param("rappor", 2.0, {"k": 32, "h": 2, "m": 16}, PI8, id="rappor-eps2"),
-    # At ε = 7 the covariance of one user's Bloom bits dominates the variance.
-    pytest.param("rappor", 7.0, {"k": 32, "h": 2, "m": 16}, PI8, id="rappor-eps7"),
+    pytest.param("rappor", 2.0, {"k": 32, "h": 2, "m": 16}, PI8, False, id="rappor-eps2"),
+    # At ε = 7 the covariance of one user's Bloom bits is a large part of the variance.
+    pytest.param("rappor", 7.0, {"k": 32, "h": 2, "m": 16}, PI8, True, id="rappor-eps7"),
     pytest.param("rappor", None, {"k": 16, "h": 2, "m": 8, "f": 0.5, "p": 0.5, "q": 0.75},
-                 PI5, id="rappor-prr"),
-    pytest.param("o_rappor", 1.0, {"k": 16, "m": 8}, PI6, id="o_rappor"),
+                 PI5, False, id="rappor-prr"),
+    pytest.param("o_rappor", 1.0, {"k": 16, "m": 8}, PI6, False, id="o_rappor"),
     # Few bins at small ε: one report's bins are strongly anti-correlated (−λ_i λ_l).
-    pytest.param("o_rr", 0.5, {"k": 4, "m": 8}, PI3, id="o_rr-eps0.5-k4"),
-    pytest.param("o_rr", 4.0, {"k": 16, "m": 8}, PI6, id="o_rr-eps4-k16"),
+    pytest.param("o_rr", 0.5, {"k": 4, "m": 8}, PI3, True, id="o_rr-eps0.5-k4"),
+    pytest.param("o_rr", 4.0, {"k": 16, "m": 8}, PI6, False, id="o_rr-eps4-k16"),
 ]
 
 
@@ -144,30 +158,32 @@ def _bloom_setup(name: str, epsilon: float | None, params: dict[str, int],
     return campaign, candidates, sizes, x
 
 
-@pytest.mark.parametrize(("name", "epsilon", "params", "pi"), BLOOM_CASES)
+@pytest.mark.parametrize(("name", "epsilon", "params", "pi", "within"), BLOOM_CASES)
 def test_the_decoders_own_variance_formula_is_the_dense_covariance(
-        name: str, epsilon: float | None, params: dict[str, int], pi: np.ndarray) -> None:
+        name: str, epsilon: float | None, params: dict[str, int], pi: np.ndarray,
+        within: bool) -> None:
     """At the truth, ``decoder_variances`` (the O(M²) form the estimator evaluates at its
     estimate) equals the diagonal and the total of A·Cov[Y]·Aᵀ written out in full."""
     campaign, _, sizes, x = _bloom_setup(name, epsilon, params, pi, 4000)
     mechanism = campaign.mechanism
     assert isinstance(mechanism, Rappor | OpenRR)
-    k, gap = mechanism.k, mechanism.r1 - mechanism.r0
-    weights = np.repeat(sizes, k).astype(np.float64)
-    operator = np.linalg.solve(x.T @ (x * weights[:, None]), (x * weights[:, None]).T)
-    lam = mechanism.r0 + gap * (x @ pi)
-    var_y = lam * (1 - lam) / (weights * gap**2)
-    categorical = (mechanism.r0, gap) if isinstance(mechanism, OpenRR) else None
-    variances, total = decoder_variances(operator, x, pi, var_y, sizes, k, categorical)
+    categorical = (mechanism.r0, mechanism.r1 - mechanism.r0) \
+        if isinstance(mechanism, OpenRR) else None
+    variances, total = decoder_variances(wls_operator(x, sizes, mechanism.k), x, pi,
+                                         bit_variances(mechanism, x, sizes, pi), sizes,
+                                         mechanism.k, categorical)
     dense = dense_covariance(mechanism, x, sizes, pi)
     np.testing.assert_allclose(variances, np.diag(dense), rtol=1e-10)
     np.testing.assert_allclose(total, dense.sum(), rtol=1e-10)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "epsilon", "params", "pi"), BLOOM_CASES)
+@pytest.mark.parametrize(("name", "epsilon", "params", "pi", "within"), BLOOM_CASES)
 def test_decoder_estimates_have_the_exact_variance_and_their_intervals_cover(
-        name: str, epsilon: float | None, params: dict[str, int], pi: np.ndarray) -> None:
+        name: str, epsilon: float | None, params: dict[str, int], pi: np.ndarray,
+        within: bool) -> None:
+    """``within``: the covariance within one report matters here, so the χ² band rejects
+    the formula without it (each bit's variance alone, A·diag(Var Y)·Aᵀ)."""
     campaign, candidates, sizes, x = _bloom_setup(name, epsilon, params, pi, 4000)
     mechanism = campaign.mechanism
     assert isinstance(mechanism, Rappor | OpenRR)
@@ -180,6 +196,11 @@ def test_decoder_estimates_have_the_exact_variance_and_their_intervals_cover(
     estimates, low, high = (np.array([[getattr(r, field) for r in row] for row in rows])
                             for field in ("frequency", "frequency_ci_low", "frequency_ci_high"))
     assert_exact(estimates, low, high, pi, exact)
+    if within:
+        bits_alone = wls_operator(x, sizes, mechanism.k)**2 @ bit_variances(mechanism, x,
+                                                                           sizes, pi)
+        _, high_band = chi2_band(REPS - 1, ALPHA / len(pi))
+        assert np.any(estimates.var(axis=0, ddof=1) / bits_alone > high_band)
 
 
 # CMS and HCMS: Apple's sketch estimator ------------------------------------------------------
@@ -249,10 +270,6 @@ def _sketch(name: str, epsilon: float, k: int, m: int) -> tuple[Campaign, CountM
     return campaign, mechanism
 
 
-def _simulate(reps: int, draw: Callable[[], np.ndarray]) -> np.ndarray:
-    return np.array([draw() for _ in range(reps)])
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "epsilon", "k", "m"), SKETCH_CASES)
 def test_sketch_estimates_have_the_exact_fixed_hash_variance_and_their_intervals_cover(
@@ -314,7 +331,7 @@ def test_over_random_hashes_sketch_estimates_are_unbiased_with_the_collision_var
         result: np.ndarray = factor * (totals / n - 1 / m)
         return result
 
-    estimates = _simulate(REPS, draw)
+    estimates = np.array([draw() for _ in range(REPS)])
     reps, d = estimates.shape
     ratio = estimates.var(axis=0, ddof=1) / exact
     z = (estimates.mean(axis=0) - f) / np.sqrt(exact / reps)
