@@ -44,6 +44,23 @@ RANGES = {"24h": (86400, "the last 24 hours"), "7d": (7 * 86400, "the last 7 day
           "30d": (30 * 86400, "the last 30 days"), "90d": (90 * 86400, "the last 90 days")}
 #: Auto-refresh choices in seconds (0: off); a refreshed page asks the same question again.
 REFRESH = (0, 60, 300, 900)
+#: The sortable tables: the query parameter that sorts each, and its columns → row field.
+SORTS = {"sort": {"value": "value", "frequency": "frequency",
+                  "std_error": "frequency_std_error", "count": "count"},
+         "csort": {"value": "value", "change": "difference", "p": "p_value",
+                   "adjusted_p": "adjusted_p_value"}}
+
+
+def sorted_rows(rows: list[dict[str, Any]], table: str, sort: str) -> list[dict[str, Any]]:
+    """A table's rows in the order asked (``-frequency``: largest first); rows without the
+    figure (not estimated) last either way; the answer's own order when ``sort`` is empty."""
+    if not sort:
+        return rows
+    field = SORTS[table][sort.lstrip("-")]
+    known = [r for r in rows if r.get(field) is not None]
+    unknown = [r for r in rows if r.get(field) is None]
+    key = (lambda r: str(r[field])) if field == "value" else (lambda r: float(r[field]))
+    return sorted(known, key=key, reverse=sort.startswith("-")) + unknown
 
 
 def parse_time(label: str, text: str | None, precision: int, *, up: bool,
@@ -111,6 +128,10 @@ class PageParameters:
     refresh: int = 0
     #: What was done to the question as asked (a bound moved to its bucket's edge).
     notes: tuple[str, ...] = ()
+    #: The estimates' and the comparison's table orders (a column of SORTS, "-" first:
+    #: descending; "": the answer's own order).
+    sort: str = ""
+    csort: str = ""
 
     def form_values(self) -> dict[str, str]:
         """The values to put back into the page's form: with a relative range, no absolute
@@ -127,7 +148,7 @@ class PageParameters:
                 "quantiles": ",".join(f"{q:g}" for q in self.quantiles),
                 "ranges": "\n".join(f"{a:g}:{b:g}" for a, b in self.ranges),
                 "joint": ",".join(self.joint), "last": self.last,
-                "refresh": str(self.refresh)}
+                "refresh": str(self.refresh), "sort": self.sort, "csort": self.csort}
 
 
 def steps_of(stored: StoredCampaign) -> tuple[str, ...]:
@@ -157,6 +178,11 @@ def read_parameters(values: Mapping[str, str], uploaded: str | None,
         end = parse_time("end", values.get("end"), precision, up=True, notes=notes)
     if start is not None and end is not None and end <= start:
         raise Problem("invalid-query", "the window's end must be after its start")
+    orders = {table: values.get(table) or "" for table in SORTS}
+    for table, order in orders.items():
+        if order and order.lstrip("-") not in SORTS[table]:
+            raise Problem("invalid-query", f"{table} must be one of "
+                          f"{', '.join(SORTS[table])}, each with '-' before it for descending")
     refresh_text = values.get("refresh") or "0"
     if not refresh_text.isdigit() or int(refresh_text) not in REFRESH:
         raise Problem("invalid-query", "refresh must be one of "
@@ -193,7 +219,8 @@ def read_parameters(values: Mapping[str, str], uploaded: str | None,
                           baseline=(bounds[0], bounds[1]), current=(bounds[2], bounds[3]),
                           correction=correction, quantiles=quantiles, ranges=ranges,
                           joint=_joint_question(values, stored), now=now, last=last,
-                          refresh=int(refresh_text), notes=tuple(notes))
+                          refresh=int(refresh_text), notes=tuple(notes),
+                          sort=orders["sort"], csort=orders["csort"])
 
 
 def joint_pairs(stored: StoredCampaign) -> list[tuple[str, str]]:

@@ -9,6 +9,7 @@ import math
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 from flask import (
     Blueprint,
@@ -105,7 +106,19 @@ def _globals() -> dict[str, Any]:
     # ``noise``: whether a figure on the page was shown clipped to its bounds (templates set
     # it, the note after a table reads it); fresh for every page.
     return {"role": current_role(), "iso": pages.iso, "duration": pages.duration_label,
-            "shown": shown_value, "noise": Namespace(clipped=False)}
+            "shown": shown_value, "noise": Namespace(clipped=False),
+            "sorted_rows": pages.sorted_rows, "sort_link": _sort_link}
+
+
+def _sort_link(table: str, column: str, current: str) -> str:
+    """This page's address sorted by ``column``: descending first for figures, ascending
+    for the value; the same column again flips the order. Every other question stays."""
+    first = column if column == "value" else "-" + column
+    flipped = column if current == "-" + column else "-" + column
+    order = flipped if current.lstrip("-") == column else first
+    arguments = request.args.to_dict(flat=False)
+    arguments[table] = [order]
+    return "?" + urlencode(arguments, doseq=True)
 
 
 @dashboard.route("/login", methods=["GET", "POST"])
