@@ -118,7 +118,7 @@ def _sort_link(table: str, column: str, current: str) -> str:
     order = flipped if current.lstrip("-") == column else first
     arguments = request.args.to_dict(flat=False)
     arguments[table] = [order]
-    return "?" + urlencode(arguments, doseq=True)
+    return f"{request.path}?{urlencode(arguments, doseq=True)}"
 
 
 @dashboard.route("/login", methods=["GET", "POST"])
