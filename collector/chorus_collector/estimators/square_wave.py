@@ -210,7 +210,7 @@ COVERAGE_WARNING = (
     "these intervals are approximate: the bootstrap reproduces the noise but not the fit's "
     "bias, and its spread is off where the fitted shape is. Measured coverage of the 95% "
     "intervals (ε = 1, 256 buckets, LogNormal(ln 200 ms, 0.5) on a linear grid over "
-    "[0, 1000] ms): p50 75–80%, p90–p99 85–100% at 10⁴–10⁵ reports, in 12–20 runs each. "
+    "[0, 1000] ms): p50 75–92%, p90–p99 83–100% at 10⁴–10⁵ reports, in 12–20 runs each. "
     "For error bars to rely on, use a hierarchical-histogram (hh) campaign")
 
 
