@@ -19,6 +19,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from chorus_collector.dashboard import init_dashboard
 from chorus_collector.http.admission import QueryAdmission, install_admission, query_threads
+from chorus_collector.http.annotations import annotation_routes
 from chorus_collector.http.api import api
 from chorus_collector.http.auth import TokenVerifier
 from chorus_collector.http.handlers import register_error_handlers, register_request_log
@@ -68,6 +69,7 @@ def create_app(config: Mapping[str, Any] | None = None, *,
         app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
             app.wsgi_app, x_for=settings["PROXY_HOPS"])
     app.register_blueprint(api)
+    app.register_blueprint(annotation_routes)
     init_dashboard(app, verifier, settings)
     register_error_handlers(app)
     register_request_log(app)

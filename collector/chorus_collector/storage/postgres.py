@@ -130,6 +130,16 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "CREATE INDEX reports_by_seq ON reports (seq)",
         "ALTER SEQUENCE reports_seq OWNED BY reports.seq",
     ]),
+    # As SQLite's m008: marks on the time axis, one campaign's or every campaign's (NULL).
+    ("p005_annotations", [
+        """CREATE TABLE annotations (
+            id BIGSERIAL PRIMARY KEY,
+            time BIGINT NOT NULL,
+            text TEXT NOT NULL,
+            campaign_id INTEGER REFERENCES campaigns(id),
+            created_at DOUBLE PRECISION NOT NULL)""",
+        "CREATE INDEX annotations_by_time ON annotations (time)",
+    ]),
 ]
 
 

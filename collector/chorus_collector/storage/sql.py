@@ -35,6 +35,7 @@ import numpy as np
 from chorus_collector.storage.interface import Connection, Storage, TailReader
 from chorus_collector.storage.outage import Outage
 from chorus_collector.storage.values import (
+    Annotation,
     BucketSnapshot,
     CampaignRetired,
     FoldChunk,
@@ -285,6 +286,37 @@ class SQLStorage(Storage, Generic[ConnT]):
         row = self.connect().execute("SELECT retired_at FROM campaigns WHERE id = ?",
                                      (campaign_id,)).fetchone()
         return None if row is None or row[0] is None else float(row[0])
+
+    def add_annotation(self, time: int, text: str, campaign_id: int | None,
+                       now: float) -> Annotation:
+        with self.write() as conn:
+            row = conn.execute("INSERT INTO annotations (time, text, campaign_id, created_at) "
+                               "VALUES (?, ?, ?, ?) RETURNING id",
+                               (time, text, campaign_id, now)).fetchone()
+        return Annotation(int(row[0]), time, text, campaign_id, now)
+
+    def annotations(self, campaign_id: int | None, start: int | None = None,
+                    end: int | None = None) -> list[Annotation]:
+        sql = "SELECT id, time, text, campaign_id, created_at FROM annotations WHERE 1 = 1"
+        args: list[Any] = []
+        if campaign_id is not None:
+            sql += " AND (campaign_id = ? OR campaign_id IS NULL)"
+            args.append(campaign_id)
+        if start is not None:
+            sql += " AND time >= ?"
+            args.append(start)
+        if end is not None:
+            sql += " AND time < ?"
+            args.append(end)
+        rows = self.connect().execute(sql + " ORDER BY time, id", args).fetchall()
+        return [Annotation(int(i), int(t), str(x), None if c is None else int(c), float(at))
+                for i, t, x, c, at in rows]
+
+    def delete_annotation(self, annotation_id: int) -> bool:
+        with self.write() as conn:
+            row = conn.execute("DELETE FROM annotations WHERE id = ? RETURNING id",
+                               (annotation_id,)).fetchone()
+        return row is not None
 
     def get_campaign_by_id(self, campaign_id: int) -> StoredCampaign:
         name = self._names_by_id.get(campaign_id)
