@@ -142,6 +142,14 @@ class Storage(ABC):
         back that caller's changes only and is raised to it; a failed commit is raised to
         every caller of the group (nothing of theirs was acknowledged)."""
 
+    @abstractmethod
+    def grouped_append(self, campaign_id: int, report: StoredReport) -> bool:
+        """``insert_new_reports`` of one report, in a write transaction shared with
+        concurrent callers, as ``grouped_write``: True once it is committed; False, having
+        stored nothing, if its ID is stored (or being stored by another caller of the group);
+        ``CampaignRetired``, having stored nothing. An engine may append a group's reports in
+        one statement."""
+
     # -- campaigns ----------------------------------------------------------------------------
 
     @abstractmethod
