@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -27,7 +27,7 @@ from chorus_collector.estimators import Query, estimator_for
 from chorus_collector.estimators.base import DEFAULT_QUANTILES
 from chorus_collector.kinds import KINDS, MAX_CHART_BARS, Bar, Bars, Chart, Histogram, kind_of
 from chorus_collector.problems import Problem
-from chorus_collector.storage import Storage, StoredCampaign
+from chorus_collector.storage import Annotation, Storage, StoredCampaign
 from chorus_shared.domain import Record
 from chorus_shared.mechanisms import DISCOVERY_MECHANISMS
 
@@ -312,6 +312,8 @@ class Section:
     error: str | None = None
     #: A record's joints: one view each, in the answer's order (``joint_views``).
     joints: list[dict[str, Any]] = field(default_factory=list)
+    #: The series' annotations (releases, incidents) within its window, in time order.
+    marks: list[Annotation] = field(default_factory=list)
 
 
 class CampaignView:
@@ -444,7 +446,9 @@ def campaign_view(storage: Storage, stored: StoredCampaign,
 
     def series(section: Section) -> None:
         section.json = series_result(storage, stored, parameters).to_json()
-        section.chart = series_chart(section.json)
+        window = section.json["window"]
+        section.marks = storage.annotations(stored.id, window["start"], window["end"])
+        section.chart = series_chart(section.json, section.marks)
 
     def comparison(section: Section) -> None:
         section.json = comparison_result(storage, stored, parameters).to_json()
@@ -510,7 +514,7 @@ def _labels(joint: Mapping[str, Any], axis: int) -> list[str]:
     return list(dict.fromkeys(c["values"][axis] for c in joint["cells"]))
 
 
-def series_chart(body: Mapping[str, Any]) -> Markup:
+def series_chart(body: Mapping[str, Any], marks: Sequence[Annotation] = ()) -> Markup:
     lines = [Line(s["value"], [(p["start"], p["estimate"], p["ci_low"], p["ci_high"])
                                for p in s["points"]]) for s in body["series"][:SERIES_SHOWN]]
     points = len(body["series"][0]["points"]) if body["series"] else 0
@@ -518,7 +522,8 @@ def series_chart(body: Mapping[str, Any]) -> Markup:
     description = (f"{len(lines)} lines of {points} points each; the shaded band around each "
                    "line spans the 95% interval; gaps are points with too few reports. The "
                    "table below gives every point.")
-    return line_chart(lines, step=body["step"], title=title, description=description)
+    return line_chart(lines, step=body["step"], title=title, description=description,
+                      marks=[(mark.time, mark.text) for mark in marks])
 
 
 def comparison_chart(body: Mapping[str, Any]) -> Markup:

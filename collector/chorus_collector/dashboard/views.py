@@ -36,6 +36,7 @@ from chorus_collector.dashboard.signin import (
 )
 from chorus_collector.design import designer
 from chorus_collector.estimators import estimator_for
+from chorus_collector.http import annotations as annotation_routes
 from chorus_collector.http.admission import admission
 from chorus_collector.http.ratelimit import RateLimiter
 from chorus_collector.kinds import kind_of
@@ -291,6 +292,32 @@ def campaign(name: str) -> str | Response:
         return _streamed_page("campaign.html", **context)
     _gated(view.computed)
     return render_template("campaign.html", **context)
+
+
+@dashboard.post("/campaigns/<name>/marks")
+@require_role("admin")
+def add_mark(name: str) -> WerkzeugResponse:
+    """A mark on this campaign's series (or every campaign's): the API's annotation."""
+    stored = _campaign(name)
+    text = request.form.get("text", "").strip()
+    if not text or len(text) > annotation_routes.MAX_TEXT or any(ord(c) < 32 for c in text):
+        raise Problem("invalid-request", "a mark's text is one line of 1 to "
+                      f"{annotation_routes.MAX_TEXT} characters")
+    moment = pages.parse_time("the mark's time", request.form.get("time"), 1, up=False)
+    if moment is None:
+        raise Problem("invalid-request", "give the mark's time, e.g. 2026-11-20 14:00 (UTC)")
+    every = request.form.get("every") == "on"
+    _storage().add_annotation(moment, text, None if every else stored.id, _now())
+    log.info("mark added on %s", "every campaign" if every else stored.campaign.name)
+    return redirect(url_for("dashboard.campaign", name=name) + "#series")
+
+
+@dashboard.post("/campaigns/<name>/marks/<int:mark_id>/remove")
+@require_role("admin")
+def remove_mark(name: str, mark_id: int) -> WerkzeugResponse:
+    if not _storage().delete_annotation(mark_id):
+        raise Problem("not-found", f"no mark has id {mark_id}")
+    return redirect(url_for("dashboard.campaign", name=name) + "#series")
 
 
 def strings_page(stored: StoredCampaign) -> bool:
