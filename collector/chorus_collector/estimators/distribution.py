@@ -328,7 +328,7 @@ def _tree_interval(cumulative: np.ndarray, error: np.ndarray, q: float, branchin
     """(quantile, low, high) on the unit scale: the tree walk on F̂ and on its band F̂ ± zσ.
     The walk on the upper band stops where F̂(t) + zσ(t) first reaches q at the nodes it
     visits, so it is above the true quantile t* about as often as F̂(t*) + zσ(t*) < q, 2.5%;
-    likewise the lower band's (measured 94.5–99% coverage, docs/mechanisms/distributions.md).
+    likewise the lower band's (measured 94.5–98.5% coverage, docs/mechanisms/distributions.md).
     Where F̂ − zσ stays below q up to the top of the range the upper end is the top: the
     data cannot place the quantile below it."""
     unit = tree_quantile(cumulative, q, branching)
