@@ -22,6 +22,7 @@ from chorus_collector.http.admission import QueryAdmission, install_admission, q
 from chorus_collector.http.annotations import annotation_routes
 from chorus_collector.http.api import api
 from chorus_collector.http.auth import TokenVerifier
+from chorus_collector.http.design import design_routes
 from chorus_collector.http.handlers import register_error_handlers, register_request_log
 from chorus_collector.http.metrics import Metrics
 from chorus_collector.http.ratelimit import RateLimiter
@@ -88,6 +89,7 @@ def create_app(config: Mapping[str, Any] | None = None, *,
             app.wsgi_app, x_for=settings["PROXY_HOPS"])
     app.register_blueprint(api)
     app.register_blueprint(annotation_routes)
+    app.register_blueprint(design_routes)
     init_dashboard(app, verifier, settings)
     register_error_handlers(app)
     register_request_log(app)

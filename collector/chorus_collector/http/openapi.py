@@ -588,6 +588,22 @@ def openapi_document() -> dict[str, Any]:
                 "a campaign's public config (clients verify its digest)",
                 {"200": _json(_ref("CampaignConfig"), "the config; ETag is its digest")},
                 parameters=[_NAME_PARAMETER], problems=(*_COMMON, 410))},
+            "/v1/design": {"post": _operation(
+                "designCampaign", "campaigns",
+                "what each mechanism would give for a planned campaign (the designer), and "
+                "optionally one simulated window",
+                {"200": _json({"type": "object", "required": ["rows", "recommended"],
+                               "description": "as `chorus design --format json`: each "
+                                              "mechanism's figures, the recommendation, a "
+                                              "plan over time when asked, and `simulation` "
+                                              "when asked"}, "the design")},
+                security=[{"bearer": []}],
+                body={"type": "object", "required": ["kind"],
+                      "description": "the designer's request (docs/designing.md): kind, the "
+                                     "domain, epsilon, users; optionally frequency, privacy, "
+                                     "schedule, installs, distribution, and simulate (a "
+                                     "mechanism or \"recommended\")"},
+                problems=_COMMON)},
             "/v1/annotations": {
                 "get": _operation(
                     "listAnnotations", "annotations",
