@@ -83,7 +83,7 @@ def test_buckets_dropped_by_gc_are_counted_not_miscounted(filled: str,
     assert all(c.matches for c in checks)
     result = CliRunner().invoke(cli, ["check-aggregates", "r", "--database", filled])
     assert result.exit_code == 0, result.output
-    assert "1 buckets lost expired reports to gc" in result.output
+    assert "1 bucket lost expired reports to gc" in result.output
     # A retired count that does not add up is a mismatch like any other.
     query(filled, "UPDATE retired SET reports = reports - 1")
     assert not check_aggregates(storage, "r", workers=1)[0].matches
