@@ -15,6 +15,7 @@ import io
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -294,3 +295,35 @@ def test_importing_the_frames_imports_nothing_of_the_service() -> None:
                          check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(
                              p for p in sys.path if p)})
     assert out.stdout.strip() == "[]"
+
+
+def _documented_columns() -> dict[str, list[str]]:
+    """docs/analysts.md's table: answer → its frame's columns, in order."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "analysts.md").read_text()
+    table = page.split("| function | answer |", 1)[1].split("\n\n", 1)[0]
+    context = ["window_start", "window_end", "n", "epsilon"]
+    documented: dict[str, list[str]] = {}
+    for line in table.splitlines()[2:]:
+        _, answer, _, cell = (part.strip() for part in line.strip().strip("|").split("|"))
+        columns: list[str] = []
+        for name, phrase in re.findall(r"`([^`]+)`|(the context|as a mean)",
+                                       re.sub(r"\([^)]*\)", "", cell)):
+            columns += [name] if name else context if phrase == "the context" \
+                else documented["mean"]
+        documented[answer] = columns
+    return documented
+
+
+def test_the_analysts_page_lists_each_frames_columns(seeded: Seeded) -> None:
+    documented = _documented_columns()
+    frames = {kind: estimates_frame(seeded.api, name, **question)
+              for kind, (name, question) in QUESTIONS.items()}
+    frames["series"] = series_frame(seeded.api, "homepage", candidates=CANDIDATES)
+    frames["comparison"] = comparison_frame(
+        seeded.api, "browser", baseline_start=seeded.days[0], baseline_end=seeded.days[1],
+        start=seeded.days[1], end=seeded.days[2])
+    assert set(documented) == set(frames)
+    for answer, frame in frames.items():
+        assert documented[answer] == list(frame.columns), answer
