@@ -19,8 +19,10 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from chorus_collector.dashboard import init_dashboard
 from chorus_collector.http.admission import QueryAdmission, install_admission, query_threads
+from chorus_collector.http.annotations import annotation_routes
 from chorus_collector.http.api import api
 from chorus_collector.http.auth import TokenVerifier
+from chorus_collector.http.design import design_routes
 from chorus_collector.http.handlers import register_error_handlers, register_request_log
 from chorus_collector.http.metrics import Metrics
 from chorus_collector.http.ratelimit import RateLimiter
@@ -31,10 +33,28 @@ from chorus_collector.storage import open_storage
 __all__ = ["create_app", "start_background_work", "stop_background_work"]
 
 
+class _App(Flask):
+    """Flask, deciding once per function whether it is a coroutine: it asked ``inspect`` six
+    times on every request (each before, after and teardown function), and every one of the
+    collector's functions is plain. At most ``KNOWN`` functions are remembered (a function
+    made per request, as ``after_this_request`` takes, is asked about as before)."""
+
+    KNOWN = 256
+
+    def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        plain: dict[Callable[..., Any], bool] = self.__dict__.setdefault("_chorus_plain", {})
+        if plain.get(func):
+            return func
+        ensured = super().ensure_sync(func)
+        if len(plain) < self.KNOWN:
+            plain[func] = ensured is func
+        return ensured
+
+
 def create_app(config: Mapping[str, Any] | None = None, *,
                clock: Callable[[], float] = time.time) -> Flask:
     settings = resolve_settings(config)
-    app = Flask("chorus_collector", static_folder=None)  # the dashboard serves its own
+    app = _App("chorus_collector", static_folder=None)  # the dashboard serves its own
     app.config["MAX_CONTENT_LENGTH"] = settings["MAX_BODY_BYTES"]
     # Tokens are hashed at once; the raw values are not kept in app.config.
     secret = {s.name for s in SETTINGS if s.secret}
@@ -68,6 +88,8 @@ def create_app(config: Mapping[str, Any] | None = None, *,
         app.wsgi_app = ProxyFix(  # type: ignore[method-assign]
             app.wsgi_app, x_for=settings["PROXY_HOPS"])
     app.register_blueprint(api)
+    app.register_blueprint(annotation_routes)
+    app.register_blueprint(design_routes)
     init_dashboard(app, verifier, settings)
     register_error_handlers(app)
     register_request_log(app)

@@ -63,3 +63,42 @@ def test_no_page_scrolls_sideways_and_every_table_has_a_caption(
     assert page.evaluate("document.activeElement.textContent") == "Skip to the content"
     page.keyboard.press("Enter")
     assert page.evaluate("document.activeElement.id") == "main"
+
+
+_CONTRAST = """() => {
+  const rgb = s => s.match(/[\\d.]+/g).slice(0, 3).map(Number);
+  const lum = c => { const [r, g, b] = c.map(v => { v /= 255;
+      return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+  const ratio = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p);
+    return (x + 0.05) / (y + 0.05); };
+  const ground = el => { for (; el; el = el.parentElement) {
+      const bg = getComputedStyle(el).backgroundColor;
+      if (!bg.startsWith('rgba(0, 0, 0, 0)') && bg !== 'transparent') return rgb(bg); }
+    return [255, 255, 255]; };
+  const worst = {};
+  for (const sel of ['body', 'main p.meta', 'main a', 'thead th', 'td.num', 'button',
+                     'button.primary', 'legend', '.notice', 'h1']) {
+    const el = document.querySelector(sel);
+    if (el) worst[sel] = Math.round(ratio(rgb(getComputedStyle(el).color), ground(el)) * 10) / 10;
+  }
+  return {ground: rgb(getComputedStyle(document.body).backgroundColor), ratios: worst};
+}"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_dark_mode_follows_the_system_and_every_text_stays_readable(
+        page: Page, live_collector: LiveCollector, seeded: dict[str, SeededCampaign],
+        scheme: str, screenshot: Screenshot) -> None:
+    page.emulate_media(color_scheme=scheme)
+    page.goto(live_collector.url + "/login")
+    page.fill("#token", live_collector.analyst_token)
+    page.click("form.login button[type=submit]")
+    page.wait_for_load_state()
+    page.goto(live_collector.url + "/campaigns/browser")
+    found = page.evaluate(_CONTRAST)
+    luminance = sum(found["ground"]) / 3
+    assert (luminance < 60) if scheme == "dark" else (luminance > 240), found["ground"]
+    # WCAG AA: 4.5 for text; every sampled text on its own background.
+    assert len(found["ratios"]) >= 8 and min(found["ratios"].values()) >= 4.5, found["ratios"]
+    screenshot(page, f"campaign-browser-{scheme}")

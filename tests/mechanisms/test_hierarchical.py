@@ -47,6 +47,7 @@ from chorus_shared.domain import Categories
 from chorus_shared.mechanisms import KRR, OUE, HierarchicalHistogram
 from chorus_shared.mechanisms.pure import PureOracle
 from helpers.examples import example_campaigns
+from helpers.hhsample import level_shares, sample_state
 from helpers.support import chi2_band, z_threshold
 
 ESTIMATOR = HierarchicalEstimator()
@@ -81,31 +82,6 @@ def lognormal_leaves(mechanism: HierarchicalHistogram, median: float, sigma: flo
 
 def lognormal_quantile(median: float, sigma: float, q: float) -> float:
     return median * math.exp(sigma * NormalDist().inv_cdf(q))
-
-
-def level_shares(mechanism: HierarchicalHistogram, leaves: np.ndarray, level: int) -> np.ndarray:
-    return leaves.reshape(mechanism.nodes(level), -1).sum(axis=1)
-
-
-def sample_state(mechanism: HierarchicalHistogram, leaves: np.ndarray, n: int,
-                 rng: np.random.Generator) -> np.ndarray:
-    """The merged state of n i.i.d. users, drawn in bulk (see the module docstring)."""
-    height = mechanism.height
-    per_level = rng.multinomial(n, np.full(height, 1.0 / height))
-    state: list[int] = []
-    for level in range(1, height + 1):
-        oracle = mechanism.oracles[level - 1]
-        d, reports = mechanism.nodes(level), int(per_level[level - 1])
-        true = rng.multinomial(reports, level_shares(mechanism, leaves, level))
-        p, q = oracle.support_probabilities()
-        if isinstance(oracle, KRR):
-            rows = np.full((d, d), q)
-            np.fill_diagonal(rows, p)
-            counts = rng.multinomial(true, rows).sum(axis=0)
-        else:
-            counts = rng.binomial(true, p) + rng.binomial(reports - true, q)
-        state += [reports, *counts.tolist()]
-    return np.array(state, dtype=np.int64)
 
 
 def design(branching: int, height: int) -> np.ndarray:
@@ -703,15 +679,22 @@ def test_finalize_end_to_end_from_the_client_randomizer() -> None:
     assert [level["oracle"] for level in result.extra["levels"]] == ["krr", "krr"]
     assert sum(level["reports"] for level in result.extra["levels"]) == n
 
-    # Norm-Sub: non-negative shares summing to 1, the unbiased estimate's standard errors.
+    # Norm-Sub: non-negative shares summing to 1 in the histogram, with the unbiased
+    # estimate's standard errors and intervals within [0, 1]; every other answer is the
+    # unbiased one, and the answer says so.
     post = ESTIMATOR.finalize(campaign, n, state, Query(ranges=query.ranges,
+                                                        quantiles=(0.5, 0.95),
                                                         postprocessing="norm-sub"))
     shares = np.array([s.value for s in post.histogram])
     assert shares.min() >= 0.0 and shares.sum() == pytest.approx(1.0, abs=1e-12)
-    assert [s.std_error for s in post.ranges] == [s.std_error for s in result.ranges]
+    assert [s.std_error for s in post.histogram] == [s.std_error for s in result.histogram]
+    assert all(0.0 <= s.ci_low <= s.ci_high <= 1.0 for s in post.histogram)
+    for name in ("cdf", "quantiles", "ranges"):
+        assert getattr(post, name) == getattr(result, name), name
+    assert post.mean == result.mean
+    assert post.extra["postprocessed"] == ["histogram"] and result.extra["postprocessed"] == []
     assert "Norm-Sub" in post.method and post.postprocessing.startswith("norm-sub")
     assert any("norm-sub" in w for w in post.warnings)
-    assert post.extra["unbiased_leaves"] == pytest.approx([s.value for s in result.histogram])
     # Unknown post-processing falls back to the unbiased default.
     assert ESTIMATOR.method_of(Query(postprocessing="ems")) == "none"
 

@@ -8,7 +8,9 @@
   Wald test (OUE reports; pairs inside sets of three). Report counts are drawn from their
   exact distribution (tests/helpers/recordsim.py), which makes 2,000 runs cheap. Measured:
   Pearson 0.048 (2 × 3, ε = 1) and 0.0455 (3 × 3, ε = 2) at n = 5,000; Wald 0.0425 (OUE,
-  3 × 4, ε = 1) and 0.054 (order 3, ε = 2) at n = 20,000.
+  3 × 4, ε = 1) and 0.054 (order 3, ε = 2) at n = 20,000 with the uncalibrated Wald test
+  this file was written for; the calibrated one (test_record_test_calibration.py) passes the
+  same checks.
 * Power against a planted association rises with n: Pearson 0.35 → 0.90 (n = 3,000 →
   10,000; non-central χ² predicts 0.42 → 0.92), Wald on OUE 0.42 → 0.93.
 * Negative control: Pearson's χ² on the *debiased* counts rejects 91% of the time under H₀.

@@ -17,7 +17,8 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from flask import Flask
+from flask import Flask, Request
+from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFProtect
 
 from chorus_collector.dashboard.views import dashboard
@@ -27,6 +28,7 @@ from chorus_collector.http.ratelimit import RateLimiter
 __all__ = ["init_dashboard"]
 
 SESSION_COOKIE = "chorus_session"
+API_PREFIX = "/v1/"  # the HTTP API's routes: bearer tokens only, no session
 SIGN_IN_RATE, SIGN_IN_BURST = 1 / 6, 10
 
 
@@ -37,6 +39,7 @@ def init_dashboard(app: Flask, verifier: TokenVerifier, settings: dict[str, Any]
     # With no key nobody can sign in (no token is configured): a random key keeps Flask's
     # session machinery working for the sign-in page's CSRF token.
     app.secret_key = key if key is not None else _random_key()
+    app.session_interface = PageSessions()
     app.config.update(
         SESSION_COOKIE_NAME=SESSION_COOKIE, SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Strict", SESSION_COOKIE_SECURE=bool(settings["SECURE_COOKIES"]),
@@ -52,6 +55,20 @@ def init_dashboard(app: Flask, verifier: TokenVerifier, settings: dict[str, Any]
     csrf = CSRFProtect(app)
     app.extensions["chorus.csrf"] = csrf
     app.register_blueprint(dashboard)
+
+
+class PageSessions(SecureCookieSessionInterface):
+    """Flask's signed-cookie sessions, opened for the dashboard's pages only.
+
+    A request to the API gets Flask's null session (its cookie is neither read nor written):
+    a session cookie grants nothing there, and opening one (a serializer built, the cookies
+    parsed, then saved) cost a single report's request more than validating the report.
+    """
+
+    def open_session(self, app: Flask, request: Request) -> SecureCookieSession | None:
+        if request.path.startswith(API_PREFIX):
+            return None  # Flask makes it a null session, never saved
+        return super().open_session(app, request)
 
 
 def _random_key() -> bytes:

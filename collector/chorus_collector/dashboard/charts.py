@@ -136,9 +136,11 @@ def _y_ticks(ticks: Sequence[float], y: Callable[[float], float], left: int,
             f'{_number(tick)}</text></g>' for tick in ticks]
 
 
-def line_chart(lines: Sequence[Line], *, step: int, title: str, description: str) -> Markup:
+def line_chart(lines: Sequence[Line], *, step: int, title: str, description: str,
+               marks: Sequence[tuple[int, str]] = ()) -> Markup:
     """One line per series over time, each point's 95% interval drawn as a band around it;
-    suppressed points leave a gap."""
+    suppressed points leave a gap. ``marks`` (time, text): dashed vertical lines with their
+    text (a release), drawn where they fall within the series' span."""
     left, plot_width, plot_height, top, bottom = 60, 620, 260, 10, 40
     starts = sorted({p[0] for line in lines for p in line.points})
     values = [v for line in lines for p in line.points for v in p[1:] if v is not None]
@@ -163,6 +165,16 @@ def line_chart(lines: Sequence[Line], *, step: int, title: str, description: str
     for t in shown:
         parts.append(f'<text class="x" x="{x(t):.1f}" y="{top + plot_height + 18}">'
                      f'{_date(t, span + step)}</text>')
+    for moment, text in marks:
+        if not first <= moment < last + step or not starts:
+            continue
+        at = x(moment) if last != first else x(first)
+        when = f"{datetime.fromtimestamp(moment, UTC):%Y-%m-%d %H:%M} UTC"
+        parts.append(f'<g class="mark" data-time="{moment}" data-text="{escape(text)}">'
+                     f'<title>{escape(when)}: {escape(text)}</title>'
+                     f'<line x1="{at:.1f}" x2="{at:.1f}" y1="{top}" '
+                     f'y2="{top + plot_height}"/><text x="{at + 3:.1f}" y="{top + 10}">'
+                     f'{escape(_short(text, 120))}</text></g>')
     for index, line in enumerate(lines):
         colour = PALETTE[index % len(PALETTE)]
         parts.append(f'<g class="series" data-label="{escape(line.label)}" stroke="{colour}" '

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -26,7 +27,7 @@ from chorus_collector.estimators import Query, estimator_for
 from chorus_collector.estimators.base import DEFAULT_QUANTILES
 from chorus_collector.kinds import KINDS, MAX_CHART_BARS, Bar, Bars, Chart, Histogram, kind_of
 from chorus_collector.problems import Problem
-from chorus_collector.storage import Storage, StoredCampaign
+from chorus_collector.storage import Annotation, Storage, StoredCampaign
 from chorus_shared.domain import Record
 from chorus_shared.mechanisms import DISCOVERY_MECHANISMS
 
@@ -38,10 +39,36 @@ SERIES_SHOWN = 6  # lines drawn by default; the rest are in the table and the do
 WEEK = 7 * 86400
 
 
-def parse_time(label: str, text: str | None, precision: int, *, up: bool) -> int | None:
+#: The page's relative ranges ("last"): the value in its URL → (seconds, label).
+RANGES = {"24h": (86400, "the last 24 hours"), "7d": (7 * 86400, "the last 7 days"),
+          "30d": (30 * 86400, "the last 30 days"), "90d": (90 * 86400, "the last 90 days")}
+#: Auto-refresh choices in seconds (0: off); a refreshed page asks the same question again.
+REFRESH = (0, 60, 300, 900)
+#: The sortable tables: the query parameter that sorts each, and its columns → row field.
+SORTS = {"sort": {"value": "value", "frequency": "frequency",
+                  "std_error": "frequency_std_error", "count": "count"},
+         "csort": {"value": "value", "change": "difference", "p": "p_value",
+                   "adjusted_p": "adjusted_p_value"}}
+
+
+def sorted_rows(rows: list[dict[str, Any]], table: str, sort: str) -> list[dict[str, Any]]:
+    """A table's rows in the order asked (``-frequency``: largest first); rows without the
+    figure (not estimated) last either way; the answer's own order when ``sort`` is empty."""
+    if not sort:
+        return rows
+    field = SORTS[table][sort.lstrip("-")]
+    known = [r for r in rows if r.get(field) is not None]
+    unknown = [r for r in rows if r.get(field) is None]
+    key = (lambda r: str(r[field])) if field == "value" else (lambda r: float(r[field]))
+    return sorted(known, key=key, reverse=sort.startswith("-")) + unknown
+
+
+def parse_time(label: str, text: str | None, precision: int, *, up: bool,
+               notes: list[str] | None = None) -> int | None:
     """A window bound from the page's form: an ISO 8601 date or date-time (UTC unless it
     says otherwise) or Unix seconds, aligned to the campaign's time precision (a start down,
-    an end up), so a picked day never gets refused as misaligned."""
+    an end up), so a picked day never gets refused as misaligned; the alignment is said in
+    ``notes``."""
     if text is None or not text.strip():
         return None
     text = text.strip()
@@ -59,7 +86,13 @@ def parse_time(label: str, text: str | None, precision: int, *, up: bool) -> int
     if not 0 <= seconds < 2 ** 40:
         raise Problem("invalid-query", f"{label} is out of range")
     aligned = seconds - seconds % precision
-    return aligned + precision if up and aligned != seconds else aligned
+    bound = aligned + precision if up and aligned != seconds else aligned
+    if bound != seconds and notes is not None:
+        notes.append(f"{label} {iso(seconds).replace('T', ' ')} UTC was moved "
+                     f"{'up' if up else 'down'} to {iso(bound).replace('T', ' ')} UTC, the "
+                     f"{'end' if up else 'start'} of its time bucket ("
+                     f"{duration_label(precision)}): estimates are kept per bucket")
+    return bound
 
 
 def iso(seconds: int | None) -> str:
@@ -89,9 +122,23 @@ class PageParameters:
     joint: tuple[str, ...] = ()
     #: When the page was asked for: a scheduled campaign's series runs up to this period.
     now: float | None = None
+    #: A relative range (a key of RANGES) the window was computed from, or "".
+    last: str = ""
+    #: Seconds between automatic reloads of the page (0: none).
+    refresh: int = 0
+    #: What was done to the question as asked (a bound moved to its bucket's edge).
+    notes: tuple[str, ...] = ()
+    #: The estimates' and the comparison's table orders (a column of SORTS, "-" first:
+    #: descending; "": the answer's own order).
+    sort: str = ""
+    csort: str = ""
 
     def form_values(self) -> dict[str, str]:
-        """The values to put back into the page's form."""
+        """The values to put back into the page's form: with a relative range, no absolute
+        bound, so that the page's address (bookmarked, shared, refreshed) keeps moving."""
+        if self.last:
+            return {**replace(self, last="", start=None, end=None, baseline=(None, None),
+                              current=(None, None)).form_values(), "last": self.last}
         return {"start": iso(self.start), "end": iso(self.end),
                 "postprocessing": self.postprocessing, "candidates": "\n".join(self.candidates),
                 "step": self.step, "top": str(self.top),
@@ -100,7 +147,8 @@ class PageParameters:
                 "correction": self.correction,
                 "quantiles": ",".join(f"{q:g}" for q in self.quantiles),
                 "ranges": "\n".join(f"{a:g}:{b:g}" for a, b in self.ranges),
-                "joint": ",".join(self.joint)}
+                "joint": ",".join(self.joint), "last": self.last,
+                "refresh": str(self.refresh), "sort": self.sort, "csort": self.csort}
 
 
 def steps_of(stored: StoredCampaign) -> tuple[str, ...]:
@@ -116,10 +164,29 @@ def read_parameters(values: Mapping[str, str], uploaded: str | None,
     extent: the whole window, and for the comparison the last 7 days against the 7 before
     (or the two halves of the data when it spans less than two weeks)."""
     precision = stored.campaign.time_precision
-    start = parse_time("start", values.get("start"), precision, up=False)
-    end = parse_time("end", values.get("end"), precision, up=True)
+    notes: list[str] = []
+    last = values.get("last") or ""
+    if last and last not in RANGES:
+        raise Problem("invalid-query", f"last must be one of {', '.join(RANGES)}")
+    if last:  # up to the end of the bucket now running, from the bucket a range before
+        span = RANGES[last][0]
+        moment = time.time() if now is None else now
+        end: int | None = int(moment // precision) * precision + precision
+        start: int | None = int((moment - span) // precision) * precision
+    else:
+        start = parse_time("start", values.get("start"), precision, up=False, notes=notes)
+        end = parse_time("end", values.get("end"), precision, up=True, notes=notes)
     if start is not None and end is not None and end <= start:
         raise Problem("invalid-query", "the window's end must be after its start")
+    orders = {table: values.get(table) or "" for table in SORTS}
+    for table, order in orders.items():
+        if order and order.lstrip("-") not in SORTS[table]:
+            raise Problem("invalid-query", f"{table} must be one of "
+                          f"{', '.join(SORTS[table])}, each with '-' before it for descending")
+    refresh_text = values.get("refresh") or "0"
+    if not refresh_text.isdigit() or int(refresh_text) not in REFRESH:
+        raise Problem("invalid-query", "refresh must be one of "
+                      f"{', '.join(str(r) for r in REFRESH)} seconds")
     lines = (values.get("candidates") or "").splitlines() + (uploaded or "").splitlines()
     candidates = tuple(dict.fromkeys(line.strip() for line in lines if line.strip()))
     estimator = estimator_for(stored.campaign.mechanism.name)
@@ -137,9 +204,12 @@ def read_parameters(values: Mapping[str, str], uploaded: str | None,
     correction = values.get("correction") or "benjamini-hochberg"
     if correction not in ("benjamini-hochberg", "bonferroni"):
         raise Problem("invalid-query", "correction must be benjamini-hochberg or bonferroni")
-    bounds = [parse_time(name, values.get(name), precision, up=name.endswith("end"))
+    bounds = [parse_time(name.replace("_", " "), values.get(name), precision,
+                         up=name.endswith("end"), notes=notes)
               for name in ("baseline_start", "baseline_end", "current_start", "current_end")]
-    if all(b is None for b in bounds) and extent is not None:
+    if all(b is None for b in bounds) and last and start is not None and end is not None:
+        bounds = [start - (end - start), start, start, end]  # the range against the one before
+    elif all(b is None for b in bounds) and extent is not None:
         bounds = list(default_comparison(extent, precision))
     asks = kind_of(stored.campaign).query_parameters(stored.campaign)
     quantiles, ranges = _distribution_questions(values) \
@@ -148,7 +218,9 @@ def read_parameters(values: Mapping[str, str], uploaded: str | None,
                           candidates=candidates, step=step, top=int(top_text),
                           baseline=(bounds[0], bounds[1]), current=(bounds[2], bounds[3]),
                           correction=correction, quantiles=quantiles, ranges=ranges,
-                          joint=_joint_question(values, stored), now=now)
+                          joint=_joint_question(values, stored), now=now, last=last,
+                          refresh=int(refresh_text), notes=tuple(notes),
+                          sort=orders["sort"], csort=orders["csort"])
 
 
 def joint_pairs(stored: StoredCampaign) -> list[tuple[str, str]]:
@@ -240,6 +312,8 @@ class Section:
     error: str | None = None
     #: A record's joints: one view each, in the answer's order (``joint_views``).
     joints: list[dict[str, Any]] = field(default_factory=list)
+    #: The series' annotations (releases, incidents) within its window, in time order.
+    marks: list[Annotation] = field(default_factory=list)
 
 
 class CampaignView:
@@ -372,7 +446,9 @@ def campaign_view(storage: Storage, stored: StoredCampaign,
 
     def series(section: Section) -> None:
         section.json = series_result(storage, stored, parameters).to_json()
-        section.chart = series_chart(section.json)
+        window = section.json["window"]
+        section.marks = storage.annotations(stored.id, window["start"], window["end"])
+        section.chart = series_chart(section.json, section.marks)
 
     def comparison(section: Section) -> None:
         section.json = comparison_result(storage, stored, parameters).to_json()
@@ -438,7 +514,7 @@ def _labels(joint: Mapping[str, Any], axis: int) -> list[str]:
     return list(dict.fromkeys(c["values"][axis] for c in joint["cells"]))
 
 
-def series_chart(body: Mapping[str, Any]) -> Markup:
+def series_chart(body: Mapping[str, Any], marks: Sequence[Annotation] = ()) -> Markup:
     lines = [Line(s["value"], [(p["start"], p["estimate"], p["ci_low"], p["ci_high"])
                                for p in s["points"]]) for s in body["series"][:SERIES_SHOWN]]
     points = len(body["series"][0]["points"]) if body["series"] else 0
@@ -446,7 +522,8 @@ def series_chart(body: Mapping[str, Any]) -> Markup:
     description = (f"{len(lines)} lines of {points} points each; the shaded band around each "
                    "line spans the 95% interval; gaps are points with too few reports. The "
                    "table below gives every point.")
-    return line_chart(lines, step=body["step"], title=title, description=description)
+    return line_chart(lines, step=body["step"], title=title, description=description,
+                      marks=[(mark.time, mark.text) for mark in marks])
 
 
 def comparison_chart(body: Mapping[str, Any]) -> Markup:

@@ -9,6 +9,7 @@ import math
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 from flask import (
     Blueprint,
@@ -35,6 +36,7 @@ from chorus_collector.dashboard.signin import (
 )
 from chorus_collector.design import designer
 from chorus_collector.estimators import estimator_for
+from chorus_collector.http import annotations as annotation_routes
 from chorus_collector.http.admission import admission
 from chorus_collector.http.ratelimit import RateLimiter
 from chorus_collector.kinds import kind_of
@@ -105,7 +107,19 @@ def _globals() -> dict[str, Any]:
     # ``noise``: whether a figure on the page was shown clipped to its bounds (templates set
     # it, the note after a table reads it); fresh for every page.
     return {"role": current_role(), "iso": pages.iso, "duration": pages.duration_label,
-            "shown": shown_value, "noise": Namespace(clipped=False)}
+            "shown": shown_value, "noise": Namespace(clipped=False),
+            "sorted_rows": pages.sorted_rows, "sort_link": _sort_link}
+
+
+def _sort_link(table: str, column: str, current: str) -> str:
+    """This page's address sorted by ``column``: descending first for figures, ascending
+    for the value; the same column again flips the order. Every other question stays."""
+    first = column if column == "value" else "-" + column
+    flipped = column if current == "-" + column else "-" + column
+    order = flipped if current.lstrip("-") == column else first
+    arguments = request.args.to_dict(flat=False)
+    arguments[table] = [order]
+    return f"{request.path}?{urlencode(arguments, doseq=True)}"
 
 
 @dashboard.route("/login", methods=["GET", "POST"])
@@ -272,11 +286,43 @@ def campaign(name: str) -> str | Response:
         postprocessing=estimator_for(stored.campaign.mechanism.name).postprocessing,
         retired_at=retired_at, max_bars=pages.MAX_CHART_BARS,
         reporting=stored.campaign.reporting, steps=pages.steps_of(stored),
-        walking=discovery)
+        walking=discovery, ranges=pages.RANGES, refresh_choices=pages.REFRESH,
+        notes=parameters.notes, refresh=parameters.refresh if not strings_page(stored) else 0)
     if discovery:  # walks of several seconds on a first view: shown as they go
         return _streamed_page("campaign.html", **context)
     _gated(view.computed)
     return render_template("campaign.html", **context)
+
+
+@dashboard.post("/campaigns/<name>/marks")
+@require_role("admin")
+def add_mark(name: str) -> WerkzeugResponse:
+    """A mark on this campaign's series (or every campaign's): the API's annotation."""
+    stored = _campaign(name)
+    text = request.form.get("text", "").strip()
+    if not text or len(text) > annotation_routes.MAX_TEXT or any(ord(c) < 32 for c in text):
+        raise Problem("invalid-request", "a mark's text is one line of 1 to "
+                      f"{annotation_routes.MAX_TEXT} characters")
+    moment = pages.parse_time("the mark's time", request.form.get("time"), 1, up=False)
+    if moment is None:
+        raise Problem("invalid-request", "give the mark's time, e.g. 2026-11-20 14:00 (UTC)")
+    every = request.form.get("every") == "on"
+    _storage().add_annotation(moment, text, None if every else stored.id, _now())
+    log.info("mark added on %s", "every campaign" if every else stored.campaign.name)
+    return redirect(url_for("dashboard.campaign", name=name) + "#series")
+
+
+@dashboard.post("/campaigns/<name>/marks/<int:mark_id>/remove")
+@require_role("admin")
+def remove_mark(name: str, mark_id: int) -> WerkzeugResponse:
+    if not _storage().delete_annotation(mark_id):
+        raise Problem("not-found", f"no mark has id {mark_id}")
+    return redirect(url_for("dashboard.campaign", name=name) + "#series")
+
+
+def strings_page(stored: StoredCampaign) -> bool:
+    """A page whose form is a POST (candidate lists): a reload would not ask again."""
+    return stored.campaign.domain.kind == "strings"
 
 
 @dashboard.route("/campaigns/<name>/download/<what>.<fmt>", methods=["GET", "POST"])

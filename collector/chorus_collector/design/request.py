@@ -271,7 +271,11 @@ def _distribution(kind: str, domain: Domain, obj: object) -> Distribution:
                 raise CampaignError(f"distribution names unknown categories: {unknown[:5]}")
         elif not all(isinstance(v, str) and v for v in obj):
             raise CampaignError("distribution keys must be non-empty strings")
-        values, weights = tuple(obj), [obj[v] for v in obj]
+        # In the domain's order (strings: sorted), not the mapping's: the same distribution
+        # sent as JSON with its keys reordered draws the same simulated population.
+        order = [v for v in domain.values if v in obj] if isinstance(domain, Categories) \
+            else sorted(obj)
+        values, weights = tuple(order), [obj[v] for v in order]
     else:
         if not isinstance(obj, Mapping) or not isinstance(obj.get("values"), list) \
                 or not obj["values"] or set(obj) - {"values", "weights"}:

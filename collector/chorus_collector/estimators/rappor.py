@@ -7,10 +7,13 @@ Decoding: Y_ij = (c_ij / N_j − r0) / (r1 − r0) is an unbiased estimate of th
 whose Bloom bit i is set. With X the cohort × bit design matrix of the candidates
 (X[(j,i), s] = 1 iff candidate s sets bit i in cohort j), E[Y] = X β where β_s is the share of
 users holding s, provided the candidates include every reported value. Weighted least squares
-(weights N_j) gives an unbiased β̂, and its covariance A·Cov[Y]·Aᵀ (A the least-squares
-operator; Cov[Y] the plug-in binomial variance per bit plus, within a cohort, the covariance of
-one user's Bloom bits) gives a standard error per candidate. A query whose design would be too
-large to decode quickly is refused (``query-too-large``) rather than left to exhaust memory.
+(weights N_j) gives an unbiased β̂ = A·Y, and its covariance is exact under i.i.d. sampling
+given the cohort sizes: Σ_j A_j Σ_j A_jᵀ / N_j, with Σ_j the covariance of one report's
+debiased bits (``decoder_variances``; derived in docs/mechanisms/strings.md, "Exact
+variances"). The standard error evaluates it at the estimate: each bit's report rate at its
+observed share, the covariance between bits at the fitted shares. A query whose design would
+be too large to decode quickly is refused (``query-too-large``) rather than left to exhaust
+memory.
 Candidates are flagged ``detected`` when β̂_s exceeds z_{1 − α/M}·SE_s (one-sided, Bonferroni
 over the M candidates, α = 0.05). The share left unexplained, 1 − Σ β̂, is reported with its SE,
 and the residual χ² (Σ residual² / Var Y over the cohort bits, with its degrees of freedom):
@@ -22,7 +25,11 @@ the within-cohort covariance differs: one report names one bin, so its indicator
 covariance diag(λ) − λλᵀ (λ_j = q + (p − q)·Σ_s π_s·1[h_c(s) = j]).
 
 ``postprocessing=nnls`` asks for google/rappor's fit instead: LASSO selection when there are
-many candidates, then non-negative least squares with Σβ ≤ 1 (see ``rappor_fit``).
+many candidates, then non-negative least squares with Σβ ≤ 1 (see ``rappor_fit``). Its
+standard errors and intervals are those of the unbiased fit on the selected candidates: exact for
+that linear fit had the selection been fixed in advance, with the covariance evaluated at the
+constrained fit. They are not the error of the constrained (biased, non-linear) estimate, and
+they ignore that LASSO chose the candidates from the same reports.
 
 
 Basic and boolean RAPPOR: each category's share read off its own bit.
@@ -79,8 +86,10 @@ def _refuse_aliases(x: np.ndarray, candidates: Sequence[str]) -> None:
                 "cohort with reports; no decoder can tell them apart: query one of them",
             )
         seen[key] = candidate
-VARIANCE_MODEL = ("iid-sampling: plug-in binomial variance per cohort bit, propagated through "
-                  "weighted least squares; unbiased when the candidates cover every reported value")
+VARIANCE_MODEL = ("iid-sampling, given the cohort sizes: the exact covariance of the weighted "
+                  "least-squares fit (each cohort bit's binomial variance and the covariance of "
+                  "one report's bits), evaluated at the estimate; unbiased when the candidates "
+                  "cover every reported value")
 
 
 def design_matrix(mechanism: Decodable, cohorts: Sequence[int],
@@ -95,21 +104,28 @@ def design_matrix(mechanism: Decodable, cohorts: Sequence[int],
     return x.reshape(len(cohorts) * k, len(candidates))
 
 
-def _variances(operator: np.ndarray, x: np.ndarray, beta: np.ndarray, var_y: np.ndarray,
-               reports: np.ndarray, k: int,
-               categorical: tuple[float, float] | None = None) -> tuple[np.ndarray, float]:
+def decoder_variances(operator: np.ndarray, x: np.ndarray, pi: np.ndarray,
+                      var_y: np.ndarray, reports: np.ndarray, k: int,
+                      categorical: tuple[float, float] | None = None
+                      ) -> tuple[np.ndarray, float]:
     """Var[β̂_s] for every candidate, and Var[Σ_s β̂_s], without the full covariance matrix.
 
-    Cov[Y] has two parts. The per-bit binomial variance var_y (diagonal). And, under i.i.d.
-    sampling, the covariance of one user's Bloom bits within a cohort: given its Bloom filter a
-    report's bits are perturbed independently, but the Bloom bits of one user are correlated,
-    Cov[B_j] = X_j (diag π − π πᵀ) X_jᵀ (off-diagonal part; the diagonal is already in
-    var_y). π is plugged in as β̂, clipped to be a distribution.
+    Exact under i.i.d. sampling given the cohort sizes N_j (``reports``), when every user holds
+    a candidate: β̂ = A·Y (A = ``operator``), so Cov[β̂] = Σ_j A_j Σ_j A_jᵀ / N_j, where Σ_j is
+    the covariance of one report's debiased bits Z = (R − r0)/(r1 − r0) in cohort j:
 
-    ``categorical = (r0, r1 − r0)`` for O-RR, whose report is one bin: the off-diagonal
-    covariance of its indicators is −λ_i λ_j/(r1 − r0)² per user instead.
+    * its diagonal, λ(1 − λ)/(r1 − r0)² with λ = r0 + (r1 − r0)·X_j π the bits' report rates,
+      is ``var_y``·N_j (``var_y`` = Var[Y] per cohort bit);
+    * RAPPOR: given its Bloom filter B a report's bits are independent, so off the diagonal
+      Σ_j = Cov[B] = X_j (diag π − π πᵀ) X_jᵀ (a user off the candidates counts as setting no
+      bit; the unbiasedness above assumes there is none);
+    * O-RR (``categorical = (r0, r1 − r0)``): a report names one bin, so off the diagonal
+      Σ_j = −λ_i λ_l/(r1 − r0)².
+
+    Evaluated at the truth (π and its λ) this is the exact variance; the estimator evaluates it
+    at the estimate (π clipped to a distribution, ``var_y`` at the observed report shares).
     """
-    pi = np.clip(beta, 0.0, None)
+    pi = np.clip(pi, 0.0, None)
     if pi.sum() > 1:
         pi = pi / pi.sum()
     diagonal = (operator**2) @ var_y
@@ -122,12 +138,14 @@ def _variances(operator: np.ndarray, x: np.ndarray, beta: np.ndarray, var_y: np.
         if categorical is not None:
             r0, gap = categorical
             lam = r0 + gap * (x_j @ pi)
+            # Σ_{i≠l} o_i o_l λ_i λ_l = (o·λ)² − Σ_i o_i² λ_i².
             diagonal -= ((o_j @ lam) ** 2 - (o_j**2) @ lam**2) / (n_j * gap**2)
             total -= float((w_j @ lam) ** 2 - (w_j**2) @ lam**2) / (n_j * gap**2)
             continue
         g = o_j @ x_j  # M × M
         set_rate = x_j @ pi
-        bit_var = set_rate * (1 - set_rate)  # the diagonal of X_j S X_jᵀ, excluded
+        bit_var = set_rate * (1 - set_rate)  # the diagonal of X_j S X_jᵀ, already in var_y
+        # o_t X_j S X_jᵀ o_tᵀ = Σ_s g_ts² π_s − (Σ_s g_ts π_s)², less its diagonal part.
         diagonal += ((g**2) @ pi - (g @ pi) ** 2 - (o_j**2) @ bit_var) / n_j
         w = x_j.T @ w_j
         total += float(pi @ w**2 - (pi @ w) ** 2 - w_j**2 @ bit_var) / n_j
@@ -289,7 +307,7 @@ def _fit(mechanism: Decodable, bits: _CohortBits, x: np.ndarray, lasso: bool,
         if nnls:
             root_w = np.sqrt(bits.weights)
             fitted = constrained_fit(x_s * root_w[:, None], bits.y * root_w)
-        variance, total_variance = _variances(
+        variance, total_variance = decoder_variances(
             operator, x_s, fitted, bits.var_y, bits.reports, mechanism.k,
             (bits.r0, bits.gap) if isinstance(mechanism, OpenRR) else None)
         beta[support] = fitted

@@ -8,10 +8,18 @@ l (S[j, l]). At query time, for each candidate v:
 * HCMS: Σ_u Z_u = c·Σ_j (H_m·S[j])[h_j(v)] (one fast Walsh–Hadamard transform per row), with
   c = (e^ε+1)/(e^ε−1);
 
-where Z_u is report u's contribution to Apple's (1/k)·Σ_j M[j, h_j(v)], with E[Z_u] = π_u, the
-share of hash rows in which u's value lands where v does. The count estimate is
-ĉ(v) = m/(m − 1)·(Σ_u Z_u − n/m). Standard errors, under i.i.d. sampling of users, from the
-per-report variance: (c² − 1)/4 + θ(1 − θ) for CMS and c² − θ² for HCMS, θ = E[Z] plugged in.
+where Z_u is report u's contribution to Apple's (1/k)·Σ_j M[j, h_j(v)], with E[Z_u | x_u] = π_u,
+the share of hash rows in which u's value lands where v does. The count estimate is
+ĉ(v) = m/(m − 1)·(Σ_u Z_u − n/m).
+
+Standard errors: under i.i.d. sampling of users the Z_u are i.i.d., and with the campaign's
+fixed hashes Var[Z] = (c² − 1)/4 + θ(1 − θ) for CMS and c² − θ² for HCMS, exactly, where
+θ = E[Z] = Σ_x f_x·π_x(v) counts the mass of the values colliding with v. So
+Var[f̂(v)] = (m/(m − 1))²·Var[Z]/n, evaluated at θ̂ = Σ_u Z_u / n (clipped to [0, 1]). The
+interval covers E[f̂(v)] for these hashes, m/(m − 1)·(θ − 1/m), which is f_v only on average
+over hash draws: over random hash functions the collisions add the bias variance
+Σ_{x≠v} f_x²/(k(m − 1)), which the standard error leaves out: it needs the shares of every
+value, not only the candidates' (docs/mechanisms/strings.md, "Exact variances").
 """
 
 from __future__ import annotations
@@ -37,9 +45,10 @@ __all__ = ["CountMeanSketchEstimator", "HadamardCountMeanSketchEstimator"]
 
 MAX_HASHED_CELLS = 2_000_000  # candidates × hash functions per query (mmh3 calls, int64 cells)
 
-VARIANCE_MODEL = ("iid-sampling: per-report variance of the sketch contribution, plug-in; "
-                  "the estimate is unbiased on average over the hash functions, and for the "
-                  "campaign's fixed hashes a candidate also counts the values colliding with it")
+VARIANCE_MODEL = ("iid-sampling: the exact variance of the sketch contributions for the "
+                  "campaign's fixed hashes, evaluated at the estimate; the estimate is unbiased "
+                  "on average over the hash functions, and for the fixed hashes a candidate also "
+                  "counts the values colliding with it")
 
 
 class CountMeanSketchEstimator(Estimator[CountMeanSketch]):

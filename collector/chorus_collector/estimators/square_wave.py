@@ -9,11 +9,22 @@ closed form (:func:`transition_matrix`). The bucket shares θ are fitted by
   the MLE is spiky and slow to reach;
 * ``ems`` (the default, the paper's recommendation): the same step followed by a (1, 2, 1)/4
   smoothing of θ, with the boundary rows (2, 1)/3 and (1, 2)/3 — symmetric, unlike the
-  reference code, which leaves the last bucket unsmoothed (MECHANISMS-2.md §6 item 2).
-  Smoothing regularises (fewer iterations, a smaller spread of the upper quantiles) at the
-  price of a bias where the density bends, which does *not* shrink with n: the EM map sees
-  the data only as c/n, so even exact expected counts give a smoothed θ (at ε = 1, D = 256,
-  on a log-normal shape, W1 ≈ 0.004, most of EMS's error at n = 10⁶).
+  reference code, which leaves the last bucket unsmoothed (MECHANISMS-2.md §6 item 2) —
+  blended with weight w(n) = min(1, 10⁴/n): θ ← (1 − w)·θ + w·Sθ.
+
+Why the weight shrinks with n. Smoothing regularises (fewer iterations, a smaller spread of
+the upper quantiles) at the price of a bias where the density bends, and at full weight that
+bias does *not* shrink with n: the EM map sees the data only as c/n, so even exact expected
+counts give a smoothed θ (ε = 1, D = 256, log-normal shape: W1 ≈ 0.004, most of the error at
+n = 10⁶, and p50 off by 16–19 of its standard errors there, issue 34). The bias of the fixed
+point falls about in proportion to w while the noise falls as n^(−1/2), so with w ∝ 1/n
+the smoothing bias over the standard error falls as n^(−1/2): the paper's EMS (w = 1) up to
+10⁴ reports, 0.1 at 10⁵, 0.01 at 10⁶. (w ∝ n^(−1/2) was tried first and left p50 of a bimodal
+shape 1.05 SE off at 10⁶.) What bias remains as w → 0 is EM's own: the stopping rule halts it
+in the directions the channel barely identifies — with m̃ = D the channel matrix is singular
+(condition number ~10¹⁸ at D = 256, ε = 1), so θ is not identified at bucket resolution from
+the reports alone and a quantile's precision rests on some regularisation. Measured in
+tests/mechanisms/test_sw_coverage.py (p99 stays 1.2 buckets off at 10⁶ on a log grid).
 
 Both stop per §1.1 as corrected by §8 item 4: when |ΔL| < 10⁻³ after at least two
 iterations (the absolute change: EMS's smoothing can lower L, and a signed reading would stop
@@ -25,9 +36,9 @@ drawn from θ̂ are randomized through the channel — each refitted with the sa
 fits run together, θ as a D × R matrix; each replicate keeps its own stopping rule (a
 replicate that has stopped is frozen, the others go on). The draws are seeded from the state,
 so the same query gives the same answer. Intervals are the bias-corrected normal ones of
-``distribution.py``; since the replicates, drawn from an already smoothed θ̂, reproduce only
-part of the smoothing bias, they undercover, more so as n grows (measured coverage in
-tests/mechanisms/test_square_wave.py). For stated error bars use hierarchical histograms.
+``distribution.py``. The replicates, drawn from an already smoothed θ̂, reproduce only part of
+the smoothing bias, which is why the weight above shrinks with n; what coverage remains is
+measured in tests/mechanisms/test_sw_coverage.py and docs/mechanisms/distributions.md.
 """
 
 from __future__ import annotations
@@ -44,7 +55,8 @@ from chorus_collector.estimators.base import MechanismTypes
 from chorus_collector.estimators.distribution import DistributionEstimator, FittedDistribution
 from chorus_shared.mechanisms import SquareWave
 
-__all__ = ["EMFit", "SquareWaveEstimator", "em_fit", "smooth", "transition_matrix"]
+__all__ = ["EMFit", "SquareWaveEstimator", "em_fit", "smooth", "smoothing_weight",
+           "transition_matrix"]
 
 #: Stopping rule (MECHANISMS-2.md §1.1, §8 item 4).
 LOGLIK_TOLERANCE = 1e-3
@@ -58,8 +70,13 @@ MAX_ITERATIONS = 10_000
 #: same cost.
 REPLICATES = {"ems": 200, "em": 40}
 
+#: Up to this many reports EMS smooths at full weight (the paper's EMS); above, the weight
+#: falls as SMOOTHING_FULL_N/n, so that the smoothing bias falls faster than the noise.
+SMOOTHING_FULL_N = 10_000
+
 METHODS = {
-    "ems": "Square Wave, EMS (EM with (1,2,1)/4 smoothing after every step; Li et al. 2020)",
+    "ems": "Square Wave, EMS (EM with (1,2,1)/4 smoothing after every step, at weight "
+           "min(1, 10⁴/n); Li et al. 2020)",
     "em": "Square Wave, EM (maximum likelihood by expectation-maximisation; Li et al. 2020)",
 }
 
@@ -96,6 +113,12 @@ def transition_matrix(mechanism: SquareWave) -> np.ndarray:
     return matrix
 
 
+def smoothing_weight(n: int) -> float:
+    """EMS's smoothing weight for n reports: 1 up to :data:`SMOOTHING_FULL_N`, then
+    SMOOTHING_FULL_N/n (0.1 at 10⁵, 0.01 at 10⁶)."""
+    return min(1.0, SMOOTHING_FULL_N / n)
+
+
 def smooth(theta: np.ndarray) -> np.ndarray:
     """EMS's smoothing along axis 0, then renormalised: (θ_{i−1} + 2θ_i + θ_{i+1})/4 inside,
     (2θ₀ + θ₁)/3 and (θ_{D−2} + 2θ_{D−1})/3 at the two ends (the same rule mirrored)."""
@@ -121,10 +144,11 @@ class EMFit:
 
 def em_fit(matrix: np.ndarray, counts: np.ndarray, n: int, smoothing: bool,
            max_iterations: int = MAX_ITERATIONS, tolerance: float = LOGLIK_TOLERANCE,
-           trace: bool = False) -> EMFit:
-    """EM (or EMS, with ``smoothing``) for every column of ``counts`` (m̃ × R, each summing to
-    n), from the uniform start. After iteration t each column stops when |L_t − L_{t−1}| <
-    ``tolerance`` with t ≥ 2, when ‖θ_t − θ_{t−1}‖₁ ≤ 1/n, or when t = ``max_iterations``.
+           trace: bool = False, weight: float = 1.0) -> EMFit:
+    """EM (or EMS, with ``smoothing``: θ ← (1 − ``weight``)·θ + ``weight``·Sθ after each EM
+    step) for every column of ``counts`` (m̃ × R, each summing to n), from the uniform start.
+    After iteration t each column stops when |L_t − L_{t−1}| < ``tolerance`` with t ≥ 2,
+    when ‖θ_t − θ_{t−1}‖₁ ≤ 1/n, or when t = ``max_iterations``.
     Columns that stop are frozen; the rest go on as a smaller matrix."""
     counts = np.asarray(counts, dtype=np.float64)
     if counts.ndim == 1:
@@ -147,7 +171,8 @@ def em_fit(matrix: np.ndarray, counts: np.ndarray, n: int, smoothing: bool,
         updated = theta * (matrix.T @ (work_counts / predicted))
         updated /= updated.sum(axis=0)
         if smoothing:
-            updated = smooth(updated)
+            # At weight 1 this is exactly smooth(updated): 0·θ adds nothing.
+            updated = (1.0 - weight) * updated + weight * smooth(updated)
         predicted = matrix @ updated
         new_loglik = np.einsum("jr,jr->r", work_counts, np.log(predicted))
         if history is not None and active[0] == 0:
@@ -182,10 +207,11 @@ def _seed(state: np.ndarray, method: str) -> int:
 
 #: Said with every bootstrapped answer: the intervals are not 95% ones, and by how much.
 COVERAGE_WARNING = (
-    "these intervals are approximate and too narrow: the bootstrap misses most of the fit's "
-    "smoothing bias, which does not shrink with n. Measured coverage of the 95% p95 interval "
-    "(ε = 1, 256 buckets): 92% at 10⁴ reports, 79% at 10⁵, 60% at 10⁶. For error bars to "
-    "rely on, use a hierarchical-histogram (hh) campaign")
+    "these intervals are approximate: the bootstrap reproduces the noise but not the fit's "
+    "bias, and its spread is off where the fitted shape is. Measured coverage of the 95% "
+    "intervals (ε = 1, 256 buckets, LogNormal(ln 200 ms, 0.5) on a linear grid over "
+    "[0, 1000] ms): p50 75–92%, p90–p99 83–100% at 10⁴–10⁵ reports, in 12–20 runs each. "
+    "For error bars to rely on, use a hierarchical-histogram (hh) campaign")
 
 
 class SquareWaveEstimator(DistributionEstimator[SquareWave]):
@@ -221,11 +247,13 @@ class SquareWaveEstimator(DistributionEstimator[SquareWave]):
             raise ValueError(f"the state holds {int(counts.sum())} reports, not n = {n}")
         matrix = transition_matrix(mechanism)
         smoothing = method == "ems"
-        point = em_fit(matrix, counts, n, smoothing)
+        weight = smoothing_weight(n) if smoothing else 0.0
+        point = em_fit(matrix, counts, n, smoothing, weight=weight)
         leaves = point.theta[:, 0]
         extra: dict[str, Any] = {"iterations": int(point.iterations[0]),
                                  "converged": bool(point.converged[0]),
-                                 "b": mechanism.b, "output_buckets": mechanism.output_buckets}
+                                 "b": mechanism.b, "output_buckets": mechanism.output_buckets,
+                                 "smoothing_weight": weight}
         warnings = [] if point.converged[0] else [
             f"the {method.upper()} fit stopped at its cap of {MAX_ITERATIONS} iterations "
             "before converging"]
@@ -242,7 +270,7 @@ class SquareWaveEstimator(DistributionEstimator[SquareWave]):
         rng = np.random.default_rng(_seed(counts, method))
         outputs = np.clip(matrix @ leaves, 0.0, None)
         draws = rng.multinomial(n, outputs / outputs.sum(), size=replicates).T  # m̃ × R
-        booted = em_fit(matrix, draws, n, smoothing)
+        booted = em_fit(matrix, draws, n, smoothing, weight=weight)
         extra.update(bootstrap_replicates=replicates,
                      bootstrap_iterations_max=int(booted.iterations.max()),
                      bootstrap_converged=int(booted.converged.sum()))
@@ -255,8 +283,8 @@ class SquareWaveEstimator(DistributionEstimator[SquareWave]):
                         f"by {method.upper()}; standard error = the replicates' spread, 95% "
                         "interval = the bias-corrected normal interval (2·estimate − the "
                         "replicates' mean) ± 1.96·spread. Approximate: the fit's bias (EMS's "
-                        "smoothing, EM's early stop) is only partly reproduced, so intervals "
-                        "undercover more as n grows",
+                        "smoothing, whose weight falls as 10⁴/n, and EM's early stop) is only "
+                        "partly reproduced",
             variance_model="iid-sampling: parametric bootstrap from the fitted distribution "
                            "(approximate: it reproduces noise and part of the smoothing bias)",
             extra=extra, warnings=warnings)

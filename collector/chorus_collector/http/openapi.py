@@ -70,6 +70,25 @@ _SCHEMAS: dict[str, Any] = {
             "detail": {"type": "string"},
         },
     },
+    "Annotation": {
+        "type": "object", "required": ["id", "time", "text", "campaign", "created_at"],
+        "properties": {
+            "id": {"type": "integer"},
+            "time": {"type": "integer", "minimum": 0, "description": "Unix seconds"},
+            "text": {"type": "string", "maxLength": 200},
+            "campaign": {"type": ["string", "null"],
+                         "description": "the campaign it marks; null: every campaign"},
+            "created_at": {"type": "number"}}},
+    "AnnotationList": {
+        "type": "object", "required": ["annotations"],
+        "properties": {"annotations": {"type": "array", "items": _ref("Annotation")}}},
+    "NewAnnotation": {
+        "type": "object", "required": ["time", "text"], "additionalProperties": False,
+        "properties": {
+            "time": {"type": "integer", "minimum": 0, "maximum": 2**40 - 1},
+            "text": {"type": "string", "minLength": 1, "maxLength": 200},
+            "campaign": {"type": "string",
+                         "description": "a campaign's name; left out: every campaign"}}},
     "Health": {
         "type": "object",
         "required": ["status", "version"],
@@ -418,6 +437,9 @@ _TAGS = [
                                        "shuffler; the ingest key where one is configured)"},
     {"name": "analysis", "description": "estimates, series and comparisons with standard "
                                         "errors and 95% intervals (analyst)"},
+    {"name": "annotations", "description": "marks on the time axis, such as a release, drawn "
+                                           "on the series they fall in (admin writes, analyst "
+                                           "reads)"},
 ]
 
 _NAME_PARAMETER = {"name": "name", "in": "path", "required": True,
@@ -572,6 +594,43 @@ def openapi_document() -> dict[str, Any]:
                 "a campaign's public config (clients verify its digest)",
                 {"200": _json(_ref("CampaignConfig"), "the config; ETag is its digest")},
                 parameters=[_NAME_PARAMETER], problems=(*_COMMON, 410))},
+            "/v1/design": {"post": _operation(
+                "designCampaign", "campaigns",
+                "what each mechanism would give for a planned campaign (the designer), and "
+                "optionally one simulated window",
+                {"200": _json({"type": "object", "required": ["rows", "recommended"],
+                               "description": "as `chorus design --format json`: each "
+                                              "mechanism's figures, the recommendation, a "
+                                              "plan over time when asked, and `simulation` "
+                                              "when asked"}, "the design")},
+                security=[{"bearer": []}],
+                body={"type": "object", "required": ["kind"],
+                      "description": "the designer's request (docs/designing.md): kind, the "
+                                     "domain, epsilon, users; optionally frequency, privacy, "
+                                     "schedule, installs, distribution, and simulate (a "
+                                     "mechanism or \"recommended\")"},
+                problems=_COMMON)},
+            "/v1/annotations": {
+                "get": _operation(
+                    "listAnnotations", "annotations",
+                    "marks on the time axis: a campaign's and every campaign's, in time order",
+                    {"200": _json(_ref("AnnotationList"), "the marks")},
+                    security=[{"bearer": []}], parameters=[
+                        {"name": "campaign", "in": "query", "schema": {"type": "string"}},
+                        {"name": "start", "in": "query",
+                         "schema": {"type": "integer", "minimum": 0}},
+                        {"name": "end", "in": "query",
+                         "schema": {"type": "integer", "minimum": 0}}]),
+                "post": _operation(
+                    "createAnnotation", "annotations", "mark a time (a release, an incident)",
+                    {"201": _json(_ref("Annotation"), "the mark")}, security=_ADMIN,
+                    body=_ref("NewAnnotation")),
+            },
+            "/v1/annotations/{id}": {"delete": _operation(
+                "deleteAnnotation", "annotations", "remove a mark",
+                {"204": {"description": "removed"}}, security=_ADMIN,
+                parameters=[{"name": "id", "in": "path", "required": True,
+                             "schema": {"type": "integer"}}])},
             "/v1/campaigns/{name}/retire": {"post": _operation(
                 "retireCampaign", "campaigns",
                 "retire a campaign: no new reports; estimates stay readable",

@@ -206,7 +206,11 @@ def ingest_reports(storage: Storage, raw_reports: Sequence[object], now: float, 
     # Retirement is read by the append itself (insert_new_reports raises CampaignRetired,
     # having stored nothing): the usual request makes no query of its own for it.
     retired: set[int] = set()
-    if len(raw_reports) > 1:
+    if len(raw_reports) == 1:
+        one = _ingest_one(storage, raw_reports[0], now, campaign, max_payload_bytes, batch)
+        if one is not None:
+            return [one]
+    elif len(raw_reports) > 1:
         try:
             uniform = _ingest_uniform(storage, raw_reports, now, campaign, max_payload_bytes,
                                       batch)
@@ -315,6 +319,42 @@ def _ingest_uniform(storage: Storage, raw_reports: Sequence[object], now: float,
     if not _write(storage, work):
         return None
     return AllAccepted(columns.report_ids, stored.campaign.name)
+
+
+def _ingest_one(storage: Storage, raw: object, now: float, campaign: StoredCampaign | None,
+                max_payload_bytes: int, batch: _BatchRecord | None) -> ReportStatus | None:
+    """The usual single report, with the checks of the general path and none of its
+    bookkeeping for many: valid, for a known campaign, under an ID new to the collector.
+    Accepted, or refused as retired (having stored nothing); None, having stored nothing, for
+    any other report (a refusal, a retry): the general path then finds out which."""
+    stored = _resolve_campaign(storage, raw, campaign, {})
+    if stored is None:
+        return None
+    checked = _check_report(0, raw, stored, now, max_payload_bytes, retired=False)
+    if isinstance(checked, ReportStatus):
+        return None
+    report, payload_json = checked
+    row = StoredReport(bytes.fromhex(report.report_id), report.time, payload_json)
+
+    def work(conn: Connection) -> bool:
+        if not storage.insert_new_reports(conn, stored.id, [row]):
+            return False
+        if batch is not None:
+            batch.record(storage, conn, stored.id, {report.time: 1})
+        return True
+
+    try:
+        # Without a shuffled batch to record, the engine may append it with the others of
+        # its group commit in one statement.
+        if not (_retried(storage, lambda: storage.grouped_append(stored.id, row))
+                if batch is None else _write(storage, work)):
+            return None
+    except CampaignRetired:
+        status = _retired(0, raw, stored)
+    else:
+        status = ReportStatus(0, report.report_id, "accepted")
+    status.campaign = stored.campaign.name  # the metrics label
+    return status
 
 
 def _canonical_text(payload: object) -> str:
@@ -435,9 +475,14 @@ def _write(storage: Storage, work: Callable[[Connection], T]) -> T:
     with another (each waits for IDs the other holds): this request's savepoint is rolled
     back, and a new attempt looks the IDs up again, finding duplicates.
     """
+    return _retried(storage, lambda: storage.grouped_write(work))
+
+
+def _retried(storage: Storage, call: Callable[[], T]) -> T:
+    """``call()``, again after a short wait if another collector got in the way."""
     for attempt in range(ATTEMPTS):
         try:
-            return storage.grouped_write(work)
+            return call()
         except storage.retryable_errors:
             if attempt == ATTEMPTS - 1:
                 raise

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from chorus_collector.kinds.base import Bar, Bars, EstimateKind, ValueEstimate, schema_ref
-from chorus_collector.results.record import RecordEstimate
+from chorus_collector.results.record import NOT_ESTIMABLE, RecordEstimate
 from chorus_collector.results.tables import (
     column_width,
     number,
@@ -93,6 +93,9 @@ class RecordKind(EstimateKind):
                 "value": {"type": "string"},
                 "values": {"type": "array", "items": {"type": "string"}},
                 "given_value": {"type": "string"},
+                "estimable": {"type": "boolean", "description": "a conditional's cell: false "
+                              "when not estimable at this n (the values are then null)"},
+                "note": {"type": "string"},
                 **{name: {"type": ["number", "null"]}
                    for name in ("frequency", "std_error", "ci_low", "ci_high")},
             },
@@ -110,6 +113,11 @@ class RecordKind(EstimateKind):
                     "type": "object", "required": ["of", "given", "cells"],
                     "description": "P(of = value | given = given_value) for every cell",
                     "properties": {"of": {"type": "string"}, "given": {"type": "string"},
+                                   "interval": {"type": "string"},
+                                   "not_estimable": {"type": "array", "items": {
+                                       "type": "string"}, "description": "given values whose "
+                                       "row total is not told apart from 0: their cells are "
+                                       "null, estimable false, with a note"},
                                    "cells": {"type": "array",
                                              "items": schema_ref("RecordShare")}}}},
                 "independence": {"oneOf": [{"type": "null"}, schema_ref("IndependenceTest")]},
@@ -126,6 +134,12 @@ class RecordKind(EstimateKind):
                 "p_value": {"type": ["number", "null"]},
                 "method": {"type": "string"},
                 "reject_at_0.05": {"type": "boolean"},
+                "power": {"type": "array", "description": "the chance of rejecting at 0.05, at "
+                          "this n, against an association of strength Cohen's w in a typical "
+                          "direction (non-central chi-square at the estimated margins)",
+                          "items": {"type": "object", "required": ["cohens_w", "power"],
+                                    "properties": {"cohens_w": {"type": "number"},
+                                                   "power": {"type": ["number", "null"]}}}},
             },
         },
     }
@@ -226,7 +240,8 @@ def _joint_lines(joint: Mapping[str, Any]) -> list[str]:
                  f"   {_interval(cell):<18}")
         for table in given:
             c = table[(cell["values"][0], cell["values"][1])]
-            line += f"   {number(c['frequency'], '.4f')} {_interval(c):<20}"
+            line += (f"   {NOT_ESTIMABLE:<27}" if c.get("estimable") is False else
+                     f"   {number(c['frequency'], '.4f')} {_interval(c):<20}")
         lines.append(line.rstrip())
     test = joint.get("independence")
     if test is not None:
@@ -234,4 +249,8 @@ def _joint_lines(joint: Mapping[str, Any]) -> list[str]:
         lines.append(f"    independence: χ² = {number(test['statistic'], '.4g')}, df = "
                      f"{test['df']}, p = {number(test['p_value'], '.4g')} ({verdict} at "
                      f"0.05); {test['method']}")
+        powers = ", ".join(f"{p['power']:.2f} at w = {p['cohens_w']:g}"
+                           for p in test.get("power", []) if p["power"] is not None)
+        if powers:
+            lines.append(f"    power against an association of Cohen's w: {powers}")
     return lines

@@ -18,7 +18,8 @@ from typing import Any
 from chorus_collector.results.encoding import CsvWriter, context_values, finite_or_none, json_safe
 from chorus_collector.results.estimates import CONFIDENCE, Z95, FrequencyRow
 
-__all__ = ["Cell", "Conditional", "IndependenceTest", "Joint", "Marginal", "RecordEstimate"]
+__all__ = ["NOT_ESTIMABLE", "Cell", "Conditional", "IndependenceTest", "Joint", "Marginal",
+           "Power", "RecordEstimate"]
 
 SEPARATOR = "|"
 
@@ -66,18 +67,46 @@ class Marginal:
                           "ci_high": finite_or_none(r.frequency_ci_high)} for r in self.rows]}
 
 
+#: What a conditional's row says when its total is not told apart from 0.
+NOT_ESTIMABLE = "not estimable at this n"
+#: How a conditional's 95% interval is computed.
+FIELLER = ("Fieller: every ratio r with |J_gv − r·M_g| ≤ 1.96·SE(J_gv − r·M_g); the standard "
+           "error is the delta method's")
+
+
 @dataclass(frozen=True)
 class Conditional:
-    """P(``of`` = value | ``given`` = given value): cells (given value, value)."""
+    """P(``of`` = value | ``given`` = given value): cells (given value, value). A given value in
+    ``not_estimable`` has a row total whose 95% interval holds 0 (its Fieller set is
+    unbounded): its cells are null and say so."""
 
     of: str
     given: str
     cells: list[Cell]
+    not_estimable: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"of": self.of, "given": self.given, "cells": [
-            {"given_value": c.values[0], "value": c.values[1],
-             **{k: v for k, v in c.to_json().items() if k != "values"}} for c in self.cells]}
+        return {"of": self.of, "given": self.given, "interval": FIELLER,
+                "not_estimable": list(self.not_estimable), "cells": [
+                    {"given_value": c.values[0], "value": c.values[1],
+                     **{k: v for k, v in c.to_json().items() if k != "values"},
+                     **({"estimable": False, "note": f"{NOT_ESTIMABLE}: the share of records "
+                         f"with {self.given}={c.values[0]} is not told apart from 0"}
+                        if c.values[0] in self.not_estimable else {"estimable": True})}
+                    for c in self.cells]}
+
+
+@dataclass(frozen=True, slots=True)
+class Power:
+    """The least chance that the test rejects at the 0.05 level, at this sample size, when the
+    attributes are associated with strength Cohen's w = ``effect`` (w² = Σ (π − π₁⊗π₂)²/π₁⊗π₂,
+    whatever the association's shape; estimated margins, non-central χ²)."""
+
+    effect: float
+    power: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cohens_w": self.effect, "power": finite_or_none(self.power)}
 
 
 @dataclass(frozen=True)
@@ -88,11 +117,13 @@ class IndependenceTest:
     df: int
     p_value: float
     method: str
+    power: list[Power] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"statistic": finite_or_none(self.statistic), "df": self.df,
                 "p_value": finite_or_none(self.p_value), "method": self.method,
-                "reject_at_0.05": bool(self.p_value < 0.05)}
+                "reject_at_0.05": bool(self.p_value < 0.05),
+                "power": [p.to_json() for p in self.power]}
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from chorus_collector.storage.interface import Connection, Storage, TailPages, T
 from chorus_collector.storage.postgres import PostgresStorage, is_postgres_url
 from chorus_collector.storage.sqlite import SQLiteStorage, migrations
 from chorus_collector.storage.values import (
+    Annotation,
     BucketSnapshot,
     CampaignRetired,
     FoldedStatistics,
@@ -34,7 +35,8 @@ from chorus_collector.storage.values import (
     stored_reports,
 )
 
-__all__ = ["BucketSnapshot", "CampaignRetired", "Connection", "FoldLeaseState", "FoldStatus",
+__all__ = ["Annotation", "BucketSnapshot", "CampaignRetired", "Connection", "FoldLeaseState",
+           "FoldStatus",
            "FoldedStatistics", "PayloadGroup",
            "PostgresStorage", "SQLiteStorage", "SchemaError", "Storage", "StoredCampaign",
            "StoredReport", "TailPage", "TailPages", "TailReader", "WindowSnapshot",

@@ -35,6 +35,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from chorus_collector.storage.values import (
+    Annotation,
     BucketSnapshot,
     FoldChunk,
     FoldedStatistics,
@@ -141,6 +142,14 @@ class Storage(ABC):
         back that caller's changes only and is raised to it; a failed commit is raised to
         every caller of the group (nothing of theirs was acknowledged)."""
 
+    @abstractmethod
+    def grouped_append(self, campaign_id: int, report: StoredReport) -> bool:
+        """``insert_new_reports`` of one report, in a write transaction shared with
+        concurrent callers, as ``grouped_write``: True once it is committed; False, having
+        stored nothing, if its ID is stored (or being stored by another caller of the group);
+        ``CampaignRetired``, having stored nothing. An engine may append a group's reports in
+        one statement."""
+
     # -- campaigns ----------------------------------------------------------------------------
 
     @abstractmethod
@@ -175,6 +184,23 @@ class Storage(ABC):
     def retired_at(self, campaign_id: int) -> float | None:
         """When the campaign was retired (None: it takes reports), as stored now: a
         retirement holds at once on every collector sharing the database."""
+
+    # -- annotations ------------------------------------------------------------------------
+
+    @abstractmethod
+    def add_annotation(self, time: int, text: str, campaign_id: int | None,
+                       now: float) -> Annotation:
+        """Mark ``time`` with ``text`` on one campaign's series, or on every campaign's."""
+
+    @abstractmethod
+    def annotations(self, campaign_id: int | None, start: int | None = None,
+                    end: int | None = None) -> list[Annotation]:
+        """The marks with start <= time < end, in time order: a campaign's own and those on
+        every campaign (``campaign_id`` None: every mark)."""
+
+    @abstractmethod
+    def delete_annotation(self, annotation_id: int) -> bool:
+        """Remove a mark; whether there was one."""
 
     # -- reports (inside a write transaction) -------------------------------------------------
 

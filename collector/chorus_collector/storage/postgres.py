@@ -130,6 +130,16 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "CREATE INDEX reports_by_seq ON reports (seq)",
         "ALTER SEQUENCE reports_seq OWNED BY reports.seq",
     ]),
+    # As SQLite's m008: marks on the time axis, one campaign's or every campaign's (NULL).
+    ("p005_annotations", [
+        """CREATE TABLE annotations (
+            id BIGSERIAL PRIMARY KEY,
+            time BIGINT NOT NULL,
+            text TEXT NOT NULL,
+            campaign_id INTEGER REFERENCES campaigns(id),
+            created_at DOUBLE PRECISION NOT NULL)""",
+        "CREATE INDEX annotations_by_time ON annotations (time)",
+    ]),
 ]
 
 
@@ -400,6 +410,36 @@ class PostgresStorage(SQLStorage["_Connection"]):
             return False
         self.insert_reports(conn, campaign_id, reports)
         return True
+
+    # A group commit's single reports go in one statement: a statement each cost a round trip
+    # to the server each, which under load waits for the server's process to be scheduled.
+    combines_appends = True
+
+    def _append_together(self, conn: _Connection, appends: list[tuple[int, StoredReport]],
+                         ) -> list[bool | None]:
+        # Inserted in key order, as every append here: two replicas never wait for each
+        # other's keys in opposite orders. ON CONFLICT DO NOTHING: an ID stored before, or by
+        # another replica meanwhile (waited for), is skipped rather than failing the others.
+        order = sorted(range(len(appends)), key=lambda i: (appends[i][0],
+                                                           appends[i][1].report_id))
+        rows = conn.execute(
+            "WITH new AS (SELECT * FROM unnest(?::integer[], ?::integer[], ?::bytea[], "
+            "  ?::bigint[], ?::text[]) AS n (item, campaign_id, report_id, time, payload)), "
+            "live AS (SELECT * FROM new n WHERE NOT EXISTS (SELECT 1 FROM campaigns c "
+            "  WHERE c.id = n.campaign_id AND c.retired_at IS NOT NULL)), "
+            "added AS (INSERT INTO reports (campaign_id, report_id, time, payload) "
+            "  SELECT campaign_id, report_id, time, payload FROM live ORDER BY item "
+            "  ON CONFLICT DO NOTHING RETURNING campaign_id, report_id) "
+            "SELECT n.item, EXISTS (SELECT 1 FROM live l WHERE l.item = n.item), "
+            "  EXISTS (SELECT 1 FROM added a WHERE a.campaign_id = n.campaign_id "
+            "    AND a.report_id = n.report_id) FROM new n",
+            (list(range(len(order))), [appends[i][0] for i in order],
+             [appends[i][1].report_id for i in order], [appends[i][1].time for i in order],
+             [appends[i][1].payload_json for i in order])).fetchall()
+        outcomes: list[bool | None] = [None] * len(appends)
+        for position, live, added in rows:
+            outcomes[order[position]] = bool(added) if live else None
+        return outcomes
 
     # -- retention ----------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ import numpy as np
 from chorus_collector.storage.interface import Connection, Storage, TailReader
 from chorus_collector.storage.outage import Outage
 from chorus_collector.storage.values import (
+    Annotation,
     BucketSnapshot,
     CampaignRetired,
     FoldChunk,
@@ -59,8 +60,12 @@ ConnT = TypeVar("ConnT", bound=Connection)
 class _GroupItem:
     """One caller's work in a group commit."""
 
-    def __init__(self, work: Callable[[Any], Any]) -> None:
+    def __init__(self, work: Callable[[Any], Any],
+                 append: tuple[int, StoredReport] | None = None) -> None:
         self.work = work
+        #: (campaign id, report) when the work is ``grouped_append``'s: an engine that
+        #: ``combines_appends`` runs the group's appends in one statement instead.
+        self.append = append
         self.wake = threading.Event()
         self.finished = False
         self.result: Any = None
@@ -155,7 +160,25 @@ class SQLStorage(Storage, Generic[ConnT]):
         connection, then hands leadership to the next queued caller, so no thread stays busy
         for others under sustained load.
         """
-        item = _GroupItem(work)
+        return self._grouped(_GroupItem(work))  # type: ignore[no-any-return]
+
+    def grouped_append(self, campaign_id: int, report: StoredReport) -> bool:
+        def work(conn: ConnT) -> bool:
+            return self.insert_new_reports(conn, campaign_id, [report])
+
+        return bool(self._grouped(_GroupItem(work, (campaign_id, report))))
+
+    #: Whether ``_append_together`` runs a group's appends in one statement.
+    combines_appends = False
+
+    def _append_together(self, conn: ConnT, appends: list[tuple[int, StoredReport]],
+                         ) -> list[bool | None]:
+        """Append each report unless its ID is stored or its campaign retired, in one
+        statement: per report True (appended), False (its ID is stored) or None (retired).
+        The reports' keys are distinct."""
+        raise NotImplementedError
+
+    def _grouped(self, item: _GroupItem) -> Any:
         with self._group_mutex:
             self._group_queue.append(item)
             lead = not self._group_leader
@@ -166,7 +189,7 @@ class SQLStorage(Storage, Generic[ConnT]):
             self._run_group()
         if item.error is not None:
             raise item.error
-        return item.result  # type: ignore[no-any-return]
+        return item.result
 
     def _run_group(self) -> None:
         with self._group_mutex:
@@ -179,7 +202,16 @@ class SQLStorage(Storage, Generic[ConnT]):
             # leader is still woken (ingest may make no query before its append).
             conn = self.connect()
             self._begin_write(conn)
-            if len(group) == 1:  # alone: the transaction is its savepoint (2 statements less)
+            appends = [item for item in group if item.append is not None]
+            if self.combines_appends and len(appends) > 1:
+                # One statement for the group's single reports: a statement each was a round
+                # trip to the server each.
+                self._run_appends(conn, appends)
+                group_rest = [item for item in group if item.append is None]
+            else:
+                group_rest = group
+            if len(group_rest) == 1 and len(group) == 1:
+                # Alone: the transaction is its savepoint (2 statements less).
                 try:
                     group[0].result = group[0].work(conn)
                 except Exception as error:
@@ -188,7 +220,7 @@ class SQLStorage(Storage, Generic[ConnT]):
                 else:
                     conn.execute("COMMIT")
             else:
-                for number, item in enumerate(group):
+                for number, item in enumerate(group_rest):
                     conn.execute(f"SAVEPOINT w{number}")
                     try:
                         item.result = item.work(conn)
@@ -221,6 +253,38 @@ class SQLStorage(Storage, Generic[ConnT]):
             for item in group:
                 item.finished = True
                 item.wake.set()
+
+    def _run_appends(self, conn: ConnT, items: list[_GroupItem]) -> None:
+        """The appends of a group in one statement, in a savepoint of their own: a failure
+        (a deadlock with another replica) is raised to each of their callers, and the rest
+        of the group goes on. A report whose key an earlier one of the group holds is not
+        appended (False): its caller looks it up after the commit."""
+        first: dict[tuple[int, bytes], _GroupItem] = {}
+        for item in items:
+            assert item.append is not None
+            campaign_id, report = item.append
+            if (campaign_id, report.report_id) in first:
+                item.result = False
+            else:
+                first[campaign_id, report.report_id] = item
+        together = list(first.values())
+        conn.execute("SAVEPOINT appends")
+        try:
+            outcomes = self._append_together(
+                conn, [item.append for item in together])  # type: ignore[misc]
+        except Exception as error:
+            conn.execute("ROLLBACK TO appends")
+            conn.execute("RELEASE appends")
+            for item in together:
+                item.error = error
+            return
+        conn.execute("RELEASE appends")
+        for item, outcome in zip(together, outcomes, strict=True):
+            if outcome is None:
+                assert item.append is not None
+                item.error = CampaignRetired(item.append[0])
+            else:
+                item.result = outcome
 
     def ping(self) -> None:
         self.connect().execute("SELECT 1").fetchone()
@@ -285,6 +349,37 @@ class SQLStorage(Storage, Generic[ConnT]):
         row = self.connect().execute("SELECT retired_at FROM campaigns WHERE id = ?",
                                      (campaign_id,)).fetchone()
         return None if row is None or row[0] is None else float(row[0])
+
+    def add_annotation(self, time: int, text: str, campaign_id: int | None,
+                       now: float) -> Annotation:
+        with self.write() as conn:
+            row = conn.execute("INSERT INTO annotations (time, text, campaign_id, created_at) "
+                               "VALUES (?, ?, ?, ?) RETURNING id",
+                               (time, text, campaign_id, now)).fetchone()
+        return Annotation(int(row[0]), time, text, campaign_id, now)
+
+    def annotations(self, campaign_id: int | None, start: int | None = None,
+                    end: int | None = None) -> list[Annotation]:
+        sql = "SELECT id, time, text, campaign_id, created_at FROM annotations WHERE 1 = 1"
+        args: list[Any] = []
+        if campaign_id is not None:
+            sql += " AND (campaign_id = ? OR campaign_id IS NULL)"
+            args.append(campaign_id)
+        if start is not None:
+            sql += " AND time >= ?"
+            args.append(start)
+        if end is not None:
+            sql += " AND time < ?"
+            args.append(end)
+        rows = self.connect().execute(sql + " ORDER BY time, id", args).fetchall()
+        return [Annotation(int(i), int(t), str(x), None if c is None else int(c), float(at))
+                for i, t, x, c, at in rows]
+
+    def delete_annotation(self, annotation_id: int) -> bool:
+        with self.write() as conn:
+            row = conn.execute("DELETE FROM annotations WHERE id = ? RETURNING id",
+                               (annotation_id,)).fetchone()
+        return row is not None
 
     def get_campaign_by_id(self, campaign_id: int) -> StoredCampaign:
         name = self._names_by_id.get(campaign_id)

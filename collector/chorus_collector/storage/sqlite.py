@@ -217,6 +217,18 @@ def m007_lean_reports(db: sqlite_utils.Database) -> None:
     db.execute(_WATERMARK_TO_TOP)
 
 
+@migrations()
+def m008_annotations(db: sqlite_utils.Database) -> None:
+    # Marks on the time axis ("v2.3 shipped"): one campaign's, or every campaign's (NULL).
+    db.execute("""CREATE TABLE annotations (
+        id INTEGER PRIMARY KEY,
+        time INTEGER NOT NULL,
+        text TEXT NOT NULL,
+        campaign_id INTEGER REFERENCES campaigns(id),
+        created_at REAL NOT NULL) STRICT""")
+    db.execute("CREATE INDEX annotations_by_time ON annotations (time)")
+
+
 #: The watermark down to the highest seq stored, if it is above: the next seq (one more than
 #: the highest) then lands above it. Only after the newest reports were deleted, all folded.
 _WATERMARK_TO_TOP = ("UPDATE fold_state SET seq = (SELECT coalesce(max(seq), 0) FROM reports) "

@@ -13,7 +13,8 @@ import numpy as np
 
 from chorus_shared.campaign import Campaign
 
-__all__ = ["BucketSnapshot", "CampaignRetired", "FoldChunk", "FoldLeaseState", "FoldStatus",
+__all__ = ["Annotation", "BucketSnapshot", "CampaignRetired", "FoldChunk", "FoldLeaseState",
+           "FoldStatus",
            "FoldedStatistics", "PayloadGroup", "SchemaError", "StoredCampaign", "StoredReport",
            "TailPage", "WindowSnapshot", "report_rows", "state_array", "state_bytes",
            "stored_reports"]
@@ -142,3 +143,15 @@ class TailPage(NamedTuple):
     after: int
     through: int
     groups: list[PayloadGroup]
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """A mark on the time axis ("v2.3 shipped"): on one campaign's series, or on every
+    campaign's (``campaign_id`` None)."""
+
+    id: int
+    time: int  # Unix seconds
+    text: str
+    campaign_id: int | None
+    created_at: float

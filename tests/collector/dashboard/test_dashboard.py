@@ -323,6 +323,27 @@ def _record_campaign(client: FlaskClient, name: str, mechanism: str) -> None:
         "crashed": "yes" if i % 7 == 0 else "no"}, buckets=2, per_bucket=400)
 
 
+def test_a_conditional_not_estimable_at_this_n_says_so_on_the_page(
+        signed_in: FlaskClient) -> None:
+    """Safari in 1 record of 100 (8 of 800): P(· | browser=safari) is not estimable, and the
+    page prints the words in those cells where the API has null shares."""
+    domain = {"kind": "record", "attributes": [
+        {"name": "browser", "values": ["chrome", "safari"]},
+        {"name": "os", "values": ["linux", "mac"]}]}
+    spec = {"name": "rare", "mechanism": "marginals", "epsilon": 2.0, "domain": domain,
+            "min_batch_size": 1, "privacy": {"budget": 1e6, "max_reports": 1_000_000}}
+    reply = signed_in.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS)
+    assert reply.status_code == 201, reply.get_json()
+    seed(signed_in, reply.get_json(), lambda bucket, i: {
+        "browser": "safari" if i % 100 == 0 else "chrome", "os": ["linux", "mac"][i % 2]},
+        buckets=2, per_bucket=400)
+    api = signed_in.get("/v1/campaigns/rare/estimates", headers=ANALYST_HEADERS).get_json()
+    given = next(c for c in api["joints"][0]["conditionals"] if c["given"] == "browser")
+    assert given["not_estimable"] == ["safari"]
+    page = signed_in.get("/campaigns/rare").get_data(as_text=True).split('id="series"')[0]
+    assert page.count(">not estimable at this n</td>") == 2
+
+
 def test_record_campaign_page_heat_maps_are_the_apis_numbers(signed_in: FlaskClient) -> None:
     _record_campaign(signed_in, "crashes", "marginals")
     assert "a record of 3 attributes: browser (3), os (2), crashed (2)" in \
@@ -348,6 +369,13 @@ def test_record_campaign_page_heat_maps_are_the_apis_numbers(signed_in: FlaskCli
         test = joint["independence"]
         assert f'data-p-value="{test["p_value"]}"' in estimates
     assert estimates.count('<table class="estimates joint conditional"') == 6
+    # A conditional row whose total is not told apart from 0 prints the words, not a number.
+    missing = sum(len([c for c in conditional["cells"] if not c["estimable"]])
+                  for joint in api["joints"] for conditional in joint["conditionals"])
+    assert estimates.count(">not estimable at this n</td>") == missing
+    for joint in api["joints"]:
+        for power in joint["independence"]["power"]:
+            assert f"at w = {power['cohens_w']}" in estimates
     for pair in ("browser,os", "browser,crashed", "os,crashed"):
         assert f'<option value="{pair}"' in page
     one = signed_in.get("/campaigns/crashes?joint=os,crashed").get_data(as_text=True)

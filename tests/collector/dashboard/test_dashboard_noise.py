@@ -12,7 +12,7 @@ import pytest
 from flask.testing import FlaskClient
 from test_dashboard import bars, seed, sign_in
 
-from helpers.support import ANALYST_HEADERS
+from helpers.support import ADMIN_HEADERS, ANALYST_HEADERS
 
 _CLIPPED = re.compile(r'<span class="clipped" title="unbiased estimate: ([^"]+)">'
                       r'([^<]+)\*</span>')
@@ -64,3 +64,29 @@ def test_a_page_with_nothing_outside_the_bounds_has_no_note(signed_in: FlaskClie
     assert len(counts) == 2 and all(  # whole counts shown, the unbiased one on hover
         f"{round(float(unbiased)):,}" == shown for unbiased, shown in counts)
     assert html.escape("*") not in _table(page, "estimates-table")
+
+
+def test_record_shares_past_their_bounds_show_clipped(signed_in: FlaskClient) -> None:
+    """Every crash report says "no": unbiased marginals and conditionals of crashed=yes fall
+    below 0 (and "no" above 1) in some cells; the record page clips each, starred, with the
+    unbiased figure on hover, and the API keeps them."""
+    domain = {"kind": "record", "attributes": [
+        {"name": "browser", "values": ["chrome", "safari"]},
+        {"name": "crashed", "values": ["no", "yes"]}]}
+    spec = {"name": "crashes", "mechanism": "marginals", "epsilon": 1.0, "domain": domain,
+            "min_batch_size": 1, "privacy": {"budget": 1e6, "max_reports": 1_000_000}}
+    reply = signed_in.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS)
+    assert reply.status_code == 201, reply.get_json()
+    seed(signed_in, reply.get_json(), lambda bucket, i: {
+        "browser": "chrome" if i % 3 else "safari", "crashed": "no"}, buckets=1,
+        per_bucket=600)
+    api = signed_in.get("/v1/campaigns/crashes/estimates",
+                        headers=ANALYST_HEADERS).get_json()
+    shares = [row[key] for m in api["marginals"] for row in m["rows"]
+              for key in ("frequency", "ci_low", "ci_high")]
+    outside = [x for x in shares if not 0 <= x <= 1]
+    assert outside, "some marginal figure should fall outside [0, 1]"
+    page = signed_in.get("/campaigns/crashes").get_data(as_text=True)
+    starred = {float(unbiased) for unbiased, _ in _CLIPPED.findall(page)}
+    assert {float(f"{x:.4g}") for x in outside} <= starred
+    assert 'id="marginals-noise"' in page

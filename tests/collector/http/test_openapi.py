@@ -56,6 +56,10 @@ OPERATION_IDS = {
     ("/v1/campaigns/{name}/series", "post"): "querySeries",
     ("/v1/campaigns/{name}/compare", "get"): "getComparison",
     ("/v1/campaigns/{name}/compare", "post"): "queryComparison",
+    ("/v1/design", "post"): "designCampaign",
+    ("/v1/annotations", "get"): "listAnnotations",
+    ("/v1/annotations", "post"): "createAnnotation",
+    ("/v1/annotations/{id}", "delete"): "deleteAnnotation",
 }
 
 

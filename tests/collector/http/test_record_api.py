@@ -122,7 +122,9 @@ def test_the_answer_has_every_marginal_and_every_pair_and_matches_the_openapi(
         assert (of_first["of"], of_first["given"]) == (NAMES[a], NAMES[b])
         assert len(of_second["cells"]) == len(of_first["cells"]) == len(joint["cells"])
         test = joint["independence"]
-        assert set(test) == {"statistic", "df", "p_value", "method", "reject_at_0.05"}
+        assert set(test) == {"statistic", "df", "p_value", "method", "reject_at_0.05", "power"}
+        assert [p["cohens_w"] for p in test["power"]] == [0.1, 0.3]
+        assert 0.05 < test["power"][0]["power"] < test["power"][1]["power"] <= 1
         assert test["df"] == (len(VALUES[a]) - 1) * (len(VALUES[b]) - 1)
         assert 0 <= test["p_value"] <= 1 and "pearson" in test["method"]
         # Each collected pair is its own k-RR table: its cells sum to 1 exactly (unbiased

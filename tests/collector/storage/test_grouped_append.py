@@ -1,0 +1,163 @@
+"""Single reports in a group commit (Storage.grouped_append): on PostgreSQL a group's single
+reports are appended in one statement (one round trip instead of one each); on every backend
+each caller gets its own outcome, as if it had been alone, and nothing is stored twice.
+
+The group is made deterministic: a first writer holds the lead while the others queue, so
+they all run in the next group. Run on SQLite, and on PostgreSQL with ``--backend
+postgresql`` (a real server).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from chorus_collector import create_app
+from chorus_collector.storage import CampaignRetired, StoredReport, open_storage
+from chorus_collector.storage.sql import SQLStorage
+from chorus_shared.campaign import campaign_from_spec
+from helpers.support import ADMIN, ADMIN_HEADERS, FakeClock, campaign_spec, make_report, query
+
+BUCKET = 1_700_000_000 // 3600 * 3600
+
+
+def _storage(database: str) -> SQLStorage:
+    storage = open_storage(database)
+    assert isinstance(storage, SQLStorage)
+    storage.migrate()
+    return storage
+
+
+def _in_one_group(storage: SQLStorage, calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run ``calls`` (each a grouped write or append) from threads queued behind a leader
+    that waits until all of them are queued: they run as the next group. Each call's
+    result, or the exception it raised."""
+    entered, release = threading.Event(), threading.Event()
+    outcomes: list[Any] = [None] * len(calls)
+
+    def hold(conn: Any) -> None:
+        del conn
+        entered.set()
+        assert release.wait(timeout=30)
+
+    leader = threading.Thread(target=storage.grouped_write, args=(hold,))
+    leader.start()
+    assert entered.wait(timeout=30)  # leading its group, taken off the queue
+    deadline = time.monotonic() + 30
+
+    def run(index: int) -> None:
+        try:
+            outcomes[index] = calls[index]()
+        except Exception as error:
+            outcomes[index] = error
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    while len(storage._group_queue) < len(calls) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert len(storage._group_queue) == len(calls)  # every call, in the next group
+    release.set()
+    for thread in [leader, *threads]:
+        thread.join(timeout=30)
+    return outcomes
+
+
+def _rows(database: str) -> list[tuple[Any, ...]]:
+    return [(int(c), bytes(r), str(p)) for c, r, p in query(
+        database, "SELECT campaign_id, report_id, payload FROM reports "
+        "ORDER BY campaign_id, report_id, payload")]
+
+
+def test_each_single_report_of_a_group_gets_its_own_outcome(
+        database: str, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    storage = _storage(database)
+    live, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("live")))
+    other, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("other")))
+    gone, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("gone")))
+    storage.retire_campaign(gone.id, 1.0)
+    a, b = bytes(range(16)), bytes(range(1, 17))
+    with storage.write() as conn:
+        storage.insert_reports(conn, live.id, [StoredReport(b, BUCKET, "7")])
+    statements: list[int] = []
+    original = storage._append_together
+
+    def spy(conn: Any, appends: list[tuple[int, StoredReport]]) -> list[bool | None]:
+        statements.append(len(appends))
+        return original(conn, appends)
+
+    monkeypatch.setattr(storage, "_append_together", spy)
+    plain: list[str] = []
+    outcomes = _in_one_group(storage, [
+        lambda: storage.grouped_append(live.id, StoredReport(a, BUCKET, "1")),
+        lambda: storage.grouped_append(live.id, StoredReport(b, BUCKET, "2")),  # stored before
+        lambda: storage.grouped_append(live.id, StoredReport(a, BUCKET, "3")),  # A again
+        lambda: storage.grouped_append(gone.id, StoredReport(bytes(16), BUCKET, "4")),
+        lambda: storage.grouped_append(other.id, StoredReport(a, BUCKET, "5")),  # A elsewhere
+        lambda: storage.grouped_write(lambda conn: plain.append("ran")),
+    ])
+    assert outcomes[:3] == [True, False, False]
+    assert isinstance(outcomes[3], CampaignRetired) and outcomes[3].campaign_id == gone.id
+    assert outcomes[4] is True and outcomes[5] is None and plain == ["ran"]
+    # The first copy of A in the group is the one stored; B keeps its stored copy.
+    assert _rows(database) == sorted([(live.id, a, "1"), (live.id, b, "7"),
+                                      (other.id, a, "5")])
+    # PostgreSQL: one statement for the four distinct keys (A's repeat never reached it).
+    assert statements == ([4] if backend == "postgresql" else [])
+
+
+def test_a_failed_group_append_fails_its_callers_and_the_rest_commits(
+        database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deadlock with another replica fails the statement: each of its callers gets the
+    error (ingest retries it), and the rest of the group still commits."""
+    storage = _storage(database)
+    live, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("live")))
+
+    def fails(conn: Any, appends: list[tuple[int, StoredReport]]) -> list[bool | None]:
+        conn.execute("INSERT INTO reports (campaign_id, report_id, time, payload) "
+                     "VALUES (?, ?, ?, ?)", (live.id, bytes(16), BUCKET, "1"))
+        conn.execute("SELECT * FROM no_such_table")  # fails after writing a row
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(storage, "combines_appends", True)  # SQLite too
+    monkeypatch.setattr(storage, "_append_together", fails)
+    outcomes = _in_one_group(storage, [
+        lambda: storage.grouped_append(live.id, StoredReport(bytes(range(16)), BUCKET, "1")),
+        lambda: storage.grouped_append(live.id, StoredReport(bytes(range(1, 17)), BUCKET, "2")),
+        lambda: storage.grouped_write(lambda conn: storage.insert_reports(
+            conn, live.id, [StoredReport(bytes(range(2, 18)), BUCKET, "3")])),
+    ])
+    assert all(isinstance(outcome, Exception) for outcome in outcomes[:2])
+    assert outcomes[2] is None
+    assert _rows(database) == [(live.id, bytes(range(2, 18)), "3")]  # the failed row is gone
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["same-report", "other-time"])
+def test_one_id_sent_from_many_threads_at_once_is_stored_once(database: str,
+                                                              same: bool) -> None:
+    """Through the app: 8 concurrent requests with one report ID (the same report, or with
+    another time each) give one 201 and, for the rest, 200 duplicate or 409 conflict."""
+    app = create_app({"DATABASE": database, "ADMIN_TOKEN": ADMIN}, clock=FakeClock())
+    client = app.test_client()
+    reply = client.post("/v1/campaigns", headers=ADMIN_HEADERS,
+                        json=campaign_spec("ids", time_precision=3600))
+    assert reply.status_code == 201, reply.get_json()
+    config = reply.get_json()
+    storage = app.extensions["chorus.storage"]
+    rng = random.Random(5)
+    for trial in range(10):
+        report = make_report(config, "a", rng)
+        copies = [dict(report, time=report["time"] - (0 if same else i * 3600))
+                  for i in range(8)]
+        codes = _in_one_group(storage, [
+            lambda copy=copy: app.test_client().post(  # type: ignore[misc]
+                "/v1/reports", json=copy).status_code for copy in copies])
+        assert sorted(codes) == sorted([201] + [200 if same else 409] * 7), (trial, codes)
+        stored = query(database, "SELECT count(*) FROM reports WHERE report_id = ?",
+                       bytes.fromhex(report["report_id"]))
+        assert stored[0][0] == 1
