@@ -1,5 +1,6 @@
-# Everything sets itself up: a virtual environment in .venv with the collector, dev and dask
-# extras (the tests run the aggregation job on a local Dask cluster).
+# Everything sets itself up: a virtual environment in .venv with the collector, dev, dask and
+# analysis extras (the tests run the aggregation job on a local Dask cluster, and the example
+# notebook on pandas).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -13,7 +14,7 @@ DEMO_STAMP := $(VENV)/.demo-stamp
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[collector,dev,postgresql,dask]'
+	$(BIN)/python -m pip install --quiet -e '.[collector,dev,postgresql,dask,analysis]'
 	# The editable install's import hook is invisible to type checkers: list the three
 	# source roots in a .pth too, so a user's mypy sees chorus_client and the rest.
 	$(BIN)/python -c "import pathlib, sysconfig; root = pathlib.Path('.').resolve(); \

@@ -355,6 +355,16 @@ def test_compose_dask_profile_folds_the_collector_database_on_its_scheduler() ->
         assert "chorus-data:/data" in service["volumes"]
 
 
+def test_compose_grafana_profile_is_valid_and_mounts_the_provisioning() -> None:
+    """The grafana profile (what its provisioning holds: tests/e2e/test_grafana.py)."""
+    result = _compose_config(ROOT / "docker-compose.yml", "--profile", "grafana")
+    assert result.returncode == 0, result.stderr
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    for mount in services["grafana"]["volumes"]:
+        source = mount.split(":")[0]
+        assert not source.startswith("./") or (ROOT / source).is_dir(), mount
+
+
 def test_compose_validator_rejects_a_broken_file(tmp_path: Path) -> None:
     """The validator is not a no-op: the same file with an error fails."""
     broken = (ROOT / "docker-compose.yml").read_text().replace(

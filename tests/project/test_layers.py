@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("servers", ("chorus_collector.server", "chorus_collector.wsgi")),
     ("shuffler", ("chorus_collector.shuffler",)),
     ("command line", ("chorus_collector.cli", "chorus_collector.entry")),
+    ("notebooks", ("chorus_collector.frames",)),
 )
 
 

@@ -180,7 +180,8 @@ def _finite(value: float | None) -> float | None:
 def estimate_series(storage: Storage, stored: StoredCampaign, *, start: int | None = None,
                     end: int | None = None, step: int | str | None = None,
                     values: Sequence[str] = (), top: int | None = None,
-                    candidates: Sequence[str] = (), now: float | None = None) -> SeriesResult:
+                    candidates: Sequence[str] = (), now: float | None = None,
+                    align: str = "exact") -> SeriesResult:
     """The campaign's unbiased estimates per point of ``step`` over [start, end).
 
     ``step``: "bucket" (the time precision), "day", "week", seconds (a multiple of the
@@ -191,12 +192,19 @@ def estimate_series(storage: Storage, stored: StoredCampaign, *, start: int | No
     Frequencies give one series per category (``values`` names some, ``top`` keeps the k
     largest over the whole window), open-string campaigns one per candidate (required, except
     for a discovery campaign: one per value its walk finds over the whole window), means one
-    ("mean"), vector means one per attribute. Raises :class:`Problem`.
+    ("mean"), vector means one per attribute. ``align``: "exact" refuses bounds off the time
+    precision; "outer" widens them to whole points of the grid (start rounded down, end up),
+    for a caller whose window is a dashboard's time picker (docs/grafana.md). Raises
+    :class:`Problem`.
     """
     campaign = stored.campaign
     precision = campaign.time_precision
-    check_window(start, end, precision)
     grid = _grid(campaign, step)
+    if align == "outer":
+        start, end = widened(grid, start, end)
+    elif align != "exact":
+        raise Problem("invalid-query", "align must be exact or outer")
+    check_window(start, end, precision)
     wanted = tuple(candidates)
     labels = query_labels(campaign, wanted)
     finding = discovers(campaign, wanted)
@@ -257,6 +265,14 @@ def estimate_series(storage: Storage, stored: StoredCampaign, *, start: int | No
         estimand=describe_series(campaign, grid),
         schedule=None if campaign.schedule is None else {
             **campaign.schedule.to_json(), "reporting": campaign.reporting})
+
+
+def widened(grid: Step, start: int | None, end: int | None) -> tuple[int | None, int | None]:
+    """[start, end) widened to whole points of ``grid``: every point is then a whole window
+    (a partial edge point would hold fewer reports and say less). Points are whole time
+    buckets, so the widened bounds fall on the time precision."""
+    return (None if start is None else grid.floor(start),
+            None if end is None else grid.ceil(end))
 
 
 def _grid(campaign: Campaign, step: int | str | None) -> Step:

@@ -361,7 +361,7 @@ def series(name: str) -> Response:
     result = _gated(lambda: estimate_series(
         _storage(), stored, start=query.start, end=query.end, step=query.step,
         values=query.values, top=query.top, candidates=query.candidates,
-        now=current_app.extensions["chorus.clock"]()))
+        now=current_app.extensions["chorus.clock"](), align=query.align))
     return _answer(result, fmt, f"{name}-series.csv")
 
 

@@ -50,6 +50,9 @@ _ENVELOPED = [kind.name for kind in ESTIMATE_KINDS.values()
 _ANSWERS = [_ref(name) for name in dict.fromkeys(kind.answer_schema
                                                  for kind in ESTIMATE_KINDS.values())]
 _ESTIMATE_KINDS = {"enum": list(ESTIMATE_KINDS)}
+_ALIGN = ('"exact" (the default): start and end must fall on the time precision; "outer": '
+          "start is rounded down and end up to whole points of the step, for a dashboard's "
+          "time range (Grafana: docs/grafana.md)")
 
 # Answers any route can give: a missing or wrong token where one is needed, a proxy's limits
 # and a busy database.
@@ -282,6 +285,7 @@ _SCHEMAS: dict[str, Any] = {
             "candidates": {"type": "array", "items": {"type": "string"},
                            "description": "as the candidate query parameter"},
             "format": {"enum": ["json", "csv"]},
+            "align": {"enum": ["exact", "outer"], "description": _ALIGN},
         },
     },
     "Series": {
@@ -518,6 +522,8 @@ def openapi_document() -> dict[str, Any]:
         {"name": "top", "in": "query", "schema": {"type": "integer", "minimum": 1}},
         _CANDIDATE,
         {"name": "format", "in": "query", "schema": {"enum": ["json", "csv"]}},
+        {"name": "align", "in": "query", "schema": {"enum": ["exact", "outer"]},
+         "description": _ALIGN},
     ]
     compare_parameters = [
         _NAME_PARAMETER,

@@ -44,6 +44,7 @@ class SeriesQuery:
     values: tuple[str, ...]
     top: int | None
     candidates: tuple[str, ...]
+    align: str = "exact"  # "outer": bounds widened to whole points (a dashboard's time range)
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,7 @@ def _ranges(stored: StoredCampaign, raw: object) -> tuple[tuple[float, float], .
 def series_query(stored: StoredCampaign, body: Any, limit: int) -> tuple[SeriesQuery, str]:
     """The series route's question: (query, format)."""
     source, lists = _source(body, {"start", "end", "step", "values", "top", "candidates",
-                                   "format"})
+                                   "format", "align"})
     step = source.get("step")
     if step == "":
         step = None  # the campaign's default: its periods if it has a schedule, else buckets
@@ -230,10 +231,14 @@ def series_query(stored: StoredCampaign, body: Any, limit: int) -> tuple[SeriesQ
         top = int(top) if _DIGITS.fullmatch(top) else -1
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise Problem("invalid-query", "top must be a whole number of at least 1")
+    align = source.get("align") or "exact"
+    if align not in ("exact", "outer"):
+        raise Problem("invalid-query", "align must be exact (bounds on the time precision) or "
+                                       "outer (bounds widened to whole points)")
     return SeriesQuery(start=_int_arg(source, "start"), end=_int_arg(source, "end"),
                        step=step, values=tuple(lists["values"]), top=top,
-                       candidates=_candidates(stored, lists["candidates"], limit)), \
-        response_format(source)
+                       candidates=_candidates(stored, lists["candidates"], limit),
+                       align=str(align)), response_format(source)
 
 
 def compare_query(stored: StoredCampaign, body: Any, limit: int) -> tuple[CompareQuery, str]:

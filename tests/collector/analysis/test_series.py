@@ -180,6 +180,30 @@ def test_days_start_at_midnight_utc_and_weeks_on_monday(
         (T0 + HOUR, T0 + 86400), (T0 + 86400, T0 + 86400 + HOUR)]
 
 
+def test_align_outer_widens_a_time_range_to_whole_points(
+        http: FlaskClient, filled: Callable[[str], dict[str, Any]]) -> None:
+    """A dashboard's time range (Grafana's, to the second) asks with align=outer: the start
+    rounds down and the end up to the step's grid, and the answer is the exact question on
+    that widened window, point for point; without it such bounds are refused."""
+    filled("krr")
+    ragged = {"start": T0 + HOUR + 17, "end": T0 + 4 * HOUR + 1}
+    widened = _series(http, "krr", align="outer", step=2 * HOUR, **ragged)
+    exact = _series(http, "krr", step=2 * HOUR, start=T0, end=T0 + 6 * HOUR)
+    assert widened["window"] == {"start": T0, "end": T0 + 6 * HOUR}
+    assert widened == exact
+    days = _series(http, "krr", align="outer", step="day", **ragged)
+    assert [(p["start"], p["end"]) for p in days["series"][0]["points"]] == [
+        (T0, T0 + 86400)]
+    posted = http.post("/v1/campaigns/krr/series", headers=ANALYST_HEADERS,
+                       json={"align": "outer", "step": 2 * HOUR, **ragged})
+    assert posted.get_json() == exact
+    for align in ("exact", ""):  # the default refuses a bound off the time precision
+        refused = http.get("/v1/campaigns/krr/series", headers=ANALYST_HEADERS,
+                           query_string={"align": align, **ragged})
+        assert refused.status_code == 400
+        assert refused.get_json()["type"].endswith("/window-misaligned")
+
+
 def test_top_k_ranks_by_the_whole_window_estimate(
         http: FlaskClient, filled: Callable[[str], dict[str, Any]]) -> None:
     filled("krr")
@@ -242,6 +266,7 @@ def test_an_empty_campaign_has_an_empty_series(http: FlaskClient,
     ({"candidate": "x"}, 400, "invalid-query"),  # candidates are for open strings
     ({"steps": "day"}, 400, "invalid-query"),  # misspelt: refused, not ignored
     ({"format": "xml"}, 400, "invalid-query"),
+    ({"align": "inner"}, 400, "invalid-query"),
 ])
 def test_bad_questions_are_problems(query: dict[str, str], status: int, kind: str,
                                     http: FlaskClient,
