@@ -10,6 +10,7 @@ import ast
 import importlib
 import json
 import os
+import pkgutil
 import random
 import re
 import subprocess
@@ -69,6 +70,10 @@ def generated(request: pytest.FixtureRequest,
             output = _generate(document, folder / PACKAGE)
             patch.syspath_prepend(str(folder))
             api = importlib.import_module(PACKAGE)
+            # Every module of it, so that each test finds each operation as an attribute of
+            # its tag's package whichever test ran first in this process (xdist splits them).
+            for module in pkgutil.walk_packages(api.__path__, PACKAGE + "."):
+                importlib.import_module(module.name)
             try:
                 yield Generated(live, api, output)
             finally:
