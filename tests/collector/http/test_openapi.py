@@ -56,6 +56,11 @@ OPERATION_IDS = {
     ("/v1/campaigns/{name}/series", "post"): "querySeries",
     ("/v1/campaigns/{name}/compare", "get"): "getComparison",
     ("/v1/campaigns/{name}/compare", "post"): "queryComparison",
+    ("/v1/alerts", "get"): "listAlerts",
+    ("/v1/alerts", "post"): "createAlert",
+    ("/v1/alerts/{name}", "get"): "getAlert",
+    ("/v1/alerts/{name}", "delete"): "deleteAlert",
+    ("/v1/alerts/{name}/firings", "get"): "listAlertFirings",
 }
 
 
