@@ -38,7 +38,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (the http.server name)
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 receiver.received.append(Received(self.path, dict(self.headers.items()),
                                                   self.rfile.read(length)))

@@ -26,8 +26,15 @@ from flask.testing import FlaskClient
 
 from chorus_collector.alerts import SIGNATURE_HEADER
 from helpers.receiver import Receiver
-from helpers.support import ADMIN_HEADERS, ANALYST_HEADERS, NOW, FakeClock, campaign_spec, \
-    make_report, query
+from helpers.support import (
+    ADMIN_HEADERS,
+    ANALYST_HEADERS,
+    NOW,
+    FakeClock,
+    campaign_spec,
+    make_report,
+    query,
+)
 
 HOUR = 3600
 T0 = int(NOW)
