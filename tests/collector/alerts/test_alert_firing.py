@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import random
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,26 +21,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from flask import Flask
-from flask.testing import FlaskClient
 
 from chorus_collector.alerts import SIGNATURE_HEADER
+from helpers.alerting import AFTER, BEFORE, HOUR, PUBLIC, SECRET, T0, alert_app, fold, send_reports
 from helpers.receiver import Receiver
 from helpers.support import (
-    ADMIN_HEADERS,
     ANALYST_HEADERS,
     NOW,
     FakeClock,
-    campaign_spec,
-    make_report,
     query,
 )
-
-HOUR = 3600
-T0 = int(NOW)
-PUBLIC = "https://chorus.example.com"
-SECRET = "a-shared-secret-of-some-length"
-BEFORE = {"a": 200, "b": 600, "c": 600, "d": 600}  # 2,000 reports: a at 10%
-AFTER = {"a": 600, "b": 600, "c": 600, "d": 200}  # a at 30%, d at 10%
 
 
 @pytest.fixture
@@ -49,34 +38,6 @@ def receiver() -> Iterator[Receiver]:
     server = Receiver().start()
     yield server
     server.stop()
-
-
-def _setup(make_app: Callable[..., Flask], receiver: Receiver, **rule: Any
-           ) -> tuple[Flask, FlaskClient, dict[str, Any]]:
-    app = make_app(PUBLIC_URL=PUBLIC, FOLD_INTERVAL=0)
-    http = app.test_client()
-    reply = http.post("/v1/campaigns", headers=ADMIN_HEADERS, json=campaign_spec(
-        "changes", mechanism="krr", epsilon=2.0, min_batch_size=100))
-    assert reply.status_code == 201
-    body = {"name": "changes-hourly", "campaign": "changes", "window": "1h",
-            "webhook": f"{receiver.url}/hooks/chorus?token=abc", "secret": SECRET, **rule}
-    reply = http.post("/v1/alerts", headers=ADMIN_HEADERS, json=body)
-    assert reply.status_code == 201, reply.get_json()
-    return app, http, reply.get_json()
-
-
-def _send(http: FlaskClient, counts: dict[str, int], bucket: int, seed: int) -> None:
-    config = http.get("/v1/campaigns/changes").get_json()
-    rng = random.Random(seed)
-    reports = [make_report(config, value, rng, now=bucket + 60)
-               for value, count in counts.items() for _ in range(count)]
-    reply = http.post("/v1/campaigns/changes/reports", json={"reports": reports})
-    assert reply.status_code == 200 and reply.get_json()["accepted"] == len(reports)
-
-
-def _fold(app: Flask) -> int:
-    folded: int = app.extensions["chorus.folder"].run_once()
-    return folded
 
 
 def _verify(received: Any) -> None:
@@ -89,12 +50,12 @@ def _verify(received: Any) -> None:
 
 def test_a_planted_change_fires_once_with_the_comparisons_figures_and_a_link(
         make_app: Callable[..., Flask], receiver: Receiver, clock: FakeClock) -> None:
-    app, http, rule = _setup(make_app, receiver, resolved=True)
+    app, http, rule = alert_app(make_app, receiver, resolved=True)
     assert "token" not in rule["webhook"] and "secret" not in rule and rule["signed"]
-    _send(http, BEFORE, T0 - 2 * HOUR, seed=1)
-    _send(http, AFTER, T0 - HOUR, seed=2)
+    send_reports(http, BEFORE, T0 - 2 * HOUR, seed=1)
+    send_reports(http, AFTER, T0 - HOUR, seed=2)
     clock.now = NOW + 30  # 30 s into the bucket after the current window
-    assert _fold(app) == 4000
+    assert fold(app) == 4000
     assert len(receiver.received) == 1
     sent = receiver.received[0]
     assert sent.path == "/hooks/chorus?token=abc"
@@ -134,9 +95,9 @@ def test_a_planted_change_fires_once_with_the_comparisons_figures_and_a_link(
     assert shown["significant"] == ["a", "d"] and shown["last_end"] == T0
 
     # Exactly once: folds of the same windows, a restart and a second replica send nothing.
-    assert _fold(app) == 0
-    _send(http, AFTER, T0 - HOUR, seed=3)
-    assert _fold(app) == 2000  # late reports of the current window: the same end
+    assert fold(app) == 0
+    send_reports(http, AFTER, T0 - HOUR, seed=3)
+    assert fold(app) == 2000  # late reports of the current window: the same end
     restarted = make_app(PUBLIC_URL=PUBLIC, FOLD_INTERVAL=0)
     stored = app.extensions["chorus.storage"].get_campaign("changes")
     assert restarted.extensions["chorus.alerts"].after_fold([stored.id]) == 0
@@ -148,8 +109,8 @@ def test_a_planted_change_fires_once_with_the_comparisons_figures_and_a_link(
 
     # An hour on, the next window is like the one before it: the change is over, said once.
     clock.now = NOW + HOUR + 30
-    _send(http, AFTER, T0, seed=4)
-    assert _fold(app) == 2000
+    send_reports(http, AFTER, T0, seed=4)
+    assert fold(app) == 2000
     assert len(receiver.received) == 2
     resolved = receiver.received[1].json()
     assert resolved["event"] == "resolved" and resolved["significant"] == []
@@ -162,11 +123,11 @@ def test_a_planted_change_fires_once_with_the_comparisons_figures_and_a_link(
 
 def test_no_change_is_evaluated_and_sends_nothing(make_app: Callable[..., Flask],
                                                   receiver: Receiver, clock: FakeClock) -> None:
-    app, http, _ = _setup(make_app, receiver, resolved=True)
-    _send(http, AFTER, T0 - 2 * HOUR, seed=5)
-    _send(http, AFTER, T0 - HOUR, seed=6)
+    app, http, _ = alert_app(make_app, receiver, resolved=True)
+    send_reports(http, AFTER, T0 - 2 * HOUR, seed=5)
+    send_reports(http, AFTER, T0 - HOUR, seed=6)
     clock.now = NOW + 30
-    assert _fold(app) == 4000
+    assert fold(app) == 4000
     assert receiver.received == []
     shown = http.get("/v1/alerts/changes-hourly", headers=ANALYST_HEADERS).get_json()
     assert shown["last_end"] == T0 and shown["last_error"] is None
@@ -175,10 +136,10 @@ def test_no_change_is_evaluated_and_sends_nothing(make_app: Callable[..., Flask]
 
 def test_too_few_reports_is_recorded_as_the_rules_last_error(
         make_app: Callable[..., Flask], receiver: Receiver, clock: FakeClock) -> None:
-    app, http, _ = _setup(make_app, receiver)
-    _send(http, {"a": 50}, T0 - HOUR, seed=7)  # under min_batch_size, no baseline at all
+    app, http, _ = alert_app(make_app, receiver)
+    send_reports(http, {"a": 50}, T0 - HOUR, seed=7)  # under min_batch_size, no baseline at all
     clock.now = NOW + 30
-    assert _fold(app) == 50
+    assert fold(app) == 50
     shown = http.get("/v1/alerts/changes-hourly", headers=ANALYST_HEADERS).get_json()
     assert shown["last_end"] == T0 and shown["last_error"].startswith("invalid-batch-size")
     assert receiver.received == []
@@ -187,17 +148,17 @@ def test_too_few_reports_is_recorded_as_the_rules_last_error(
 def test_two_replicas_folding_at_once_send_one_notification(
         make_app: Callable[..., Flask], receiver: Receiver, clock: FakeClock,
         database: str) -> None:
-    app, http, _ = _setup(make_app, receiver)
+    app, http, _ = alert_app(make_app, receiver)
     replica = make_app(PUBLIC_URL=PUBLIC, FOLD_INTERVAL=0)
-    _send(http, BEFORE, T0 - 2 * HOUR, seed=8)
-    _send(http, AFTER, T0 - HOUR, seed=9)
+    send_reports(http, BEFORE, T0 - 2 * HOUR, seed=8)
+    send_reports(http, AFTER, T0 - HOUR, seed=9)
     clock.now = NOW + 30
     start = threading.Barrier(2)
     folded: list[int] = []
 
     def run(this: Flask) -> None:
         start.wait()
-        folded.append(_fold(this))
+        folded.append(fold(this))
 
     threads = [threading.Thread(target=run, args=(each,)) for each in (app, replica)]
     for thread in threads:
