@@ -1,4 +1,5 @@
-"""Admin and analyst calls to a collector: campaigns, estimates, series and comparisons.
+"""Admin and analyst calls to a collector: campaigns, estimates, series, comparisons and
+alert rules.
 
 The CLI is a thin layer over :class:`CollectorAPI`; tests call it too.
 """
@@ -200,6 +201,35 @@ class CollectorAPI:
                                      correction, alpha)
         return self._ask(f"/v1/campaigns/{quote(name, safe='')}/compare",
                          {**question, "format": "csv"}, "text/csv").body.decode()
+
+    def create_alert(self, rule: Mapping[str, Any]) -> dict[str, Any]:
+        """Create an alert rule (admin; docs/alerts.md). Returns it as the collector shows it:
+        the webhook's origin only, never the secret."""
+        result: dict[str, Any] = self._json("POST", "/v1/alerts", dict(rule))
+        return result
+
+    def list_alerts(self, campaign: str | None = None) -> list[dict[str, Any]]:
+        """The alert rules (of one campaign) (analyst)."""
+        path = "/v1/alerts"
+        if campaign is not None:
+            path += "?" + urlencode({"campaign": campaign})
+        result: list[dict[str, Any]] = self._json("GET", path)["alerts"]
+        return result
+
+    def get_alert(self, name: str) -> dict[str, Any]:
+        """One alert rule, with the values significant now (analyst)."""
+        result: dict[str, Any] = self._json("GET", f"/v1/alerts/{quote(name, safe='')}")
+        return result
+
+    def delete_alert(self, name: str) -> None:
+        """Delete an alert rule and its notifications (admin)."""
+        self._call("DELETE", f"/v1/alerts/{quote(name, safe='')}")
+
+    def alert_firings(self, name: str, limit: int = 50) -> list[dict[str, Any]]:
+        """An alert rule's recent notifications, newest first (analyst)."""
+        result: list[dict[str, Any]] = self._json(
+            "GET", f"/v1/alerts/{quote(name, safe='')}/firings?limit={int(limit)}")["firings"]
+        return result
 
 
 def _series_question(start: int | None, end: int | None, step: int | str,

@@ -17,8 +17,10 @@ from typing import Any
 from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
 
+from chorus_collector.alerts import AlertWork
 from chorus_collector.dashboard import init_dashboard
 from chorus_collector.http.admission import QueryAdmission, install_admission, query_threads
+from chorus_collector.http.alert_routes import alert_api
 from chorus_collector.http.annotations import annotation_routes
 from chorus_collector.http.api import api
 from chorus_collector.http.auth import TokenVerifier
@@ -71,8 +73,12 @@ def create_app(config: Mapping[str, Any] | None = None, *,
         ingest=settings["INGEST_KEY"], metrics=settings["METRICS_TOKEN"],
         shuffler=settings["SHUFFLER_KEY"])
     app.extensions["chorus.clock"] = clock
-    # Started by the server in each worker after the fork (start_background_work).
-    app.extensions["chorus.folder"] = BackgroundFolder(storage, settings["FOLD_INTERVAL"])
+    # Started by the server in each worker after the fork (start_background_work); alert
+    # rules are evaluated after its folds and their notifications delivered every round.
+    alerts = app.extensions["chorus.alerts"] = AlertWork(
+        storage, public_url=settings["PUBLIC_URL"], clock=clock)
+    app.extensions["chorus.folder"] = BackgroundFolder(storage, settings["FOLD_INTERVAL"],
+                                                       follower=alerts)
     # Memory per query is bounded by the decoders; memory per worker by the compute slots,
     # and the threads queries hold by the admission (http/admission.py).
     install_admission(app, QueryAdmission(
@@ -90,6 +96,7 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     app.register_blueprint(api)
     app.register_blueprint(annotation_routes)
     app.register_blueprint(design_routes)
+    app.register_blueprint(alert_api)
     init_dashboard(app, verifier, settings)
     register_error_handlers(app)
     register_request_log(app)

@@ -101,6 +101,11 @@ KINDS: Mapping[str, Kind] = MappingProxyType({
                                           "(CHORUS_QUERY_THREADS), or no query slot "
                                           "(CHORUS_QUERY_CONCURRENCY) freed within "
                                           "CHORUS_QUERY_WAIT; see Retry-After"),
+    # Alert rules.
+    "invalid-alert": Kind(400, "Invalid alert rule", "the alert rule is refused (its field "
+                                                    "and why in detail)"),
+    "alert-exists": Kind(409, "Alert rule exists", "another alert rule has this name"),
+    "unknown-alert": Kind(404, "Unknown alert rule", "no alert rule has this name"),
     # The service.
     "internal-error": Kind(500, "Internal Server Error", "a bug: logged, never detailed"),
     "storage-unavailable": Kind(503, "Storage unavailable", "the database cannot be used now "

@@ -86,6 +86,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds between folds of new reports into the statistics, in each server worker "
             "(0: none; then run `chorus aggregate --follow` beside the servers). Estimates "
             "are complete either way: they map the unfolded tail at query time."),
+    Setting("PUBLIC_URL", str, None,
+            "The dashboard's address as people reach it (e.g. https://chorus.example.com), "
+            "which alert notifications link to; unset: they carry a relative link."),
     Setting("BIND", str, "127.0.0.1:8000", "Address the production server listens on."),
     Setting("WORKERS", int, 2, "Production server worker processes."),
     Setting("THREADS", int, 8, "Threads per worker process."),
@@ -166,6 +169,9 @@ def resolve_settings(config: Mapping[str, Any] | None = None,
             or values["QUERY_THREADS"] < 0:
         raise SettingsError("RATE_LIMIT, PROXY_HOPS, FOLD_INTERVAL and QUERY_THREADS must be 0 "
                             "(off, or automatic) or positive")
+    public = values["PUBLIC_URL"]
+    if public is not None and not public.startswith(("http://", "https://")):
+        raise SettingsError("PUBLIC_URL must start with http:// or https://")
     if values["SECURE_COOKIES"] not in (0, 1):
         raise SettingsError("SECURE_COOKIES must be 0 or 1")
     return values

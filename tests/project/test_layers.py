@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("storage", ("chorus_collector.storage",)),
     ("ingest, jobs", ("chorus_collector.ingest", "chorus_collector.jobs")),
     ("analysis, design", ("chorus_collector.analysis", "chorus_collector.design")),
+    ("alerts", ("chorus_collector.alerts",)),
     ("HTTP API", ("chorus_collector.http",)),
     ("dashboard", ("chorus_collector.dashboard",)),
     ("app", ("chorus_collector.app",)),

@@ -4,6 +4,7 @@
 * ``chorus shuffler``: run the optional shuffler (``--flush``: one forwarding pass);
 * ``chorus mint-credential``: shuffler admission credentials, for the app's backend;
 * ``chorus campaign create|list``: admin calls over HTTP (``CHORUS_URL``, ``CHORUS_TOKEN``);
+* ``chorus alert create|list|show|delete|firings``: alert rules over HTTP (docs/alerts.md);
 * ``chorus estimates NAME``: analyst call, printed as a table, JSON or CSV;
 * ``chorus series NAME``: estimates per bucket, day, week or n seconds (``--step``);
 * ``chorus compare NAME``: each value's change between a baseline and a current window
@@ -33,7 +34,7 @@ __all__ = ["COMMANDS", "main"]
 #: imported: only the module of the subcommand run is imported (a new command adds a line;
 #: tests/collector/cli/test_cli_startup.py checks the list against the modules).
 COMMANDS = {
-    "aggregate": "jobs", "campaign": "campaigns", "check-aggregates": "jobs",
+    "aggregate": "jobs", "alert": "alerts", "campaign": "campaigns", "check-aggregates": "jobs",
     "compare": "analysis", "demo": "tools", "design": "design", "estimates": "campaigns",
     "export": "jobs", "gc": "jobs", "mechanisms": "tools", "mint-credential": "servers",
     "rappor": "rappor", "series": "analysis", "serve": "servers", "shuffler": "servers",

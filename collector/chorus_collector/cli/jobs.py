@@ -85,6 +85,7 @@ def aggregate(database: str, follow: bool, interval: float, scheduler: str | Non
     With --scheduler the map step runs on a Dask cluster whose workers can read the
     database file."""
     import functools
+    import os
     import signal
     import sys
     import threading
@@ -105,7 +106,12 @@ def aggregate(database: str, follow: bool, interval: float, scheduler: str | Non
         storage = open_database(database)
         client = stack.enter_context(_cluster(scheduler))
         if client is None:
-            run = BackgroundFolder(storage, interval, role="aggregate").run_once
+            from chorus_collector.alerts import AlertWork
+
+            # Alert rules follow its folds as they follow a server's (docs/alerts.md).
+            alerts = AlertWork(storage, public_url=os.environ.get("CHORUS_PUBLIC_URL"))
+            run = BackgroundFolder(storage, interval, role="aggregate",
+                                   follower=alerts).run_once
         else:
             from chorus_collector.jobs.distributed import fold_with_cluster
 

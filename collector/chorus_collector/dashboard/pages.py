@@ -4,6 +4,7 @@ the same functions and JSON the HTTP API answers with, so the page and the API a
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -13,6 +14,7 @@ from typing import Any, Protocol
 
 from markupsafe import Markup
 
+from chorus_collector.alerts import dashboard_link
 from chorus_collector.analysis import compare_windows, estimate_series, estimate_window
 from chorus_collector.analysis.periods import PERIOD, describe_window
 from chorus_collector.dashboard.charts import (
@@ -553,3 +555,33 @@ def duration_label(seconds: int) -> str:
             count = seconds // size
             return f"{count} {unit}{'s' if count != 1 else ''}"
     return f"{seconds} s"
+
+
+ALERT_FIRINGS_SHOWN = 5  # the most recent notifications shown beside each alert rule
+
+
+def alert_views(storage: Storage, stored: StoredCampaign) -> list[dict[str, Any]]:
+    """The campaign's alert rules for its page: each with its values significant now, its
+    last evaluation and its recent notifications (each linking to the comparison it was
+    about, on this dashboard). Never the webhook's path or the secret."""
+    views = []
+    for rule in storage.alert_rules([stored.id]):
+        d = rule.definition
+        firings = []
+        for firing in storage.alert_firings(rule.id, ALERT_FIRINGS_SHOWN):
+            payload = json.loads(firing.payload)
+            baseline, current = payload["baseline"], payload["current"]
+            firings.append({
+                "event": firing.event, "created_at": int(firing.created_at),
+                "status": firing.status, "attempts": firing.attempts,
+                "values": [v["value"] for v in payload["values"]],
+                "link": dashboard_link(None, stored, (baseline["start"], baseline["end"]),
+                                       (current["start"], current["end"]), d["correction"],
+                                       d["values"])})
+        views.append({"name": rule.name, "window": d["window"],
+                      "values": d["values"], "correction": d["correction"],
+                      "alpha": d["alpha"], "min_change": d["min_change"],
+                      "significant": sorted(storage.alert_state(rule.id).active),
+                      "last_end": rule.last_end or None, "last_error": rule.last_error,
+                      "firings": firings})
+    return views

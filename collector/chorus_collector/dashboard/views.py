@@ -287,7 +287,8 @@ def campaign(name: str) -> str | Response:
         retired_at=retired_at, max_bars=pages.MAX_CHART_BARS,
         reporting=stored.campaign.reporting, steps=pages.steps_of(stored),
         walking=discovery, ranges=pages.RANGES, refresh_choices=pages.REFRESH,
-        notes=parameters.notes, refresh=parameters.refresh if not strings_page(stored) else 0)
+        notes=parameters.notes, refresh=parameters.refresh if not strings_page(stored) else 0,
+        alerts=pages.alert_views(_storage(), stored))
     if discovery:  # walks of several seconds on a first view: shown as they go
         return _streamed_page("campaign.html", **context)
     _gated(view.computed)

@@ -422,6 +422,86 @@ _SCHEMAS: dict[str, Any] = {
                             "description": "the adjusted p-value is below alpha"},
         },
     },
+    "AlertRuleSpec": {
+        "type": "object",
+        "description": "An alert rule (docs/alerts.md): after folds, at most once per time "
+                       "bucket, the last `window` against the `window` before; a value that "
+                       "turns significant (adjusted p < alpha, |change| >= min_change) is "
+                       "posted to the webhook.",
+        "required": ["name", "campaign", "window", "webhook"],
+        "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "pattern": _NAME},
+            "campaign": {"type": "string"},
+            "window": {"oneOf": [{"type": "integer", "minimum": 1},
+                                 {"type": "string", "pattern": "^[1-9][0-9]{0,6}[smhdw]$"}],
+                       "description": "seconds, or 30m, 6h, 1d, 2w: whole time buckets"},
+            "values": {"type": "array", "items": {"type": "string"},
+                       "description": "the values to watch (empty: every value compared)"},
+            "correction": {"enum": ["benjamini-hochberg", "bonferroni"]},
+            "alpha": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "min_change": {"type": "number", "minimum": 0},
+            "resolved": {"type": "boolean",
+                         "description": "also notify when a value stops being significant"},
+            "webhook": {"type": "string", "description": "an http or https URL; write-only"},
+            "secret": {"type": "string", "minLength": 16, "maxLength": 256,
+                       "description": "signs each notification (Chorus-Signature); "
+                                      "write-only"},
+        },
+    },
+    "AlertRule": {
+        "type": "object",
+        "required": ["name", "campaign", "window", "values", "correction", "alpha",
+                     "min_change", "resolved", "webhook", "signed", "created_at",
+                     "evaluated_at", "last_end", "last_error"],
+        "properties": {
+            "name": {"type": "string"},
+            "campaign": {"type": "string"},
+            "window": {"type": "integer", "minimum": 1},
+            "values": {"type": "array", "items": {"type": "string"}},
+            "correction": {"enum": ["benjamini-hochberg", "bonferroni"]},
+            "alpha": {"type": "number"},
+            "min_change": {"type": "number"},
+            "resolved": {"type": "boolean"},
+            "webhook": {"type": "string", "description": "the URL's origin only"},
+            "signed": {"type": "boolean"},
+            "created_at": {"type": "number"},
+            "evaluated_at": {"type": ["number", "null"]},
+            "last_end": {"type": ["integer", "null"],
+                         "description": "the end of the windows last evaluated"},
+            "last_error": {"type": ["string", "null"],
+                           "description": "why the last evaluation could not compare"},
+            "significant": {"type": "array", "items": {"type": "string"},
+                            "description": "the values significant now (one rule's answer)"},
+        },
+    },
+    "AlertRuleList": {
+        "type": "object",
+        "required": ["alerts"],
+        "properties": {"alerts": {"type": "array", "items": _ref("AlertRule")}},
+    },
+    "AlertFiring": {
+        "type": "object",
+        "description": "one notification and its delivery",
+        "required": ["event", "idempotency_key", "created_at", "status", "attempts",
+                     "next_attempt_at", "delivered_at", "last_error", "payload"],
+        "properties": {
+            "event": {"enum": ["triggered", "resolved"]},
+            "idempotency_key": {"type": "string"},
+            "created_at": {"type": "number"},
+            "status": {"enum": ["pending", "delivered", "failed"]},
+            "attempts": {"type": "integer", "minimum": 0},
+            "next_attempt_at": {"type": ["number", "null"]},
+            "delivered_at": {"type": ["number", "null"]},
+            "last_error": {"type": ["string", "null"]},
+            "payload": {"type": "object", "description": "the JSON body posted"},
+        },
+    },
+    "AlertFiringList": {
+        "type": "object",
+        "required": ["firings"],
+        "properties": {"firings": {"type": "array", "items": _ref("AlertFiring")}},
+    },
     # Each estimate kind's own schemas (its rows, statistics, or whole answer).
     **{name: schema for kind in ESTIMATE_KINDS.values()
        for name, schema in kind.schemas.items()},
@@ -440,12 +520,16 @@ _TAGS = [
     {"name": "annotations", "description": "marks on the time axis, such as a release, drawn "
                                            "on the series they fall in (admin writes, analyst "
                                            "reads)"},
+    {"name": "alerts", "description": "rules that call a webhook when a comparison turns "
+                                      "significant (admin writes, analyst reads)"},
 ]
 
 _NAME_PARAMETER = {"name": "name", "in": "path", "required": True,
                    "schema": {"type": "string"}, "example": "browsers",
                    "description": "the campaign's name"}
 _ADMIN: list[dict[str, list[str]]] = [{"bearer": []}]
+_ALERT_PARAMETER = {"name": "name", "in": "path", "required": True,
+                    "schema": {"type": "string"}, "description": "the alert rule's name"}
 _CANDIDATE = {"name": "candidate", "in": "query", "explode": True,
               "schema": {"type": "array", "items": {"type": "string"}},
               "description": "open strings, repeatable: the strings to estimate. Required for "
@@ -685,5 +769,40 @@ def openapi_document() -> dict[str, Any]:
                                    security=[{"bearer": []}], body=_ref("CompareQuery"),
                                    parameters=[_NAME_PARAMETER], problems=estimate_problems),
             },
+            **_alert_paths(),
         },
+    }
+
+
+def _alert_paths() -> dict[str, Any]:
+    return {
+        "/v1/alerts": {
+            "get": _operation(
+                "listAlerts", "alerts", "list alert rules",
+                {"200": _json(_ref("AlertRuleList"), "the rules (of one campaign)")},
+                security=_ADMIN,
+                parameters=[{"name": "campaign", "in": "query", "schema": {"type": "string"},
+                             "description": "only this campaign's rules"}]),
+            "post": _operation(
+                "createAlert", "alerts", "create an alert rule",
+                {"201": _json(_ref("AlertRule"), "created")},
+                security=_ADMIN, body=_ref("AlertRuleSpec"), problems=(*_COMMON, 409)),
+        },
+        "/v1/alerts/{name}": {
+            "get": _operation(
+                "getAlert", "alerts", "an alert rule and its values significant now",
+                {"200": _json(_ref("AlertRule"), "the rule")},
+                security=_ADMIN, parameters=[_ALERT_PARAMETER]),
+            "delete": _operation(
+                "deleteAlert", "alerts", "delete an alert rule and its notifications",
+                {"204": {"description": "deleted"}},
+                security=_ADMIN, parameters=[_ALERT_PARAMETER]),
+        },
+        "/v1/alerts/{name}/firings": {"get": _operation(
+            "listAlertFirings", "alerts", "an alert rule's recent notifications, newest first",
+            {"200": _json(_ref("AlertFiringList"), "the notifications and their delivery")},
+            security=_ADMIN,
+            parameters=[_ALERT_PARAMETER,
+                        {"name": "limit", "in": "query",
+                         "schema": {"type": "integer", "minimum": 1, "maximum": 1000}}])},
     }

@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -36,7 +36,8 @@ from chorus_collector.jobs.lease import FoldLease
 from chorus_collector.storage import PayloadGroup, Storage
 from chorus_shared.campaign import Campaign
 
-__all__ = ["BackgroundFolder", "Partials", "fold", "fold_once", "map_groups", "map_payloads"]
+__all__ = ["BackgroundFolder", "FoldFollower", "Partials", "fold", "fold_once", "map_groups",
+           "map_payloads"]
 
 log = logging.getLogger("chorus.folding")
 
@@ -50,6 +51,22 @@ Partials = dict[tuple[int, int], tuple[int, np.ndarray]]
 
 def _no_fault(step: str) -> None:
     del step
+
+
+def _ignore(campaign_ids: Iterable[int]) -> None:
+    del campaign_ids
+
+
+class FoldFollower(Protocol):
+    """What follows a folder's work (the alerts, ``chorus_collector.alerts.AlertWork``): the
+    folder knows only these two calls, so the job stays below what it feeds."""
+
+    def after_fold(self, campaign_ids: Iterable[int]) -> object:
+        """Called by the lease holder, still holding it, after a run that folded reports of
+        these campaigns: one call per fold across workers and replicas."""
+
+    def every_round(self) -> object:
+        """Called after every round of every folder, lease or not."""
 
 
 def map_payloads(campaign: Campaign, payload_jsons: Sequence[str]) -> np.ndarray:
@@ -75,9 +92,11 @@ def map_groups(storage: Storage, groups: Iterable[PayloadGroup]) -> Partials:
 
 
 def fold_once(storage: Storage, *, limit: int = FOLD_CHUNK, clock: Callable[[], float] = time.time,
-              step: Callable[[str], None] = _no_fault) -> int | None:
+              step: Callable[[str], None] = _no_fault,
+              folded: Callable[[Iterable[int]], None] = _ignore) -> int | None:
     """Fold up to ``limit`` reports past the watermark. Returns how many (0: nothing to
     fold), or None when another fold moved the watermark first (nothing was changed).
+    ``folded`` is given the ids of the campaigns whose reports it committed.
 
     ``step`` is called at every step, by name (fault injection in the tests): "read",
     "map", "begin", "merge" (after each bucket), "watermark", "commit" (after the commit).
@@ -91,6 +110,7 @@ def fold_once(storage: Storage, *, limit: int = FOLD_CHUNK, clock: Callable[[], 
     if not storage.commit_fold(chunk.watermark, chunk.through, partials, clock(), step):
         return None
     step("commit")
+    folded({group.campaign_id for group in chunk.groups})
     return chunk.reports
 
 
@@ -120,10 +140,12 @@ class BackgroundFolder:
     """
 
     def __init__(self, storage: Storage, interval: float,
-                 clock: Callable[[], float] = time.time, role: str = "folder") -> None:
+                 clock: Callable[[], float] = time.time, role: str = "folder",
+                 follower: FoldFollower | None = None) -> None:
         self.storage = storage
         self.interval = interval
         self.clock = clock
+        self.follower = follower
         self.lease = FoldLease(storage, role, clock=clock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -145,18 +167,24 @@ class BackgroundFolder:
         self.lease.close()
 
     def run_once(self) -> int:
-        """Fold what is pending if no other folder holds the lease; how many were folded."""
+        """Fold what is pending if no other folder holds the lease; how many were folded.
+        The follower's ``after_fold`` runs under the lease when reports were folded, its
+        ``every_round`` after every round."""
         self.storage.maintain(self.clock())
-        if not self.storage.any_unfolded():
-            return 0  # nothing to do: no write transaction for the lease
         folded = 0
-        with self.lease.hold() as held:
-            # Chunk by chunk, so that a stop or a lost lease ends the run between commits.
-            while held and not self._stop.is_set() and not self.lease.lost.is_set():
-                count = fold_once(self.storage, clock=self.clock)
-                if count == 0:
-                    break
-                folded += count or 0
+        if self.storage.any_unfolded():  # else no write transaction for the lease
+            campaigns: set[int] = set()
+            with self.lease.hold() as held:
+                # Chunk by chunk, so that a stop or a lost lease ends the run between commits.
+                while held and not self._stop.is_set() and not self.lease.lost.is_set():
+                    count = fold_once(self.storage, clock=self.clock, folded=campaigns.update)
+                    if count == 0:
+                        break
+                    folded += count or 0
+                if campaigns and self.follower is not None and not self.lease.lost.is_set():
+                    self.follower.after_fold(campaigns)
+        if self.follower is not None and not self._stop.is_set():
+            self.follower.every_round()
         return folded
 
     def _run(self) -> None:

@@ -8,6 +8,7 @@ The package, one module per job (after Django's database backends):
 * ``interface``: :class:`Storage`, the interface (every operation and its contract);
 * ``values``: what goes in and out (``StoredCampaign``, snapshots, ``SchemaError`` …);
 * ``sql``: the SQL both engines share, the base each engine subclasses;
+* ``alert_tables``: the alert rules' SQL (both engines alike), which ``sql`` hands over to;
 * ``sqlite``, ``postgres``: one engine each, with its schema and migrations. Neither
   imports the other.
 """
@@ -18,14 +19,19 @@ from chorus_collector.storage.interface import Connection, Storage, TailPages, T
 from chorus_collector.storage.postgres import PostgresStorage, is_postgres_url
 from chorus_collector.storage.sqlite import SQLiteStorage, migrations
 from chorus_collector.storage.values import (
+    AlertEvaluation,
+    AlertFiring,
+    AlertState,
     Annotation,
     BucketSnapshot,
     CampaignRetired,
     FoldedStatistics,
     FoldLeaseState,
     FoldStatus,
+    NewFiring,
     PayloadGroup,
     SchemaError,
+    StoredAlertRule,
     StoredCampaign,
     StoredReport,
     TailPage,
@@ -35,13 +41,18 @@ from chorus_collector.storage.values import (
     stored_reports,
 )
 
-__all__ = ["Annotation", "BucketSnapshot", "CampaignRetired", "Connection", "FoldLeaseState",
-           "FoldStatus",
-           "FoldedStatistics", "PayloadGroup",
-           "PostgresStorage", "SQLiteStorage", "SchemaError", "Storage", "StoredCampaign",
-           "StoredReport", "TailPage", "TailPages", "TailReader", "WindowSnapshot",
-           "is_postgres_url", "migrations", "open_storage", "report_rows", "state_array",
-           "stored_reports"]
+__all__ = ["AlertEvaluation", "AlertFiring", "AlertState", "Annotation", "BucketSnapshot",
+           "CampaignRetired", "Connection", "FoldLeaseState", "FoldStatus", "FoldedStatistics",
+           "NewFiring", "PayloadGroup", "PostgresStorage", "SQLiteStorage", "SchemaError",
+           "Storage", "StoredAlertRule", "StoredCampaign", "StoredReport", "TailPage",
+           "TailPages", "TailReader", "WindowSnapshot", "is_postgres_url", "migrations",
+           "open_storage", "report_rows", "state_array", "stored_reports"]
+__all__ = ["AlertEvaluation", "AlertFiring", "AlertState", "BucketSnapshot", "CampaignRetired",
+           "Connection", "FoldLeaseState", "FoldStatus", "FoldedStatistics", "NewFiring",
+           "PayloadGroup", "PostgresStorage", "SQLiteStorage", "SchemaError", "Storage",
+           "StoredAlertRule", "StoredCampaign", "StoredReport", "TailPage", "TailPages",
+           "TailReader", "WindowSnapshot", "is_postgres_url", "migrations", "open_storage",
+           "report_rows", "state_array", "stored_reports"]
 
 
 def open_storage(database: str, *, synchronous: str = "FULL") -> Storage:

@@ -17,6 +17,11 @@ contract, whatever the engine:
   not-yet-folded tail in one snapshot: a fold committing meanwhile neither double-counts nor
   hides a report. A window's tail can be handed over page by page (a :class:`TailReader`):
   a query's memory then stays bounded however far the fold has fallen behind.
+* Alert rules (``chorus_collector.alerts``) keep their state here: an evaluation's decision,
+  the values it marks significant and the notifications it queues commit in one transaction,
+  by compare-and-set on the rule's last evaluated window end, so each end is decided once
+  however many folders evaluate it; the queued notifications are an outbox, each claimed by
+  one deliverer at a time.
 * ``migrate`` brings the schema up to date, and refuses (``SchemaError``) a database written
   by a newer version.
 
@@ -35,6 +40,9 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from chorus_collector.storage.values import (
+    AlertEvaluation,
+    AlertFiring,
+    AlertState,
     Annotation,
     BucketSnapshot,
     FoldChunk,
@@ -42,6 +50,7 @@ from chorus_collector.storage.values import (
     FoldLeaseState,
     FoldStatus,
     PayloadGroup,
+    StoredAlertRule,
     StoredCampaign,
     StoredReport,
     TailPage,
@@ -364,3 +373,55 @@ class Storage(ABC):
         ``check-aggregates`` knows it cannot be recomputed. Unfolded reports are never
         dropped (they have fed nothing yet); ingest never waits long for it.
         """
+
+    # -- alerts -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def insert_alert_rule(self, name: str, campaign_id: int, definition: Mapping[str, Any],
+                          webhook: str, secret: str | None, now: float) -> StoredAlertRule:
+        """Store a new alert rule; ``FileExistsError`` if the name is taken."""
+
+    @abstractmethod
+    def alert_rules(self, campaign_ids: Iterable[int] | None = None) -> list[StoredAlertRule]:
+        """The alert rules (of these campaigns, if given), in the order they were created."""
+
+    @abstractmethod
+    def get_alert_rule(self, name: str) -> StoredAlertRule | None:
+        """The alert rule of that name (None: none)."""
+
+    @abstractmethod
+    def delete_alert_rule(self, rule_id: int) -> bool:
+        """Delete a rule with its state and its notifications, delivered or not; False if
+        there was none."""
+
+    @abstractmethod
+    def alert_state(self, rule_id: int) -> AlertState:
+        """The rule's last evaluated window end and its values significant now, in one
+        snapshot; ``KeyError`` if there is no such rule."""
+
+    @abstractmethod
+    def commit_alert_evaluation(self, evaluation: AlertEvaluation) -> bool:
+        """Record an evaluation in one transaction: move the rule's last end from
+        ``expected_end`` to ``end``, set and clear its significant values and queue its
+        notifications. Returns False, changing nothing, if the last end is no longer
+        ``expected_end`` (another evaluator decided first) or the rule is gone."""
+
+    @abstractmethod
+    def due_alert_firings(self, now: float, limit: int) -> list[AlertFiring]:
+        """Pending notifications whose next attempt is due and that no deliverer holds,
+        oldest first."""
+
+    @abstractmethod
+    def claim_alert_firing(self, firing_id: int, now: float, seconds: float) -> bool:
+        """Take a due notification for one delivery attempt (until ``now + seconds``),
+        counting the attempt; False if another deliverer took it or it is no longer due."""
+
+    @abstractmethod
+    def finish_alert_firing(self, firing_id: int, now: float, *, delivered: bool,
+                            error: str | None, retry_at: float | None) -> None:
+        """Record an attempt's outcome: delivered, or failed with ``error`` and retried at
+        ``retry_at`` (None: given up)."""
+
+    @abstractmethod
+    def alert_firings(self, rule_id: int, limit: int) -> list[AlertFiring]:
+        """A rule's most recent notifications, newest first."""

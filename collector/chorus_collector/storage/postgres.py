@@ -140,6 +140,40 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             created_at DOUBLE PRECISION NOT NULL)""",
         "CREATE INDEX annotations_by_time ON annotations (time)",
     ]),
+    # As SQLite's m009: alert rules, their state and their notification outbox.
+    ("p007_alerts", [
+        """CREATE TABLE alert_rules (
+            id BIGSERIAL PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            campaign_id BIGINT NOT NULL REFERENCES campaigns(id),
+            definition TEXT NOT NULL,
+            webhook TEXT NOT NULL,
+            secret TEXT,
+            created_at DOUBLE PRECISION NOT NULL,
+            evaluated_at DOUBLE PRECISION,
+            last_end BIGINT NOT NULL DEFAULT 0,
+            last_error TEXT)""",
+        """CREATE TABLE alert_state (
+            rule_id BIGINT NOT NULL REFERENCES alert_rules(id),
+            value TEXT NOT NULL,
+            since DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (rule_id, value))""",
+        """CREATE TABLE alert_firings (
+            id BIGSERIAL PRIMARY KEY,
+            rule_id BIGINT NOT NULL REFERENCES alert_rules(id),
+            event TEXT NOT NULL,
+            key TEXT NOT NULL UNIQUE,
+            created_at DOUBLE PRECISION NOT NULL,
+            payload TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'pending',
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at DOUBLE PRECISION NOT NULL,
+            claimed_until DOUBLE PRECISION NOT NULL DEFAULT 0,
+            delivered_at DOUBLE PRECISION,
+            last_error TEXT)""",
+        "CREATE INDEX alert_firings_due ON alert_firings (status, next_attempt_at)",
+        "CREATE INDEX alert_firings_by_rule ON alert_firings (rule_id, id)",
+    ]),
 ]
 
 

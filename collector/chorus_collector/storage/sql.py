@@ -27,14 +27,18 @@ import contextlib
 import json
 import threading
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 
+from chorus_collector.storage.alert_tables import AlertTables
 from chorus_collector.storage.interface import Connection, Storage, TailReader
 from chorus_collector.storage.outage import Outage
 from chorus_collector.storage.values import (
+    AlertEvaluation,
+    AlertFiring,
+    AlertState,
     Annotation,
     BucketSnapshot,
     CampaignRetired,
@@ -43,6 +47,7 @@ from chorus_collector.storage.values import (
     FoldLeaseState,
     FoldStatus,
     PayloadGroup,
+    StoredAlertRule,
     StoredCampaign,
     StoredReport,
     TailPage,
@@ -88,6 +93,7 @@ class SQLStorage(Storage, Generic[ConnT]):
         self._group_queue: list[_GroupItem] = []
         self._group_leader = False
         self.outage = Outage()
+        self.alerts = AlertTables(self)
 
     # -- what each engine provides ------------------------------------------------------------
 
@@ -693,6 +699,41 @@ class SQLStorage(Storage, Generic[ConnT]):
             sql += " LIMIT ?"
             args.append(limit)
         return self.connect().execute(sql, args).fetchall()  # type: ignore[no-any-return]
+
+    # -- alerts: the SQL is in alert_tables.py -------------------------------------------------
+
+    def insert_alert_rule(self, name: str, campaign_id: int, definition: Mapping[str, Any],
+                          webhook: str, secret: str | None, now: float) -> StoredAlertRule:
+        return self.alerts.insert_rule(name, campaign_id, definition, webhook, secret, now)
+
+    def alert_rules(self, campaign_ids: Iterable[int] | None = None) -> list[StoredAlertRule]:
+        return self.alerts.rules(campaign_ids)
+
+    def get_alert_rule(self, name: str) -> StoredAlertRule | None:
+        return self.alerts.get_rule(name)
+
+    def delete_alert_rule(self, rule_id: int) -> bool:
+        return self.alerts.delete_rule(rule_id)
+
+    def alert_state(self, rule_id: int) -> AlertState:
+        return self.alerts.state(rule_id)
+
+    def commit_alert_evaluation(self, evaluation: AlertEvaluation) -> bool:
+        return self.alerts.commit_evaluation(evaluation)
+
+    def due_alert_firings(self, now: float, limit: int) -> list[AlertFiring]:
+        return self.alerts.due_firings(now, limit)
+
+    def claim_alert_firing(self, firing_id: int, now: float, seconds: float) -> bool:
+        return self.alerts.claim_firing(firing_id, now, seconds)
+
+    def finish_alert_firing(self, firing_id: int, now: float, *, delivered: bool,
+                            error: str | None, retry_at: float | None) -> None:
+        self.alerts.finish_firing(firing_id, now, delivered=delivered, error=error,
+                                  retry_at=retry_at)
+
+    def alert_firings(self, rule_id: int, limit: int) -> list[AlertFiring]:
+        return self.alerts.firings(rule_id, limit)
 
 
 def _seq_range(after_seq: int, through_seq: int,

@@ -235,6 +235,53 @@ _WATERMARK_TO_TOP = ("UPDATE fold_state SET seq = (SELECT coalesce(max(seq), 0) 
                      "WHERE id = 1 AND seq > (SELECT coalesce(max(seq), 0) FROM reports)")
 
 
+@migrations()
+def m009_alerts(db: sqlite_utils.Database) -> None:
+    """Alert rules (``chorus_collector.alerts``): each rule, its values significant now, and
+    its notifications, an outbox that deliverers claim one attempt at a time. The webhook URL
+    and its signing secret are columns of their own, never part of the definition shown."""
+    db.execute(
+        """CREATE TABLE alert_rules (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+            definition TEXT NOT NULL,
+            webhook TEXT NOT NULL,
+            secret TEXT,
+            created_at REAL NOT NULL,
+            evaluated_at REAL,
+            last_end INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT
+        ) STRICT"""
+    )
+    db.execute(
+        """CREATE TABLE alert_state (
+            rule_id INTEGER NOT NULL REFERENCES alert_rules(id),
+            value TEXT NOT NULL,
+            since REAL NOT NULL,
+            PRIMARY KEY (rule_id, value)
+        ) STRICT, WITHOUT ROWID"""
+    )
+    db.execute(
+        """CREATE TABLE alert_firings (
+            id INTEGER PRIMARY KEY,
+            rule_id INTEGER NOT NULL REFERENCES alert_rules(id),
+            event TEXT NOT NULL,
+            key TEXT NOT NULL UNIQUE,
+            created_at REAL NOT NULL,
+            payload TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'pending',
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at REAL NOT NULL,
+            claimed_until REAL NOT NULL DEFAULT 0,
+            delivered_at REAL,
+            last_error TEXT
+        ) STRICT"""
+    )
+    db.execute("CREATE INDEX alert_firings_due ON alert_firings (status, next_attempt_at)")
+    db.execute("CREATE INDEX alert_firings_by_rule ON alert_firings (rule_id, id)")
+
+
 WAL_BACKSTOP_PAGES = 8192  # 32 MB of 4 KiB pages
 ROWS_PER_INSERT = 100  # 400 bound values, far under SQLite's limit of 32,766
 

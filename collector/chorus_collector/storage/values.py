@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, NamedTuple
 
@@ -13,9 +13,10 @@ import numpy as np
 
 from chorus_shared.campaign import Campaign
 
-__all__ = ["Annotation", "BucketSnapshot", "CampaignRetired", "FoldChunk", "FoldLeaseState",
-           "FoldStatus",
-           "FoldedStatistics", "PayloadGroup", "SchemaError", "StoredCampaign", "StoredReport",
+__all__ = ["AlertEvaluation", "AlertFiring", "AlertState", "Annotation", "BucketSnapshot",
+           "CampaignRetired", "FoldChunk", "FoldLeaseState", "FoldStatus", "FoldedStatistics",
+           "NewFiring", "PayloadGroup", "SchemaError", "StoredAlertRule", "StoredCampaign",
+           "StoredReport",
            "TailPage", "WindowSnapshot", "report_rows", "state_array", "state_bytes",
            "stored_reports"]
 
@@ -155,3 +156,75 @@ class Annotation:
     text: str
     campaign_id: int | None
     created_at: float
+
+
+# -- alerts (chorus_collector.alerts says what they mean) -------------------------------------
+
+@dataclass(frozen=True)
+class StoredAlertRule:
+    """An alert rule as stored. ``definition`` is what ``alerts.rules`` validated (values,
+    window, correction, alpha, min_change, resolved); the webhook URL and its secret are
+    columns of their own, so that nothing that renders a definition can show them."""
+
+    id: int
+    name: str
+    campaign_id: int
+    definition: dict[str, Any]
+    webhook: str
+    secret: str | None
+    created_at: float
+    evaluated_at: float | None  # when an evaluation last committed (None: never)
+    last_end: int  # the end of the windows last evaluated (0: never): each end once
+    last_error: str | None  # why the last evaluation could not compare (None: it could)
+
+
+@dataclass(frozen=True)
+class AlertState:
+    """A rule's last evaluated window end and its values significant now (value → since),
+    read in one snapshot."""
+
+    last_end: int
+    active: dict[str, float]
+
+
+@dataclass(frozen=True)
+class NewFiring:
+    """A notification to deliver: its event ("triggered", "resolved"), its idempotency key
+    and its JSON body."""
+
+    event: str
+    key: str
+    payload: str
+
+
+@dataclass(frozen=True)
+class AlertEvaluation:
+    """What one evaluation of a rule decided, committed in one transaction by compare-and-set
+    on the rule's ``last_end`` (``expected_end``): a second evaluator of the same windows
+    (another worker, another replica, a restart) changes nothing and sends nothing."""
+
+    rule_id: int
+    expected_end: int
+    end: int
+    now: float
+    raised: Sequence[str] = ()  # values significant from now on
+    cleared: Sequence[str] = ()  # values no longer significant
+    firings: Sequence[NewFiring] = field(default=())
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class AlertFiring:
+    """One notification in the delivery outbox (and its history)."""
+
+    id: int
+    rule_id: int
+    event: str
+    key: str
+    created_at: float
+    payload: str
+    status: str  # "pending", "delivered" or "failed" (gave up)
+    attempts: int
+    next_attempt_at: float
+    delivered_at: float | None
+    last_error: str | None

@@ -60,6 +60,11 @@ OPERATION_IDS = {
     ("/v1/annotations", "get"): "listAnnotations",
     ("/v1/annotations", "post"): "createAnnotation",
     ("/v1/annotations/{id}", "delete"): "deleteAnnotation",
+    ("/v1/alerts", "get"): "listAlerts",
+    ("/v1/alerts", "post"): "createAlert",
+    ("/v1/alerts/{name}", "get"): "getAlert",
+    ("/v1/alerts/{name}", "delete"): "deleteAlert",
+    ("/v1/alerts/{name}/firings", "get"): "listAlertFirings",
 }
 
 

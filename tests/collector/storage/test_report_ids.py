@@ -185,8 +185,7 @@ def test_an_upgrade_keeps_the_first_copy_of_an_id_and_counts_folded_copies_as_re
         (1, folded, t), (3, single, t), (4, unfolded, t)]
     # The folded second copy fed the statistics: counted as retired, so a recount agrees.
     assert storage.folded_statistics(1).retired == {t - PRECISION: 1}
-    assert query(url, "SELECT name FROM chorus_migrations ORDER BY name")[-1] == (
-        "p004_one_report_per_id",)
+    assert ("p004_one_report_per_id",) in query(url, "SELECT name FROM chorus_migrations")
     storage.close()
 
     # Upgraded: the ID refused with another time, new reports appended after the old seqs.
