@@ -93,4 +93,4 @@ def test_replicas_starting_together_migrate_once(postgres: Any) -> None:
     assert errors == []
     assert query(url, "SELECT name FROM chorus_migrations ORDER BY name") == [
         ("p001_initial",), ("p002_retired_campaigns",), ("p003_vouched_senders",),
-        ("p004_one_report_per_id",), ("p007_alerts",)]
+        ("p004_one_report_per_id",), ("p005_annotations",), ("p007_alerts",)]
