@@ -14,12 +14,13 @@ the share of hash rows in which u's value lands where v does. The count estimate
 
 Standard errors: under i.i.d. sampling of users the Z_u are i.i.d., and with the campaign's
 fixed hashes Var[Z] = (c² − 1)/4 + θ(1 − θ) for CMS and c² − θ² for HCMS, exactly, where
-θ = E[Z] = Σ_x f_x·π_x(v) counts the mass of the values colliding with v. So
-Var[f̂(v)] = (m/(m − 1))²·Var[Z]/n, evaluated at θ̂ = Σ_u Z_u / n (clipped to [0, 1]). The
-interval covers E[f̂(v)] for these hashes, m/(m − 1)·(θ − 1/m), which is f_v only on average
-over hash draws: over random hash functions the collisions add the bias variance
-Σ_{x≠v} f_x²/(k(m − 1)), which the standard error leaves out: it needs the shares of every
-value, not only the candidates' (docs/mechanisms/strings.md, "Exact variances").
+θ = E[Z] = Σ_x f_x·π_x(v) counts the mass of the values colliding with v. That part is
+(m/(m − 1))²·Var[Z]/n, evaluated at θ̂ = Σ_u Z_u / n (clipped to [0, 1]). For fixed hashes the
+estimate's mean is m/(m − 1)·(θ − 1/m), not f_v: the collisions add a bias that does not shrink
+with n. Over random hash functions that bias has mean 0 and variance Σ_{x≠v} f_x²/(k(m − 1)),
+which the standard error adds, with F₂ = Σ_x f_x² estimated unbiasedly from the squared cell
+totals of each row (``sum_of_squares``), less f̂_v², clipped at 0; so the intervals cover f_v
+over the draw of the hashes (docs/mechanisms/strings.md, "Exact variances").
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ __all__ = ["CountMeanSketchEstimator", "HadamardCountMeanSketchEstimator"]
 
 MAX_HASHED_CELLS = 2_000_000  # candidates × hash functions per query (mmh3 calls, int64 cells)
 
-VARIANCE_MODEL = ("iid-sampling: the exact variance of the sketch contributions for the "
-                  "campaign's fixed hashes, evaluated at the estimate; the estimate is unbiased "
-                  "on average over the hash functions, and for the fixed hashes a candidate also "
-                  "counts the values colliding with it")
+VARIANCE_MODEL = ("iid-sampling plus hash collisions: the exact variance of the sketch "
+                  "contributions for the campaign's fixed hashes, evaluated at the estimate, plus "
+                  "the variance over random hashes of the other values' collisions, "
+                  "(sum_of_squared_shares - f^2)/(k(m - 1)), estimated from the sketch")
 
 
 class CountMeanSketchEstimator(Estimator[CountMeanSketch]):
