@@ -14,12 +14,13 @@ the share of hash rows in which u's value lands where v does. The count estimate
 
 Standard errors: under i.i.d. sampling of users the Z_u are i.i.d., and with the campaign's
 fixed hashes Var[Z] = (c² − 1)/4 + θ(1 − θ) for CMS and c² − θ² for HCMS, exactly, where
-θ = E[Z] = Σ_x f_x·π_x(v) counts the mass of the values colliding with v. So
-Var[f̂(v)] = (m/(m − 1))²·Var[Z]/n, evaluated at θ̂ = Σ_u Z_u / n (clipped to [0, 1]). The
-interval covers E[f̂(v)] for these hashes, m/(m − 1)·(θ − 1/m), which is f_v only on average
-over hash draws: over random hash functions the collisions add the bias variance
-Σ_{x≠v} f_x²/(k(m − 1)), which the standard error leaves out: it needs the shares of every
-value, not only the candidates' (docs/mechanisms/strings.md, "Exact variances").
+θ = E[Z] = Σ_x f_x·π_x(v) counts the mass of the values colliding with v. That part is
+(m/(m − 1))²·Var[Z]/n, evaluated at θ̂ = Σ_u Z_u / n (clipped to [0, 1]). For fixed hashes the
+estimate's mean is m/(m − 1)·(θ − 1/m), not f_v: the collisions add a bias that does not shrink
+with n. Over random hash functions that bias has mean 0 and variance Σ_{x≠v} f_x²/(k(m − 1)),
+which the standard error adds, with F₂ = Σ_x f_x² estimated unbiasedly from the squared cell
+totals of each row (``sum_of_squares``), less f̂_v², clipped at 0; so the intervals cover f_v
+over the draw of the hashes (docs/mechanisms/strings.md, "Exact variances").
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ __all__ = ["CountMeanSketchEstimator", "HadamardCountMeanSketchEstimator"]
 
 MAX_HASHED_CELLS = 2_000_000  # candidates × hash functions per query (mmh3 calls, int64 cells)
 
-VARIANCE_MODEL = ("iid-sampling: the exact variance of the sketch contributions for the "
-                  "campaign's fixed hashes, evaluated at the estimate; the estimate is unbiased "
-                  "on average over the hash functions, and for the fixed hashes a candidate also "
-                  "counts the values colliding with it")
+VARIANCE_MODEL = ("iid-sampling plus hash collisions: the exact variance of the sketch "
+                  "contributions for the campaign's fixed hashes, evaluated at the estimate, plus "
+                  "the variance over random hashes of the other values' collisions, "
+                  "(sum_of_squared_shares - f^2)/(k(m - 1)), estimated from the sketch")
 
 
 class CountMeanSketchEstimator(Estimator[CountMeanSketch]):
@@ -68,17 +69,44 @@ class CountMeanSketchEstimator(Estimator[CountMeanSketch]):
         table[:, 1:] = grouped_sums(rows, bits, mechanism.k)
         return table.ravel()
 
+    def cell_totals(self, mechanism: CountMeanSketch, table: np.ndarray) -> np.ndarray:
+        """T[j, i] = Σ_u Z_u over row j's reports for a value landing on cell i."""
+        result: np.ndarray = mechanism.c * table[:, 1:] - (mechanism.c - 1) / 2 * table[:, :1]
+        return result
+
     def contributions(self, mechanism: CountMeanSketch, table: np.ndarray,
                       positions: np.ndarray) -> np.ndarray:
         """Σ_u Z_u for every candidate; positions[s, j] = h_j(candidate s)."""
         rows = np.arange(mechanism.k)
-        ones = table[:, 1:][rows[None, :], positions].sum(axis=1)
-        result: np.ndarray = mechanism.c * ones - (mechanism.c - 1) / 2 * table[:, 0].sum()
+        result: np.ndarray = self.cell_totals(mechanism, table)[rows[None, :], positions] \
+            .sum(axis=1)
         return result
 
     def report_variance(self, mechanism: CountMeanSketch, theta: np.ndarray) -> np.ndarray:
         variance: np.ndarray = (mechanism.c**2 - 1) / 4 + theta * (1 - theta)
         return variance
+
+    def cell_noise(self, mechanism: CountMeanSketch) -> float:
+        """A = Σ_i Var[Z_i] + Σ_i g_i², summed over a row's m cells (g: the row's cell shares).
+
+        CMS: Var[Z_i] = (c² − 1)/4 + g_i(1 − g_i) and Σ_i g_i = 1, so A = m(c² − 1)/4 + 1."""
+        return mechanism.m * (mechanism.c**2 - 1) / 4 + 1
+
+    def sum_of_squares(self, mechanism: CountMeanSketch, table: np.ndarray) -> float:
+        """An estimate of F₂ = Σ_x f_x² over every value, unbiased over random hashes.
+
+        In row j, y_i = T[j, i]/N_j estimates the share g_i of the values landing on cell i, with
+        E[Σ_i y_i²] = G(1 − 1/N_j) + A/N_j for G = Σ_i g_i² (``cell_noise``), and
+        E_h[G] = F₂ + (1 − F₂)/m over random hashes. Averaged over the rows with two reports."""
+        sizes = table[:, 0]
+        used = sizes >= 2
+        if not used.any():
+            return 0.0
+        shares = self.cell_totals(mechanism, table)[used] / sizes[used, None]
+        sizes = sizes[used]
+        squares = ((shares**2).sum(axis=1) - self.cell_noise(mechanism) / sizes) / (1 - 1 / sizes)
+        m = mechanism.m
+        return float(np.clip(((m * squares - 1) / (m - 1)).mean(), 0.0, 1.0))
 
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> FrequencyEstimate:
@@ -96,14 +124,20 @@ class CountMeanSketchEstimator(Estimator[CountMeanSketch]):
         factor = m / (m - 1)
         frequency = factor * (totals / max(n, 1) - 1 / m)
         theta = np.clip(totals / max(n, 1), 0.0, 1.0)
-        std_error = factor * np.sqrt(self.report_variance(mechanism, theta) / n) if n \
-            else np.full(len(candidates), math.inf)
+        # Over random hashes the other values' collisions add Σ_{x≠v} f_x²/(k(m − 1)), which
+        # does not shrink with n: F₂ from the sketch's rows, less the candidate's own share.
+        squares = self.sum_of_squares(mechanism, table)
+        others = np.maximum(squares - np.clip(frequency, 0.0, 1.0)**2, 0.0)
+        collision = others / (mechanism.k * (m - 1))
+        std_error = np.sqrt(factor**2 * self.report_variance(mechanism, theta) / n + collision) \
+            if n else np.full(len(candidates), math.inf)
         rows = [FrequencyRow.from_frequency(v, float(f), float(se), n)
                 for v, f, se in zip(candidates, frequency, std_error, strict=True)]
         return FrequencyEstimate(
             campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
             rows=rows, variance_model=VARIANCE_MODEL, window=query.window,
-            extra={"hash_functions": mechanism.k, "sketch_width": m})
+            extra={"hash_functions": mechanism.k, "sketch_width": m,
+                   "sum_of_squared_shares": squares})
 
 
 class HadamardCountMeanSketchEstimator(CountMeanSketchEstimator):
@@ -125,13 +159,14 @@ class HadamardCountMeanSketchEstimator(CountMeanSketchEstimator):
                                      minlength=len(table))).astype(np.int64)
         return table
 
-    def contributions(self, mechanism: CountMeanSketch, table: np.ndarray,
-                      positions: np.ndarray) -> np.ndarray:
-        transformed = walsh_hadamard(table[:, 1:])  # every row at once
-        rows = np.arange(mechanism.k)
-        result: np.ndarray = mechanism.c * transformed[rows[None, :], positions].sum(axis=1)
+    def cell_totals(self, mechanism: CountMeanSketch, table: np.ndarray) -> np.ndarray:
+        result: np.ndarray = mechanism.c * walsh_hadamard(table[:, 1:])  # every row at once
         return result
 
     def report_variance(self, mechanism: CountMeanSketch, theta: np.ndarray) -> np.ndarray:
         variance: np.ndarray = mechanism.c**2 - theta**2
         return variance
+
+    def cell_noise(self, mechanism: CountMeanSketch) -> float:
+        """HCMS: Var[Z_i] = c² − g_i², so A = m·c²."""
+        return mechanism.m * mechanism.c**2
