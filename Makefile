@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
 DEMO_STAMP := $(VENV)/.demo-stamp
 
-.PHONY: demo serve-demo test quick lint bench clean services
+.PHONY: demo serve-demo test quick lint bench clean services client-ts
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,19 @@ services:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql nginx \
 	    chromium chromium-driver libatomic1 >/dev/null; }
 
+# The TypeScript client (client-ts/): its devDependencies once from the committed lockfile
+# (npm ci again only when the lockfile changes), then its type check and build into the
+# ignored client-ts/dist/ and its own tests on Node's test runner (a few seconds in all).
+# tests/client_ts/ checks its samplers against the Python mechanisms inside pytest.
+TS_STAMP := client-ts/node_modules/.ci-stamp
+
+$(TS_STAMP): client-ts/package-lock.json
+	cd client-ts && npm ci --no-audit --no-fund --loglevel=error
+	touch $(TS_STAMP)
+
+client-ts: $(TS_STAMP)
+	cd client-ts && npm test --silent
+
 # pytest-xdist: a worker per core (PYTEST_XDIST_AUTO_NUM_WORKERS=N to choose), each taking
 # a contiguous run of the tests and stealing from the others when done (worksteal keeps module
 # fixtures together and, unlike loadfile or loadgroup, runs tests sharing a node ID, as
@@ -69,7 +82,7 @@ XDIST := -n logical --dist worksteal
 # Everything on SQLite and, at the same time, the storage-facing suites (collector, end to
 # end) on PostgreSQL: that pass waits on the server's fsyncs, the SQLite pass fills the cores
 # meanwhile (docs/development.md has the figures). The PostgreSQL pass prints when both end.
-test: lint services
+test: lint services client-ts
 	@pg_log=$$(mktemp); \
 	$(BIN)/pytest -q $(XDIST) --backend postgresql >"$$pg_log" 2>&1 & pg_pid=$$!; \
 	$(BIN)/pytest $(XDIST); sqlite=$$?; \
