@@ -55,6 +55,9 @@ def test_a_saved_list_makes_the_strings_page_a_link_and_its_downloads_work_by_ge
     assert f'<option value="{list_id}" selected>top &lt;3&gt; (3 strings)</option>' in page
     assert "top <3>" not in page
     assert f'href="/campaigns/pages?list={list_id}"' in page
+    # Asked by GET, its tables sort by links that keep the list.
+    assert f'<a class="sort" href="/campaigns/pages?list={list_id}&amp;sort=-frequency">' in page
+    assert 'class="sort"' not in posted
     # ... by its name too, and the downloads answer the API's for the same candidates.
     by_name = signed_in.get("/campaigns/pages?" + urlencode({"list": "top <3>"}))
     assert _estimate_bars(by_name.get_data(as_text=True)) == _estimate_bars(page)
