@@ -11,10 +11,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+from flask import Flask
 from flask.testing import FlaskClient
 from test_dashboard import bars, csrf_token, seed, sign_in
 
-from helpers.support import ADMIN, ANALYST_HEADERS, NOW
+from chorus_collector.http.admission import QueryAdmission
+from helpers.support import ADMIN, ADMIN_HEADERS, ANALYST_HEADERS, NOW, campaign_spec
 
 HOUR = 3600
 Create = Callable[..., dict[str, Any]]
@@ -228,3 +230,29 @@ def test_a_panel_whose_list_is_gone_says_so_and_the_others_are_drawn(
     panels = _panels(http.get(board).get_data(as_text=True))
     assert "has no saved list" in panels["pages · estimates · v"]
     assert set(bars(panels["survey · estimates"])) == set("abcd")
+
+
+def test_a_board_waits_for_a_query_slot_like_a_page(make_app: Callable[..., Flask]) -> None:
+    app = make_app(THREADS=4, QUERY_WAIT=0)
+    http = app.test_client()
+    config = http.post("/v1/campaigns", json=campaign_spec("q"),
+                       headers=ADMIN_HEADERS).get_json()
+    seed(http, config, lambda bucket, i: "ab"[i % 2], buckets=1, per_bucket=20)
+    assert sign_in(http).status_code == 302
+    token = csrf_token(http, "/boards")
+    board = http.post("/boards", data={"csrf_token": token, "name": "b"}).headers["Location"]
+    choice = re.search(r'<option value="(c\d+)">q ', http.get(board).get_data(as_text=True))
+    assert choice is not None
+    http.post(f"{board}/panels", data={"csrf_token": token, "show": choice.group(1),
+                                       "section": "estimates"})
+    admission: QueryAdmission = app.extensions["chorus.queries"]
+    held = [admission.admitted.acquire(blocking=False) for _ in range(admission.threads)]
+    try:
+        assert all(held)
+        busy = http.get(board)
+        assert busy.status_code == 503 and busy.headers["Retry-After"] == "5"
+    finally:
+        for _ in held:
+            admission.admitted.release()
+    answered = bars(_panels(http.get(board).get_data(as_text=True))["q · estimates"])
+    assert set(answered) == {"a", "b", "c", "d"}  # the campaign's categories
