@@ -16,25 +16,16 @@ from urllib.parse import parse_qsl, urlencode
 from markupsafe import Markup
 
 from chorus_collector.dashboard import pages
+from chorus_collector.http.saved import MAX_NAME, check_candidates, check_name, view_link
 from chorus_collector.problems import Problem
 from chorus_collector.storage import Storage, StoredCampaign
 from chorus_collector.storage.saved import SECTIONS, Board, Panel, SavedList, SavedView, SavedWork
 
-__all__ = ["MAX_NAME", "Asked", "PanelView", "asked", "board_panels", "check_name",
-           "page_values", "view_link"]
+__all__ = ["MAX_NAME", "Asked", "PanelView", "asked", "board_panels", "check_candidates",
+           "check_name", "page_values", "view_link"]
 
-MAX_NAME = 100
 #: The keys of a page's question (what its form sends), and the chosen list.
 QUERY_KEYS = frozenset(pages.PageParameters().form_values()) | {"list"}
-
-
-def check_name(what: str, text: str | None) -> str:
-    """A saved thing's name: one line of 1 to MAX_NAME characters (shown escaped)."""
-    name = (text or "").strip()
-    if not name or len(name) > MAX_NAME or any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise Problem("invalid-request", f"{what}'s name is one line of 1 to {MAX_NAME} "
-                      "characters")
-    return name
 
 
 def chosen_list(saved: SavedWork, stored: StoredCampaign, text: str) -> SavedList | None:
@@ -82,10 +73,6 @@ def asked(storage: Storage, stored: StoredCampaign, values: Mapping[str, str],
 def page_values(query: str) -> dict[str, str]:
     """A saved query's values, as a form would send them (the last of a repeated key)."""
     return dict(parse_qsl(query, keep_blank_values=False))
-
-
-def view_link(campaign: str, query: str) -> str:
-    return f"/campaigns/{campaign}" + (f"?{query}" if query else "")
 
 
 @dataclass

@@ -464,8 +464,8 @@ def save_list(name: str) -> WerkzeugResponse:
     if not question.parameters.candidates:
         raise Problem("invalid-request", "there are no candidate strings to save: paste, "
                       "upload or choose some first")
-    saved = SavedWork(_storage()).save_list(stored.id, list_name,
-                                            question.parameters.candidates, _now())
+    saved = SavedWork(_storage()).save_list(
+        stored.id, list_name, saving.check_candidates(question.parameters.candidates), _now())
     log.info("list saved on %s", stored.campaign.name)
     return redirect(url_for("dashboard.campaign", name=name, list=saved.id))
 

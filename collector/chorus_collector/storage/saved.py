@@ -85,12 +85,16 @@ class SavedWork:
         return [_list(row) for row in rows]
 
     def get_list(self, list_id: int) -> SavedList | None:
+        if not _fits(list_id):
+            return None
         row = self._storage.connect().execute(
             "SELECT id, campaign_id, name, candidates, created_at FROM saved_lists "
             "WHERE id = ?", (list_id,)).fetchone()
         return None if row is None else _list(row)
 
     def delete_list(self, list_id: int) -> bool:
+        if not _fits(list_id):
+            return False
         with self._storage.write() as conn:
             row = conn.execute("DELETE FROM saved_lists WHERE id = ? RETURNING id",
                                (list_id,)).fetchone()
@@ -117,6 +121,8 @@ class SavedWork:
         return [_view(row) for row in rows]
 
     def get_view(self, view_id: int) -> SavedView | None:
+        if not _fits(view_id):
+            return None
         row = self._storage.connect().execute(
             "SELECT id, campaign_id, name, query, created_at FROM saved_views WHERE id = ?",
             (view_id,)).fetchone()
@@ -124,6 +130,8 @@ class SavedWork:
 
     def delete_view(self, view_id: int) -> bool:
         """Remove a view and the board panels that showed it."""
+        if not _fits(view_id):
+            return False
         with self._storage.write() as conn:
             conn.execute("DELETE FROM board_panels WHERE view_id = ?", (view_id,))
             row = conn.execute("DELETE FROM saved_views WHERE id = ? RETURNING id",
@@ -150,6 +158,8 @@ class SavedWork:
         return [Board(int(i), str(n), float(at)) for i, n, at in rows]
 
     def get_board(self, board_id: int) -> Board | None:
+        if not _fits(board_id):
+            return None
         conn = self._storage.connect()
         row = conn.execute("SELECT id, name, created_at FROM boards WHERE id = ?",
                            (board_id,)).fetchone()
@@ -163,6 +173,8 @@ class SavedWork:
             for i, b, c, s, v in panels))
 
     def delete_board(self, board_id: int) -> bool:
+        if not _fits(board_id):
+            return False
         with self._storage.write() as conn:
             conn.execute("DELETE FROM board_panels WHERE board_id = ?", (board_id,))
             row = conn.execute("DELETE FROM boards WHERE id = ? RETURNING id",
@@ -181,10 +193,18 @@ class SavedWork:
         return Panel(int(row[0]), board_id, campaign_id, section, view_id)
 
     def remove_panel(self, board_id: int, panel_id: int) -> bool:
+        if not (_fits(board_id) and _fits(panel_id)):
+            return False
         with self._storage.write() as conn:
             row = conn.execute("DELETE FROM board_panels WHERE id = ? AND board_id = ? "
                                "RETURNING id", (panel_id, board_id)).fetchone()
         return row is not None
+
+
+def _fits(row_id: int) -> bool:
+    """An id a row can have: a URL's or a body's number past 64 bits finds none (and the
+    engines would refuse to bind it)."""
+    return 0 < row_id < 2 ** 63
 
 
 def _list(row: Any) -> SavedList:
