@@ -57,6 +57,9 @@ def test_a_saved_list_makes_the_strings_page_a_link_and_its_downloads_work_by_ge
     assert f'<option value="{list_id}" selected>top &lt;3&gt; (3 strings)</option>' in page
     assert "top <3>" not in page
     assert f'href="/campaigns/pages?list={list_id}"' in page
+    # Enter in a field sends the form's first button: Update, not Save list.
+    form = page.split('id="query"')[1].split("</form>")[0]
+    assert form.index('class="primary">Update') < form.index(">Save list<")
     # Asked by GET, its tables sort by links that keep the list.
     assert f'<a class="sort" href="/campaigns/pages?list={list_id}&amp;sort=-frequency">' in page
     assert 'class="sort"' not in posted
