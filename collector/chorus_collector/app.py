@@ -28,6 +28,7 @@ from chorus_collector.http.design import design_routes
 from chorus_collector.http.handlers import register_error_handlers, register_request_log
 from chorus_collector.http.metrics import Metrics
 from chorus_collector.http.ratelimit import RateLimiter
+from chorus_collector.http.saved import saved_routes
 from chorus_collector.jobs.folding import BackgroundFolder
 from chorus_collector.settings import SETTINGS, resolve_settings
 from chorus_collector.storage import open_storage
@@ -97,6 +98,7 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     app.register_blueprint(annotation_routes)
     app.register_blueprint(design_routes)
     app.register_blueprint(alert_api)
+    app.register_blueprint(saved_routes)
     init_dashboard(app, verifier, settings)
     register_error_handlers(app)
     register_request_log(app)

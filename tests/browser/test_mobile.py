@@ -40,6 +40,7 @@ def test_no_page_scrolls_sideways_and_every_table_has_a_caption(
     seed_distribution(live_collector)
     seed_record(live_collector)
     live_collector.fold()
+    board = _board(live_collector, seeded, f"Weekly review ({width} px)")
     page.set_viewport_size({"width": width, "height": 900})
     page.goto(live_collector.url + "/login")
     assert _overflow(page) == {"width": width, "viewport": width, "wide": [],
@@ -48,7 +49,8 @@ def test_no_page_scrolls_sideways_and_every_table_has_a_caption(
     page.click("form.login button[type=submit]")
     page.wait_for_load_state()
     paths = ["/", *(f"/campaigns/{name}" for name in
-                    (*seeded, "load_time_percentiles", "crashes")), DESIGN]
+                    (*seeded, "load_time_percentiles", "crashes")), DESIGN,
+             "/boards", board]
     for path in paths:
         page.goto(live_collector.url + path)
         page.wait_for_load_state("networkidle")
@@ -63,6 +65,20 @@ def test_no_page_scrolls_sideways_and_every_table_has_a_caption(
     assert page.evaluate("document.activeElement.textContent") == "Skip to the content"
     page.keyboard.press("Enter")
     assert page.evaluate("document.activeElement.id") == "main"
+
+
+def _board(live: LiveCollector, seeded: dict[str, SeededCampaign], name: str) -> str:
+    """A board with a panel of each section from two campaigns, saved over the API."""
+    status, board = live.request("POST", "/v1/boards", token=live.analyst_token,
+                                 body={"name": name})
+    assert status == 201, board
+    for name in list(seeded)[:2]:
+        for section in ("estimates", "series"):
+            status, body = live.request("POST", f"/v1/boards/{board['id']}/panels",
+                                        token=live.analyst_token,
+                                        body={"campaign": name, "section": section})
+            assert status == 201, body
+    return f"/boards/{board['id']}"
 
 
 _CONTRAST = """() => {

@@ -25,7 +25,7 @@ from flask_wtf.csrf import CSRFError, CSRFProtect, generate_csrf
 from jinja2.utils import Namespace
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from chorus_collector.dashboard import designing, pages
+from chorus_collector.dashboard import designing, pages, saving
 from chorus_collector.dashboard.charts import sparkline
 from chorus_collector.dashboard.signin import (
     current_role,
@@ -43,6 +43,7 @@ from chorus_collector.kinds import kind_of
 from chorus_collector.problems import Problem
 from chorus_collector.results.tables import shown_value
 from chorus_collector.storage import Storage, StoredCampaign
+from chorus_collector.storage.saved import Board, SavedView, SavedWork
 from chorus_shared.campaign import campaign_from_spec
 from chorus_shared.errors import CampaignError
 
@@ -106,9 +107,16 @@ def _csrf_page(error: CSRFError) -> tuple[str, int]:
 def _globals() -> dict[str, Any]:
     # ``noise``: whether a figure on the page was shown clipped to its bounds (templates set
     # it, the note after a table reads it); fresh for every page.
-    return {"role": current_role(), "iso": pages.iso, "duration": pages.duration_label,
+    role = current_role()
+    return {"role": role, "nav_boards": _nav_boards if role else list, "iso": pages.iso,
+            "duration": pages.duration_label,
             "shown": shown_value, "noise": Namespace(clipped=False),
             "sorted_rows": pages.sorted_rows, "sort_link": _sort_link}
+
+
+def _nav_boards() -> list[Board]:
+    """The boards, for the header's menu (read when a page draws its header)."""
+    return SavedWork(_storage()).boards()
 
 
 def _sort_link(table: str, column: str, current: str) -> str:
@@ -154,6 +162,9 @@ def campaigns() -> str:
     today = int(_now()) // DAY * DAY
     counts = storage.report_counts()
     rows = []
+    views: dict[int, list[SavedView]] = {}
+    for view in SavedWork(storage).views():
+        views.setdefault(view.campaign_id, []).append(view)
     for stored in storage.list_campaigns():
         by_time = counts.get(stored.id, {})
         per_day = [0] * LIST_DAYS
@@ -170,6 +181,8 @@ def campaigns() -> str:
             "spark": sparkline(per_day, title=f"reports per day over the last {LIST_DAYS} "
                                               f"days: {', '.join(map(str, per_day))}"),
             "state": "active" if retired_at is None else f"retired {pages.iso(int(retired_at))}",
+            "views": [(view.name, saving.view_link(stored.campaign.name, view.query))
+                      for view in views.get(stored.id, ())],
         })
     return render_template("campaigns.html", campaigns=rows, days=LIST_DAYS)
 
@@ -189,19 +202,32 @@ def _extent(stored: StoredCampaign) -> tuple[int, int] | None:
     return span[0], span[1] + stored.campaign.time_precision
 
 
-def _parameters(stored: StoredCampaign) -> pages.PageParameters:
-    uploaded = None
+def _uploaded() -> str | None:
+    """The candidate file sent with the form, if any, as text."""
     upload = request.files.get("candidates_file")
-    if upload is not None and upload.filename:
-        data = upload.read(MAX_UPLOAD_BYTES + 1)
-        if len(data) > MAX_UPLOAD_BYTES:
-            raise Problem("invalid-query", "the candidate file is larger than 1 MiB")
-        try:
-            uploaded = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise Problem("invalid-query", "the candidate file is not UTF-8 text") from None
-    values = {key: request.values.get(key, "") for key in request.values}
-    return pages.read_parameters(values, uploaded, stored, _extent(stored), now=_now())
+    if upload is None or not upload.filename:
+        return None
+    data: bytes = upload.read(MAX_UPLOAD_BYTES + 1)
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise Problem("invalid-query", "the candidate file is larger than 1 MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Problem("invalid-query", "the candidate file is not UTF-8 text") from None
+
+
+def _asked(stored: StoredCampaign, values: Mapping[str, str] | None = None) -> saving.Asked:
+    """The page's question: from the request (its form or URL, a saved list by ``list``), or
+    from ``values`` (a saved view's query)."""
+    uploaded = None
+    if values is None:
+        uploaded = _uploaded()
+        values = {key: request.values.get(key, "") for key in request.values}
+    return saving.asked(_storage(), stored, values, uploaded, _extent(stored), _now())
+
+
+def _parameters(stored: StoredCampaign) -> pages.PageParameters:
+    return _asked(stored).parameters
 
 
 def _gate() -> threading.BoundedSemaphore:
@@ -271,15 +297,19 @@ def _streamed_page(template: str, **context: Any) -> Response:
 @require_role("analyst")
 def campaign(name: str) -> str | Response:
     stored = _campaign(name)
-    parameters = _parameters(stored)
+    question = _asked(stored)
+    parameters = question.parameters
     config = stored.campaign.public_config()
     retired_at = _storage().retired_at(stored.id)
     kind = kind_of(stored.campaign)
     discovery = pages.discovers(stored)
     view = pages.campaign_view(_storage(), stored, parameters)
+    saved = SavedWork(_storage())
+    form = {**parameters.form_values(), "candidates": "\n".join(question.typed),
+            "list": "" if question.chosen is None else str(question.chosen.id)}
     context = dict(
         stored=stored, config=config, view=view,
-        domain=pages.domain_summary(config), form=parameters.form_values(),
+        domain=pages.domain_summary(config), form=form,
         strings=stored.campaign.domain.kind == "strings", discovery=discovery,
         kind=kind, asks=kind.query_parameters(stored.campaign),
         pairs=pages.joint_pairs(stored),
@@ -288,7 +318,10 @@ def campaign(name: str) -> str | Response:
         reporting=stored.campaign.reporting, steps=pages.steps_of(stored),
         walking=discovery, ranges=pages.RANGES, refresh_choices=pages.REFRESH,
         notes=parameters.notes, refresh=parameters.refresh if not strings_page(stored) else 0,
-        alerts=pages.alert_views(_storage(), stored))
+        alerts=pages.alert_views(_storage(), stored),
+        sortable=request.method == "GET", question=question,
+        saved_lists=saved.lists(stored.id), saved_views=saved.views(stored.id),
+        link=saving.view_link(stored.campaign.name, question.query), max_name=saving.MAX_NAME)
     if discovery:  # walks of several seconds on a first view: shown as they go
         return _streamed_page("campaign.html", **context)
     _gated(view.computed)
@@ -316,7 +349,7 @@ def add_mark(name: str) -> WerkzeugResponse:
 @dashboard.post("/campaigns/<name>/marks/<int:mark_id>/remove")
 @require_role("admin")
 def remove_mark(name: str, mark_id: int) -> WerkzeugResponse:
-    if not _storage().delete_annotation(mark_id):
+    if mark_id >= 1 << 63 or not _storage().delete_annotation(mark_id):
         raise Problem("not-found", f"no mark has id {mark_id}")
     return redirect(url_for("dashboard.campaign", name=name) + "#series")
 
@@ -415,3 +448,122 @@ def create_from_design() -> WerkzeugResponse | tuple[str, int]:
             "another name"), creating=request.form)
     log.info("campaign %s created from the designer", campaign.name)
     return redirect(url_for("dashboard.campaign", name=campaign.name))
+
+
+# -- saved work: candidate lists, views (a page's question), boards ----------------------------
+# Anyone signed in (analyst or admin) saves and removes them: they are analysts' work,
+# shared by everyone who signs in, and change no campaign and no estimate.
+
+@dashboard.post("/campaigns/<name>/lists")
+@require_role("analyst")
+def save_list(name: str) -> WerkzeugResponse:
+    """The page's candidates (a chosen list's, typed and uploaded ones) saved under a name;
+    the page then opens by GET with that list: its address is the link to share."""
+    stored = _campaign(name)
+    list_name = saving.check_name("a list", request.form.get("list_name"))
+    question = _asked(stored)
+    if not question.parameters.candidates:
+        raise Problem("invalid-request", "there are no candidate strings to save: paste, "
+                      "upload or choose some first")
+    saved = SavedWork(_storage()).save_list(
+        stored.id, list_name, saving.check_candidates(question.parameters.candidates), _now())
+    log.info("list saved on %s", stored.campaign.name)
+    return redirect(url_for("dashboard.campaign", name=name, list=saved.id))
+
+
+@dashboard.post("/campaigns/<name>/lists/<int:list_id>/remove")
+@require_role("analyst")
+def remove_list(name: str, list_id: int) -> WerkzeugResponse:
+    stored = _campaign(name)
+    saved = SavedWork(_storage())
+    found = saved.get_list(list_id)
+    if found is None or found.campaign_id != stored.id:
+        raise Problem("not-found", f"{name} has no saved list {list_id}")
+    saved.delete_list(list_id)
+    return redirect(url_for("dashboard.campaign", name=name))
+
+
+@dashboard.post("/campaigns/<name>/views")
+@require_role("analyst")
+def save_view(name: str) -> WerkzeugResponse:
+    """The page's question (``query``, as the page wrote it) saved under a name, after
+    checking that it asks this campaign's page something it answers."""
+    stored = _campaign(name)
+    view_name = saving.check_name("a view", request.form.get("view_name"))
+    query = _asked(stored, saving.page_values(request.form.get("query", ""))).query
+    saved = SavedWork(_storage()).save_view(stored.id, view_name, query, _now())
+    log.info("view saved on %s", stored.campaign.name)
+    return redirect(saving.view_link(name, saved.query))
+
+
+@dashboard.post("/campaigns/<name>/views/<int:view_id>/remove")
+@require_role("analyst")
+def remove_view(name: str, view_id: int) -> WerkzeugResponse:
+    stored = _campaign(name)
+    saved = SavedWork(_storage())
+    found = saved.get_view(view_id)
+    if found is None or found.campaign_id != stored.id:
+        raise Problem("not-found", f"{name} has no saved view {view_id}")
+    saved.delete_view(view_id)  # and the board panels that showed it
+    return redirect(url_for("dashboard.campaign", name=name))
+
+
+@dashboard.get("/boards")
+@require_role("analyst")
+def boards() -> str:
+    return render_template("boards.html", boards=SavedWork(_storage()).boards(),
+                           max_name=saving.MAX_NAME)
+
+
+@dashboard.post("/boards")
+@require_role("analyst")
+def create_board() -> WerkzeugResponse:
+    board = SavedWork(_storage()).create_board(
+        saving.check_name("a board", request.form.get("name")), _now())
+    return redirect(url_for("dashboard.board", board_id=board.id))
+
+
+def _board(board_id: int) -> Board:
+    board = SavedWork(_storage()).get_board(board_id)
+    if board is None:
+        raise Problem("not-found", f"no board has id {board_id}")
+    return board
+
+
+@dashboard.get("/boards/<int:board_id>")
+@require_role("analyst")
+def board(board_id: int) -> str:
+    """Panels from several campaigns on one page: each a section of its campaign's page,
+    computed by the page's own code under one query slot."""
+    shown = _board(board_id)
+    panels = _gated(lambda: saving.board_panels(_storage(), shown,
+                                                lambda stored, values: _asked(stored, values)))
+    return render_template("board.html", board=shown, panels=panels,
+                           choices=saving.panel_choices(_storage()))
+
+
+@dashboard.post("/boards/<int:board_id>/panels")
+@require_role("analyst")
+def add_panel(board_id: int) -> WerkzeugResponse:
+    _board(board_id)
+    section = request.form.get("section", "")
+    campaign_id, view_id = saving.read_panel_choice(_storage(), request.form.get("show", ""),
+                                                    section)
+    panel = SavedWork(_storage()).add_panel(board_id, campaign_id, section, view_id)
+    return redirect(url_for("dashboard.board", board_id=board_id) + f"#panel-{panel.id}")
+
+
+@dashboard.post("/boards/<int:board_id>/panels/<int:panel_id>/remove")
+@require_role("analyst")
+def remove_panel(board_id: int, panel_id: int) -> WerkzeugResponse:
+    if not SavedWork(_storage()).remove_panel(board_id, panel_id):
+        raise Problem("not-found", f"board {board_id} has no panel {panel_id}")
+    return redirect(url_for("dashboard.board", board_id=board_id))
+
+
+@dashboard.post("/boards/<int:board_id>/remove")
+@require_role("analyst")
+def remove_board(board_id: int) -> WerkzeugResponse:
+    if not SavedWork(_storage()).delete_board(board_id):
+        raise Problem("not-found", f"no board has id {board_id}")
+    return redirect(url_for("dashboard.boards"))

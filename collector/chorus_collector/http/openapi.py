@@ -89,6 +89,65 @@ _SCHEMAS: dict[str, Any] = {
             "text": {"type": "string", "minLength": 1, "maxLength": 200},
             "campaign": {"type": "string",
                          "description": "a campaign's name; left out: every campaign"}}},
+    "SavedList": {
+        "type": "object",
+        "required": ["id", "campaign", "name", "candidates", "created_at", "link"],
+        "properties": {
+            "id": {"type": "integer"}, "campaign": {"type": "string"},
+            "name": {"type": "string", "maxLength": 100},
+            "candidates": {"type": "array", "items": {"type": "string"}},
+            "created_at": {"type": "number"},
+            "link": {"type": "string", "description": "the dashboard page asked with it"}}},
+    "SavedListList": {
+        "type": "object", "required": ["lists"],
+        "properties": {"lists": {"type": "array", "items": _ref("SavedList")}}},
+    "NewSavedList": {
+        "type": "object", "required": ["name", "candidates"], "additionalProperties": False,
+        "description": "saving under a name the campaign has replaces that list's strings",
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 100},
+            "candidates": {"type": "array", "minItems": 1,
+                           "items": {"type": "string", "minLength": 1}}}},
+    "SavedView": {
+        "type": "object",
+        "required": ["id", "campaign", "name", "query", "created_at", "link"],
+        "properties": {
+            "id": {"type": "integer"}, "campaign": {"type": "string"},
+            "name": {"type": "string", "maxLength": 100},
+            "query": {"type": "string", "description": "the campaign page's query string"},
+            "created_at": {"type": "number"},
+            "link": {"type": "string", "description": "the dashboard page that asks it"}}},
+    "SavedViewList": {
+        "type": "object", "required": ["views"],
+        "properties": {"views": {"type": "array", "items": _ref("SavedView")}}},
+    "BoardSummary": {
+        "type": "object", "required": ["id", "name", "created_at"],
+        "properties": {"id": {"type": "integer"}, "name": {"type": "string"},
+                       "created_at": {"type": "number"}}},
+    "BoardList": {
+        "type": "object", "required": ["boards"],
+        "properties": {"boards": {"type": "array", "items": _ref("BoardSummary")}}},
+    "Board": {
+        "type": "object", "required": ["id", "name", "created_at", "panels"],
+        "properties": {
+            "id": {"type": "integer"}, "name": {"type": "string"},
+            "created_at": {"type": "number"},
+            "panels": {"type": "array", "items": {
+                "type": "object", "required": ["id", "campaign", "section", "view"],
+                "properties": {
+                    "id": {"type": "integer"}, "campaign": {"type": "string"},
+                    "section": {"enum": ["estimates", "series"]},
+                    "view": {"type": ["integer", "null"],
+                             "description": "a saved view's id; null: the page's defaults"}}}}}},
+    "NewBoard": {
+        "type": "object", "required": ["name"], "additionalProperties": False,
+        "description": "a name a board has already answers that board",
+        "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 100}}},
+    "NewPanel": {
+        "type": "object", "required": ["campaign", "section"], "additionalProperties": False,
+        "properties": {
+            "campaign": {"type": "string"}, "section": {"enum": ["estimates", "series"]},
+            "view": {"type": "integer", "description": "one of the campaign's saved views"}}},
     "Health": {
         "type": "object",
         "required": ["status", "version"],
@@ -522,6 +581,8 @@ _TAGS = [
                                            "reads)"},
     {"name": "alerts", "description": "rules that call a webhook when a comparison turns "
                                       "significant (admin writes, analyst reads)"},
+    {"name": "saved work", "description": "the dashboard's saved candidate lists, views and "
+                                          "boards (analyst)"},
 ]
 
 _NAME_PARAMETER = {"name": "name", "in": "path", "required": True,
@@ -567,6 +628,56 @@ def _reports_operation(operation_id: str, summary: str,
         security=[{}, {"bearer": []}],  # the ingest key, when one is configured
         body={"oneOf": [_ref("Report"), _ref("ReportBatch")]},
         parameters=parameters, problems=(*_COMMON, 409, 410))
+
+
+def _id(name: str = "id") -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "integer"}}
+
+
+def _saved_paths() -> dict[str, Any]:
+    """The saved lists, views and boards (``http/saved.py``): anyone with the analyst token."""
+    analyst: list[dict[str, list[str]]] = [{"bearer": []}]
+    removed = {"204": {"description": "removed"}}
+
+    def op(operation_id: str, summary: str, answers: dict[str, Any],
+           **options: Any) -> dict[str, Any]:
+        return _operation(operation_id, "saved work", summary, answers, security=analyst,
+                          **options)
+
+    return {
+        "/v1/campaigns/{name}/lists": {
+            "get": op("listSavedLists", "a campaign's saved candidate lists, by name",
+                      {"200": _json(_ref("SavedListList"), "the lists")},
+                      parameters=[_NAME_PARAMETER]),
+            "post": op("createSavedList", "save a candidate list under a name",
+                       {"201": _json(_ref("SavedList"), "the list")},
+                       parameters=[_NAME_PARAMETER], body=_ref("NewSavedList"))},
+        "/v1/campaigns/{name}/lists/{id}": {"delete": op(
+            "deleteSavedList", "remove a saved list", removed,
+            parameters=[_NAME_PARAMETER, _id()])},
+        "/v1/campaigns/{name}/views": {"get": op(
+            "listSavedViews", "a campaign's saved views (saved from its dashboard page)",
+            {"200": _json(_ref("SavedViewList"), "the views")}, parameters=[_NAME_PARAMETER])},
+        "/v1/campaigns/{name}/views/{id}": {"delete": op(
+            "deleteSavedView", "remove a saved view and the board panels that show it",
+            removed, parameters=[_NAME_PARAMETER, _id()])},
+        "/v1/boards": {
+            "get": op("listBoards", "every board, by name",
+                      {"200": _json(_ref("BoardList"), "the boards")}),
+            "post": op("createBoard", "create a board (or find the one of that name)",
+                       {"201": _json(_ref("Board"), "the board")}, body=_ref("NewBoard"))},
+        "/v1/boards/{id}": {
+            "get": op("getBoard", "a board and its panels",
+                      {"200": _json(_ref("Board"), "the board")}, parameters=[_id()]),
+            "delete": op("deleteBoard", "remove a board", removed, parameters=[_id()])},
+        "/v1/boards/{id}/panels": {"post": op(
+            "addBoardPanel", "add a panel: a campaign's section, asked with a saved view or "
+            "the page's defaults", {"201": _json(_ref("Board"), "the board")},
+            parameters=[_id()], body=_ref("NewPanel"))},
+        "/v1/boards/{id}/panels/{panel}": {"delete": op(
+            "removeBoardPanel", "remove a panel", removed,
+            parameters=[_id(), _id("panel")])},
+    }
 
 
 def openapi_document() -> dict[str, Any]:
@@ -715,6 +826,7 @@ def openapi_document() -> dict[str, Any]:
                 {"204": {"description": "removed"}}, security=_ADMIN,
                 parameters=[{"name": "id", "in": "path", "required": True,
                              "schema": {"type": "integer"}}])},
+            **_saved_paths(),
             "/v1/campaigns/{name}/retire": {"post": _operation(
                 "retireCampaign", "campaigns",
                 "retire a campaign: no new reports; estimates stay readable",

@@ -174,6 +174,34 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         "CREATE INDEX alert_firings_due ON alert_firings (status, next_attempt_at)",
         "CREATE INDEX alert_firings_by_rule ON alert_firings (rule_id, id)",
     ]),
+    # As SQLite's m010: the dashboard's saved lists, views and boards.
+    ("p008_saved_work", [
+        """CREATE TABLE saved_lists (
+            id BIGSERIAL PRIMARY KEY,
+            campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+            name TEXT NOT NULL,
+            candidates TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            UNIQUE (campaign_id, name))""",
+        """CREATE TABLE saved_views (
+            id BIGSERIAL PRIMARY KEY,
+            campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+            name TEXT NOT NULL,
+            query TEXT NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL,
+            UNIQUE (campaign_id, name))""",
+        """CREATE TABLE boards (
+            id BIGSERIAL PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            created_at DOUBLE PRECISION NOT NULL)""",
+        """CREATE TABLE board_panels (
+            id BIGSERIAL PRIMARY KEY,
+            board_id BIGINT NOT NULL REFERENCES boards(id),
+            campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+            section TEXT NOT NULL,
+            view_id BIGINT REFERENCES saved_views(id))""",
+        "CREATE INDEX board_panels_by_board ON board_panels (board_id)",
+    ]),
 ]
 
 

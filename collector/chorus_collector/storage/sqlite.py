@@ -229,12 +229,6 @@ def m008_annotations(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX annotations_by_time ON annotations (time)")
 
 
-#: The watermark down to the highest seq stored, if it is above: the next seq (one more than
-#: the highest) then lands above it. Only after the newest reports were deleted, all folded.
-_WATERMARK_TO_TOP = ("UPDATE fold_state SET seq = (SELECT coalesce(max(seq), 0) FROM reports) "
-                     "WHERE id = 1 AND seq > (SELECT coalesce(max(seq), 0) FROM reports)")
-
-
 @migrations()
 def m009_alerts(db: sqlite_utils.Database) -> None:
     """Alert rules (``chorus_collector.alerts``): each rule, its values significant now, and
@@ -280,6 +274,43 @@ def m009_alerts(db: sqlite_utils.Database) -> None:
     )
     db.execute("CREATE INDEX alert_firings_due ON alert_firings (status, next_attempt_at)")
     db.execute("CREATE INDEX alert_firings_by_rule ON alert_firings (rule_id, id)")
+
+
+@migrations()
+def m010_saved_work(db: sqlite_utils.Database) -> None:
+    # The dashboard's saved work (storage/saved.py): candidate lists and page queries per
+    # campaign, and boards of panels, each a campaign's section (and, optionally, a view).
+    db.execute("""CREATE TABLE saved_lists (
+        id INTEGER PRIMARY KEY,
+        campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+        name TEXT NOT NULL,
+        candidates TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        UNIQUE (campaign_id, name)) STRICT""")
+    db.execute("""CREATE TABLE saved_views (
+        id INTEGER PRIMARY KEY,
+        campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+        name TEXT NOT NULL,
+        query TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        UNIQUE (campaign_id, name)) STRICT""")
+    db.execute("""CREATE TABLE boards (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        created_at REAL NOT NULL) STRICT""")
+    db.execute("""CREATE TABLE board_panels (
+        id INTEGER PRIMARY KEY,
+        board_id INTEGER NOT NULL REFERENCES boards(id),
+        campaign_id INTEGER NOT NULL REFERENCES campaigns(id),
+        section TEXT NOT NULL,
+        view_id INTEGER REFERENCES saved_views(id)) STRICT""")
+    db.execute("CREATE INDEX board_panels_by_board ON board_panels (board_id)")
+
+
+#: The watermark down to the highest seq stored, if it is above: the next seq (one more than
+#: the highest) then lands above it. Only after the newest reports were deleted, all folded.
+_WATERMARK_TO_TOP = ("UPDATE fold_state SET seq = (SELECT coalesce(max(seq), 0) FROM reports) "
+                     "WHERE id = 1 AND seq > (SELECT coalesce(max(seq), 0) FROM reports)")
 
 
 WAL_BACKSTOP_PAGES = 8192  # 32 MB of 4 KiB pages

@@ -73,3 +73,8 @@ def test_who_may_mark_and_read(http: FlaskClient, create: Callable[..., dict[str
                              headers=ANALYST_HEADERS), 403, "forbidden")
     assert_problem(http.get("/v1/annotations"), 401, "unauthorized")
     assert_problem(http.delete("/v1/annotations/1", headers=ANALYST_HEADERS), 403, "forbidden")
+
+
+def test_an_id_past_64_bits_is_not_found(http: FlaskClient) -> None:
+    assert_problem(http.delete(f"/v1/annotations/{1 << 64}", headers=ADMIN_HEADERS), 404,
+                   "not-found")

@@ -65,6 +65,17 @@ OPERATION_IDS = {
     ("/v1/alerts/{name}", "get"): "getAlert",
     ("/v1/alerts/{name}", "delete"): "deleteAlert",
     ("/v1/alerts/{name}/firings", "get"): "listAlertFirings",
+    ("/v1/campaigns/{name}/lists", "get"): "listSavedLists",
+    ("/v1/campaigns/{name}/lists", "post"): "createSavedList",
+    ("/v1/campaigns/{name}/lists/{id}", "delete"): "deleteSavedList",
+    ("/v1/campaigns/{name}/views", "get"): "listSavedViews",
+    ("/v1/campaigns/{name}/views/{id}", "delete"): "deleteSavedView",
+    ("/v1/boards", "get"): "listBoards",
+    ("/v1/boards", "post"): "createBoard",
+    ("/v1/boards/{id}", "get"): "getBoard",
+    ("/v1/boards/{id}", "delete"): "deleteBoard",
+    ("/v1/boards/{id}/panels", "post"): "addBoardPanel",
+    ("/v1/boards/{id}/panels/{panel}", "delete"): "removeBoardPanel",
 }
 
 
