@@ -89,6 +89,10 @@ class FittedDistribution:
     covariance: np.ndarray | None = None
     #: (R, D) bootstrap fits, for the others.
     replicates: np.ndarray | None = None
+    #: Why the fit states no uncertainty at all (neither form): every answer then has no
+    #: standard error and no interval (None), and says this reason. Square Wave: its
+    #: bootstrap's intervals did not cover (issue 34).
+    no_intervals: str | None = None
     #: How θ̂ was fitted, and how its uncertainty was computed, in words.
     method: str = ""
     uncertainty: str = ""
@@ -103,7 +107,10 @@ class FittedDistribution:
     shares: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        if (self.covariance is None) == (self.replicates is None):
+        if self.no_intervals is not None:
+            if self.covariance is not None or self.replicates is not None:
+                raise ValueError("a fit without intervals has no covariance or replicates")
+        elif (self.covariance is None) == (self.replicates is None):
             raise ValueError("a fitted distribution has a covariance or replicates, not both")
         if self.branching is not None and self.branching ** round(
                 math.log(len(self.leaves)) / math.log(self.branching)) != len(self.leaves):
@@ -262,6 +269,9 @@ def _linear_answers(fitted: FittedDistribution, weights: np.ndarray | None
     the identity (each bucket's own share)."""
     rows = np.eye(fitted.mechanism.buckets) if weights is None else weights
     point = rows @ fitted.leaves
+    if fitted.no_intervals is not None:
+        unknown = np.full(point.shape, np.nan)  # no uncertainty: None in the answer
+        return point, unknown, unknown, unknown
     if fitted.covariance is not None:
         # rᵀΣr for each row r. A three-operand einsum would loop over rows·D² terms, O(D³) for
         # the histogram: about a minute at D = 4096, where the diagonal is free.
@@ -280,6 +290,8 @@ def _cdf_band(fitted: FittedDistribution) -> tuple[np.ndarray, np.ndarray]:
     if fitted.covariance is not None:
         prefix = np.cumsum(np.cumsum(fitted.covariance, axis=0), axis=1)
         error = np.sqrt(np.clip(np.diag(prefix), 0.0, None))
+    elif fitted.no_intervals is not None:
+        error = np.full(len(fitted.leaves), np.nan)
     else:
         assert fitted.replicates is not None
         error = np.cumsum(fitted.replicates, axis=1).std(axis=0, ddof=1)
@@ -293,6 +305,10 @@ def _quantiles(fitted: FittedDistribution, levels: Sequence[float], cumulative: 
     mechanism = fitted.mechanism
     rows = []
     for q in levels:
+        if fitted.no_intervals is not None:
+            rows.append(Statistic(value=mechanism.from_unit(quantile_of(monotone, q)),
+                                  std_error=None, ci_low=None, ci_high=None, q=q))
+            continue
         if fitted.covariance is not None and fitted.branching is not None:
             unit, low_unit, high_unit = _tree_interval(cumulative, error, q, fitted.branching)
             low, high = mechanism.from_unit(low_unit), mechanism.from_unit(high_unit)
@@ -349,29 +365,31 @@ def answer(campaign: Campaign, fitted: FittedDistribution, query: Query,
         # and its interval intersected with [0, 1] (every share lies there, so it keeps its
         # coverage), as the frequency estimates' post-processing does.
         point, low, high = fitted.shares, np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)
-    histogram = [Statistic(value=float(point[j]), std_error=float(error[j]),
-                           ci_low=float(low[j]), ci_high=float(high[j]), lo=edges[j],
+    histogram = [Statistic(value=float(point[j]), std_error=_known(error[j]),
+                           ci_low=_known(low[j]), ci_high=_known(high[j]), lo=edges[j],
                            hi=edges[j + 1]) for j in range(buckets)]
 
     cumulative, cdf_error = _cdf_band(fitted)
     monotone = _monotone_cdf(cumulative)
-    cdf = [Statistic(value=float(monotone[i]), std_error=float(cdf_error[i]),
-                     ci_low=max(0.0, float(monotone[i] - Z * cdf_error[i])),
-                     ci_high=min(1.0, float(monotone[i] + Z * cdf_error[i])), hi=edges[i])
+    cdf = [Statistic(value=float(monotone[i]), std_error=_known(cdf_error[i]),
+                     # np.maximum and np.minimum keep a NaN (no interval); max/min would not.
+                     ci_low=_known(np.maximum(0.0, monotone[i] - Z * cdf_error[i])),
+                     ci_high=_known(np.minimum(1.0, monotone[i] + Z * cdf_error[i])),
+                     hi=edges[i])
            for i in range(1, buckets + 1)]
 
     ranges = []
     if query.ranges:
         weights = np.array([_range_weights(mechanism, a, b) for a, b in query.ranges])
         point, error, low, high = _linear_answers(fitted, weights)
-        ranges = [Statistic(value=float(point[i]), std_error=float(error[i]),
-                            ci_low=float(low[i]), ci_high=float(high[i]), lo=a, hi=b)
+        ranges = [Statistic(value=float(point[i]), std_error=_known(error[i]),
+                            ci_low=_known(low[i]), ci_high=_known(high[i]), lo=a, hi=b)
                   for i, (a, b) in enumerate(query.ranges)]
 
     means = _bucket_means(mechanism)
     point, error, low, high = _linear_answers(fitted, means[None, :])
-    mean = Statistic(value=float(point[0]), std_error=float(error[0]), ci_low=float(low[0]),
-                     ci_high=float(high[0]))
+    mean = Statistic(value=float(point[0]), std_error=_known(error[0]),
+                     ci_low=_known(low[0]), ci_high=_known(high[0]))
 
     extra = {**fitted.extra,
              "mean_note": "read from the histogram: values are taken as uniform inside each "
@@ -400,6 +418,11 @@ def answer(campaign: Campaign, fitted: FittedDistribution, query: Query,
         variance_model=fitted.variance_model, method=fitted.method,
         uncertainty=fitted.uncertainty, window=query.window, postprocessing=postprocessing,
         extra=extra, warnings=list(fitted.warnings))
+
+
+def _known(value: float) -> float | None:
+    """A standard error or an interval's end, None where the fit states none (NaN)."""
+    return None if math.isnan(value) else float(value)
 
 
 def _on_edge(mechanism: DistributionMechanism, value: float) -> bool:
