@@ -156,5 +156,9 @@ def test_the_dashboard_draws_no_bands(http: FlaskClient, sw_latencies: dict[str,
                       r'data-ci-low="" data-ci-high=""', histogram) == ["p50", "p95"]
     assert 'id="no-intervals"' in html and "hierarchical-histogram (hh)" in html
     # The series chart: a line and points per quantile, no band.
-    series = html[html.index('id="series"'):]
+    series = html[html.index('id="series"'):html.index('id="comparison"')]
     assert 'class="line"' in series and 'class="band"' not in series
+    # The comparison: each row flagged as not tested, and why, once.
+    comparison = html[html.index('id="comparison-table"'):]
+    assert comparison.count('<span class="untested"') == 4
+    assert comparison.count('class="meta comparison-untested">Not tested: ') == 1
