@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from chorus_collector.estimators import Query
-from chorus_collector.estimators.distribution import quantile_of
+from chorus_collector.estimators.distribution import FittedDistribution, quantile_of
 from chorus_collector.estimators.square_wave import (
     INTERVALS,
     LOGLIK_TOLERANCE,
@@ -328,3 +328,18 @@ def test_finalize_answers_without_intervals() -> None:
     em = ESTIMATOR.finalize(campaign, n, state, Query(postprocessing="em"))
     assert em.method == METHODS["em"] and em.postprocessing.startswith("em: ")
     assert em.quantiles[0].ci_low is None
+
+
+def test_a_fit_has_a_covariance_or_says_why_it_has_none() -> None:
+    """The two forms of a distribution fit's uncertainty exclude each other, and one is
+    required: an answer either has analytic intervals or states its reason for none."""
+    mechanism = sw(epsilon=1.0, buckets=8)
+    leaves = np.full(8, 1 / 8)
+    with pytest.raises(ValueError, match="covariance or says why"):
+        FittedDistribution(mechanism=mechanism, n=10, leaves=leaves)
+    with pytest.raises(ValueError, match="covariance or says why"):
+        FittedDistribution(mechanism=mechanism, n=10, leaves=leaves,
+                           covariance=np.eye(8), no_intervals="none: a reason")
+    fitted = ESTIMATOR.fit(mechanism, 100, np.full(8, 1, dtype=np.int64) * 12 + np.eye(
+        8, dtype=np.int64)[0] * 4, "ems")
+    assert fitted.covariance is None and fitted.no_intervals == INTERVALS

@@ -37,8 +37,8 @@ the replicates reproduce the noise but only part of the fit's bias, and their sp
 where the fitted shape is; its 95% intervals covered 75–92% at p50 and 83–100% at p90–p99
 at 10⁴–10⁵ reports. One calibration was tried before giving up (the EMS estimate ± 1.96 × the
 spread of unsmoothed-EM bootstrap replicates, with and without the bootstrap's bias
-correction): it covered 97–100% at p50–p90 and less at p99 on one population, not the
-93–97% asked for (docs/mechanisms/distributions.md). An interval that is 95% in name only is
+correction): 98–100% at p50 on a log-grid latency shape, 77% at p99 of a bimodal one, not
+the 93–97% asked for (docs/mechanisms/distributions.md). An interval that is 95% in name only is
 worse than none, so every answer's standard errors and intervals are None (JSON null, CSV
 empty), ``extra["intervals"]`` says why, and a warning points to ``hh``, whose intervals are
 analytic. The query then costs one fit instead of 201.
