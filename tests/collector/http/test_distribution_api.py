@@ -207,6 +207,8 @@ def test_the_dashboard_draws_the_histogram_with_the_apis_numbers(
         (f"p{q['q'] * 100:g}", q["value"], q["ci_low"], q["ci_high"])
         for q in body["quantiles"]]
     assert "share in [100, 1000]" in html and 'id="histogram-table"' in html
+    # hh states intervals: the series has its bands (an sw page says it has none).
+    assert "bands their 95% intervals" in html and 'id="no-intervals"' not in html
 
 
 def test_a_repeated_fit_is_served_from_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:

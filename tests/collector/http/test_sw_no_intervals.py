@@ -158,6 +158,7 @@ def test_the_dashboard_draws_no_bands(http: FlaskClient, sw_latencies: dict[str,
     # The series chart: a line and points per quantile, no band.
     series = html[html.index('id="series"'):html.index('id="comparison"')]
     assert 'class="line"' in series and 'class="band"' not in series
+    assert "without intervals (these estimates state none)" in series
     # The comparison: each row flagged as not tested, and why, once.
     comparison = html[html.index('id="comparison-table"'):]
     assert comparison.count('<span class="untested"') == 4
