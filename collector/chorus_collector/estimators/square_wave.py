@@ -63,14 +63,6 @@ __all__ = ["EMFit", "SquareWaveEstimator", "em_fit", "smooth", "smoothing_weight
 #: Stopping rule (MECHANISMS-2.md §1.1, §8 item 4).
 LOGLIK_TOLERANCE = 1e-3
 MAX_ITERATIONS = 10_000
-#: Bootstrap replicates per method. The interval is (2s − mean(s*)) ± 1.96·sd(s*), so R sets
-#: the Monte Carlo error of a mean and a standard deviation: with 200 the spread is known to
-#: ±5% and the bias correction to ±0.07 standard errors, small next to the approximation of
-#: the bootstrap itself, and all 200 EMS fits (a few hundred iterations) run as one D × 200
-#: matrix iteration in about a second at D = m̃ = 256. Plain EM needs thousands of iterations
-#: (its MLE is spiky), so it gets 40 replicates (the spread to ±11%) to keep a query near the
-#: same cost.
-REPLICATES = {"ems": 200, "em": 40}
 
 #: Up to this many reports EMS smooths at full weight (the paper's EMS); above, the weight
 #: falls as SMOOTHING_FULL_N/n, so that the smoothing bias falls faster than the noise.
