@@ -1,6 +1,7 @@
 """A distribution campaign's page in Debian's Chromium: one bar per bucket and the quantile
 markers carry the JSON API's numbers, the tables list every quantile and bucket, and the page
-requests nothing from any other host (checked by the ``page`` fixture)."""
+requests nothing from any other host (checked by the ``page`` fixture). A Square Wave
+campaign's page, whose answer states no intervals, draws no band and says why."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from helpers.live import LiveCollector, seed_distribution
+import numpy as np
+
+from helpers.live import (
+    DISTRIBUTION_SPEC,
+    LiveCollector,
+    lognormal,
+    seed_campaign,
+    seed_distribution,
+)
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -53,3 +62,34 @@ def test_the_histogram_and_quantiles_are_the_apis_numbers(
                                        "gs => gs.map(g => g.dataset.label)")
     assert series == ["p50", "p95", "p99", "mean"]
     screenshot(page, "campaign-distribution")
+
+
+def test_a_square_wave_page_draws_no_intervals(
+        page: Page, live_collector: LiveCollector, screenshot: Screenshot) -> None:
+    spec = {**DISTRIBUTION_SPEC, "name": "load_time_sw", "mechanism": "sw",
+            "params": {"buckets": 64, "scale": "log"}}
+    seeded = seed_campaign(live_collector, spec, [lognormal(2.0, 0.6, 0.1, 20.0)] * 2, 4_000,
+                           np.random.default_rng(20261202))
+    page.goto(live_collector.url + f"/campaigns/{seeded.name}")
+    page.fill("#token", live_collector.analyst_token)
+    page.click("form.login button[type=submit]")
+    page.wait_for_load_state()
+    api = live_collector.get_json(f"/v1/campaigns/{seeded.name}/estimates")
+    assert api["n"] == seeded.accepted and api["extra"]["intervals"].startswith("none: ")
+    drawn = page.eval_on_selector_all(
+        "#estimates svg.histogram rect.bucket",
+        "rs => rs.map(r => [r.dataset.estimate, r.dataset.ciLow, r.dataset.ciHigh])")
+    assert drawn == [[repr(b["value"]), "", ""] for b in api["histogram"]]
+    assert page.locator("#estimates svg.histogram polygon.band").count() == 0
+    assert page.locator("#estimates svg.histogram rect.span").count() == 0
+    markers = page.eval_on_selector_all(
+        "#estimates svg.histogram g.quantile",
+        "gs => gs.map(g => [g.dataset.label, g.dataset.estimate, g.dataset.ciLow])")
+    assert markers == [[f"p{q['q'] * 100:g}", repr(q["value"]), ""] for q in api["quantiles"]]
+    assert "hierarchical-histogram (hh)" in page.locator("#no-intervals").inner_text()
+    cells = page.locator("#quantiles-table tbody tr td:nth-child(4)").all_inner_texts()
+    assert cells == ["none"] * (len(api["quantiles"]) + 1)
+    # The series: a line per statistic, no band.
+    assert page.locator("#series svg.chart polyline.line").count() == 4
+    assert page.locator("#series svg.chart polygon.band").count() == 0
+    screenshot(page, "campaign-distribution-sw")

@@ -72,6 +72,9 @@ class ComparisonRow:
     adjusted_p_value: float | None
     ci_excludes_zero: bool
     significant: bool
+    #: Why the value was not tested (None: it was): a window's estimate states no standard
+    #: error (a Square Wave distribution), so the change has none either.
+    note: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {name: _finite(getattr(self, name)) for name in _ROW_FIELDS}
@@ -227,12 +230,26 @@ def _window_inputs(storage: Storage, stored: StoredCampaign, window: Window,
                       headers=problem.headers, window=label, **problem.extra) from None
 
 
+#: Said on each row whose windows state no standard error.
+UNTESTED = ("not tested: the estimates state no standard error (Square Wave's intervals do "
+            "not cover, so it reports none); the difference is shown without one. For "
+            "changes that can be tested, collect the distribution with hh")
+
+
 def _rows(labels: list[str], before: Estimate, after: Estimate) -> list[ComparisonRow]:
     old, new = value_estimates(before), value_estimates(after)
     rows = []
     for value in labels:
         b, c = old[value], new[value]
         difference = c.estimate - b.estimate
+        if b.std_error is None or c.std_error is None:
+            rows.append(ComparisonRow(
+                value=value, baseline_estimate=b.estimate, baseline_std_error=b.std_error,
+                current_estimate=c.estimate, current_std_error=c.std_error,
+                difference=difference, std_error=None, ci_low=None, ci_high=None,
+                p_value=None, adjusted_p_value=None, ci_excludes_zero=False,
+                significant=False, note=UNTESTED))
+            continue
         se = math.sqrt(b.std_error ** 2 + c.std_error ** 2)
         low, high = difference - Z95 * se, difference + Z95 * se
         p = math.erfc(abs(difference / se) / math.sqrt(2)) if se > 0 else math.nan

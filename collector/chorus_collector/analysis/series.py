@@ -67,8 +67,8 @@ __all__ = ["MAX_POINTS", "MAX_SERIES_CELLS", "Series", "SeriesPoint", "SeriesRes
 #: Points × values finalized: bounds a query's time and its answer's size (a 1,024-category
 #: campaign gets 244 points, a 16-category one the full 1,000).
 MAX_SERIES_CELLS = 250_000
-#: The most a series may spend on fits, in ``Estimator.fit_cost`` units (a Square Wave fit of
-#: 256 × 256 buckets with its bootstrap, about 1 s): 32 points at that grid, 8 at 512 × 512,
+#: The most a series may spend on fits, in ``Estimator.fit_cost`` units (about 1 s of CPU):
+#: 320 Square Wave points at 256 × 256 buckets (a tenth of a unit each), 80 at 512 × 512,
 #: so that a series answers well within the server's 60 s worker timeout.
 MAX_FIT_COST = 32.0
 

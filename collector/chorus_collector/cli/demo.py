@@ -417,6 +417,9 @@ def _print_results(results: dict[str, Any], truth: dict[str, dict[str, float]],
             for row in result["quantiles"]:
                 label = quantile_label(row["q"])
                 true = truth[name][label]
+                if row["ci_low"] is None:  # an sw campaign states no interval
+                    echo(f"  true {label} {true:.4g}: estimated {row['value']:.4g}")
+                    continue
                 echo(f"  true {label} {true:.4g}: estimated {row['value']:.4g} "
                      f"[{row['ci_low']:.4g}, {row['ci_high']:.4g}]")
                 total += 1

@@ -116,6 +116,10 @@ def format_comparison(result: Mapping[str, Any]) -> str:
                    f"{'  * significant' if row['significant'] else ''}")
         lines += table_row(label, width, numbers)
     lines += wrap_note(labels, width)
+    # Each row carries its note in the JSON; the table says each distinct one once.
+    for note in dict.fromkeys(row["note"] for row in rows if row.get("note")):
+        untested = [shown_value(row["value"]) for row in rows if row.get("note") == note]
+        lines.append(f"  {', '.join(untested)}: {note}")
     significant = sum(bool(row["significant"]) for row in rows)
     lines.append(f"  {significant} of {len(rows)} values changed significantly "
                  f"({result['correction']}, α = {result['alpha']:g})")

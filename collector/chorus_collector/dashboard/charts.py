@@ -62,6 +62,13 @@ def _number(value: float) -> str:
     return f"{value:.4g}"
 
 
+def _interval(low: float | None, high: float | None) -> str:
+    """", 95% interval a to b", or ", no interval" where the answer states none."""
+    if low is None or high is None:
+        return ", no interval"
+    return f", 95% interval {_number(low)} to {_number(high)}"
+
+
 def _data(value: float | None) -> str:
     return "" if value is None else repr(float(value))
 
@@ -180,17 +187,21 @@ def line_chart(lines: Sequence[Line], *, step: int, title: str, description: str
         parts.append(f'<g class="series" data-label="{escape(line.label)}" stroke="{colour}" '
                      f'fill="{colour}"><title>{escape(line.label)}</title>')
         for run in _runs(line.points):
-            band = [f"{x(t):.1f},{y(high):.1f}" for t, _, _, high in run] + \
-                [f"{x(t):.1f},{y(low):.1f}" for t, _, low, _ in reversed(run)]
-            parts.append(f'<polygon class="band" points="{" ".join(band)}"/>')
+            # A band only where every point of the run has an interval (a Square Wave
+            # distribution's have none: the line alone).
+            bounded = [(t, low, high) for t, _, low, high in run
+                       if low is not None and high is not None]
+            if len(bounded) == len(run):
+                band = [f"{x(t):.1f},{y(high):.1f}" for t, _, high in bounded] + \
+                    [f"{x(t):.1f},{y(low):.1f}" for t, low, _ in reversed(bounded)]
+                parts.append(f'<polygon class="band" points="{" ".join(band)}"/>')
             path = " ".join(f"{x(t):.1f},{y(estimate):.1f}" for t, estimate, _, _ in run)
             parts.append(f'<polyline class="line" points="{path}"/>')
         for t, estimate, low, high in line.points:
             if estimate is None:
                 continue
             said = (f"{line.label}, {datetime.fromtimestamp(t, UTC):%Y-%m-%d %H:%M} UTC: "
-                    f"{_number(estimate)}, 95% interval {_number(low or 0.0)} to "
-                    f"{_number(high or 0.0)}")
+                    f"{_number(estimate)}" + _interval(low, high))
             parts.append(f'<circle class="point" cx="{x(t):.1f}" cy="{y(estimate):.1f}" r="3" '
                          f'data-start="{t}" data-estimate="{_data(estimate)}" '
                          f'data-ci-low="{_data(low)}" data-ci-high="{_data(high)}">'
@@ -201,11 +212,12 @@ def line_chart(lines: Sequence[Line], *, step: int, title: str, description: str
 
 
 def _runs(points: Sequence[tuple[int, float | None, float | None, float | None]]
-          ) -> list[list[tuple[int, float, float, float]]]:
-    """The stretches of consecutive estimated points (a suppressed point breaks the line)."""
-    runs: list[list[tuple[int, float, float, float]]] = [[]]
+          ) -> list[list[tuple[int, float, float | None, float | None]]]:
+    """The stretches of consecutive estimated points (a suppressed point breaks the line;
+    a point without an interval does not)."""
+    runs: list[list[tuple[int, float, float | None, float | None]]] = [[]]
     for t, estimate, low, high in points:
-        if estimate is None or low is None or high is None:
+        if estimate is None:
             runs.append([])
         else:
             runs[-1].append((t, estimate, low, high))
@@ -229,7 +241,8 @@ def histogram_chart(buckets: Sequence[HistogramBucket], markers: Sequence[Quanti
     the 95% interval of each share as a shaded band, and the quantiles as vertical lines over
     their shaded intervals."""
     left, plot_width, plot_height, top, bottom = 60, 620, 240, 10, 40
-    values = [v for b in buckets for v in (b.share, b.low, b.high, 0.0) if math.isfinite(v)]
+    values = [v for b in buckets for v in (b.share, b.low, b.high, 0.0)
+              if v is not None and math.isfinite(v)]
     ticks = nice_ticks(min(values, default=0.0), max(values, default=1.0))
     lo, hi = ticks[0], ticks[-1]
     count = max(len(buckets), 1)
@@ -249,14 +262,16 @@ def histogram_chart(buckets: Sequence[HistogramBucket], markers: Sequence[Quanti
         edge = buckets[j].lo if j < len(buckets) else buckets[-1].hi
         parts.append(f'<text class="x" x="{x(j):.1f}" y="{top + plot_height + 18}">'
                      f'{_number(edge)}</text>')
-    band = [f"{x(j + s):.1f},{y(b.high):.1f}" for j, b in enumerate(buckets) for s in (0, 1)] + \
-        [f"{x(j + s):.1f},{y(b.low):.1f}" for j, b in reversed(list(enumerate(buckets)))
-         for s in (1, 0)]
-    if band:
+    # No band where the answer states no intervals (Square Wave).
+    bounded = [(j, b.low, b.high) for j, b in enumerate(buckets)
+               if b.low is not None and b.high is not None]
+    band = [f"{x(j + s):.1f},{y(high):.1f}" for j, _, high in bounded for s in (0, 1)] + \
+        [f"{x(j + s):.1f},{y(low):.1f}" for j, low, _ in reversed(bounded) for s in (1, 0)]
+    if band and len(bounded) == len(buckets):
         parts.append(f'<polygon class="band" points="{" ".join(band)}"/>')
     for j, b in enumerate(buckets):
-        said = (f"[{_number(b.lo)}, {_number(b.hi)}): share {_number(b.share)}, 95% interval "
-                f"{_number(b.low)} to {_number(b.high)}")
+        said = f"[{_number(b.lo)}, {_number(b.hi)}): share {_number(b.share)}" + _interval(
+            b.low, b.high)
         bar_top, base = sorted((y(b.share), y(0.0)))
         parts.append(f'<rect class="bucket" x="{x(j) + 0.5:.1f}" y="{bar_top:.1f}" '
                      f'width="{max(plot_width / count - 1, 0.5):.1f}" '
@@ -266,15 +281,15 @@ def histogram_chart(buckets: Sequence[HistogramBucket], markers: Sequence[Quanti
                      f'<title>{escape(said)}</title></rect>')
     for index, m in enumerate(markers):
         colour = PALETTE[(index + 1) % len(PALETTE)]
-        said = (f"{m.label}: {_number(m.value)}, 95% interval {_number(m.low)} to "
-                f"{_number(m.high)}")
+        said = f"{m.label}: {_number(m.value)}" + _interval(m.low, m.high)
+        span = "" if m.low_position is None or m.high_position is None else (
+            f'<rect class="span" x="{x(m.low_position):.1f}" y="{top}" '
+            f'width="{max(x(m.high_position) - x(m.low_position), 1):.1f}" '
+            f'height="{plot_height}"/>')
         parts.append(f'<g class="quantile" data-label="{escape(m.label)}" '
                      f'data-estimate="{_data(m.value)}" data-ci-low="{_data(m.low)}" '
                      f'data-ci-high="{_data(m.high)}" stroke="{colour}" fill="{colour}">'
-                     f'<title>{escape(said)}</title>'
-                     f'<rect class="span" x="{x(m.low_position):.1f}" y="{top}" '
-                     f'width="{max(x(m.high_position) - x(m.low_position), 1):.1f}" '
-                     f'height="{plot_height}"/>'
+                     f'<title>{escape(said)}</title>{span}'
                      f'<line x1="{x(m.position):.1f}" x2="{x(m.position):.1f}" y1="{top}" '
                      f'y2="{top + plot_height}"/>'
                      f'<text x="{x(m.position) + 3:.1f}" y="{top + 12 + 12 * index}">'

@@ -71,8 +71,9 @@ class Estimator(ABC, Generic[M]):
     default_postprocessing: ClassVar[str] = "none"
 
     def fit_cost(self, mechanism: M) -> float:
-        """What one finalize costs, in units of a Square Wave fit of 256 × 256 buckets with its
-        bootstrap (about 1 s on one core); 0 for the estimators that answer in milliseconds.
+        """What one finalize costs, in units of about 1 s on one core (what a Square Wave fit of
+        256 × 256 buckets with a 200-replicate bootstrap cost); 0 for the estimators that answer
+        in milliseconds.
         A series refuses more points than its budget of fits allows."""
         return 0.0
 

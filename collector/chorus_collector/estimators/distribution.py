@@ -9,14 +9,10 @@ the campaign's D buckets, with its uncertainty in one of two forms:
   standard error r^T Σ r. A quantile is read by walking down the fit's tree
   (:func:`tree_quantile`), and its interval by the same walk on the CDF's pointwise band
   F̂ ± z·σ (MECHANISMS-2.md §1.2);
-* ``replicates``: R fits to reports re-randomized from the fitted distribution (a parametric
-  bootstrap, for EM/EMS, which has no closed form: §1.1). Each answer is computed on every
-  replicate; its standard error is their spread sd(s*) and its interval the bias-corrected
-  normal interval (2s − mean(s*)) ± z·sd(s*): the replicates' mean shift from s estimates the
-  smoothing bias (the part the replicates reproduce), and the normal form suits statistics
-  whose bootstrap distribution is skewed, such as an upper quantile, better than the basic
-  interval [2s − s*_{97.5%}, 2s − s*_{2.5%}], which mirrors that skew the wrong way (measured
-  for Square Wave + EMS in tests/mechanisms/test_square_wave.py).
+* none (``no_intervals``, its reason): every standard error and interval of the answer is
+  then None. Square Wave's fit is of this form (issue 34 item 3): EM/EMS have no closed form,
+  the parametric bootstrap it had did not cover, and no calibration tried did
+  (square_wave.py, docs/mechanisms/distributions.md).
 
 The CDF reads a monotone F̂ (the isotonic regression of the cumulative shares, clipped to
 [0, 1]), and so do the quantiles of a fit without a tree (Square Wave's θ̂ is on the simplex,
@@ -78,7 +74,7 @@ DISTRIBUTION_LABELS = {
 
 @dataclass(frozen=True)
 class FittedDistribution:
-    """Fitted bucket shares and their uncertainty (exactly one of the two forms)."""
+    """Fitted bucket shares and their uncertainty: a covariance, or a reason for none."""
 
     mechanism: DistributionMechanism
     n: int
@@ -87,8 +83,10 @@ class FittedDistribution:
     leaves: np.ndarray
     #: (D, D) covariance of θ̂, for estimators linear in the report counts.
     covariance: np.ndarray | None = None
-    #: (R, D) bootstrap fits, for the others.
-    replicates: np.ndarray | None = None
+    #: Why the fit states no uncertainty (no covariance): every answer then has no standard
+    #: error and no interval (None), and says this reason. Square Wave: its bootstrap's
+    #: intervals did not cover (issue 34).
+    no_intervals: str | None = None
     #: How θ̂ was fitted, and how its uncertainty was computed, in words.
     method: str = ""
     uncertainty: str = ""
@@ -103,8 +101,9 @@ class FittedDistribution:
     shares: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        if (self.covariance is None) == (self.replicates is None):
-            raise ValueError("a fitted distribution has a covariance or replicates, not both")
+        if (self.covariance is None) == (self.no_intervals is None):
+            raise ValueError("a fitted distribution has a covariance or says why it has none "
+                             "(no_intervals), not both")
         if self.branching is not None and self.branching ** round(
                 math.log(len(self.leaves)) / math.log(self.branching)) != len(self.leaves):
             raise ValueError(f"{len(self.leaves)} leaves are not a power of the branching "
@@ -140,15 +139,14 @@ class DistributionEstimator(Estimator[M]):
             method, LABELS.get(method, method)))
 
 
-# 64 fits of at most 1024 buckets (200 replicates or a covariance each): under 130 MB. A
+# 64 fits (hierarchical histograms hold a D × D covariance each: 0.5 MB at D = 256). A
 # closed time bucket's statistic never changes, so a dashboard that reloads a series, or a
-# comparison that reads a window the series already fitted, does not pay for Square Wave's
-# bootstrap again.
+# comparison that reads a window the series already fitted, does not refit it.
 @lru_cache(maxsize=64)
 def _cached_fit(estimator: DistributionEstimator[Any], mechanism: DistributionMechanism,
                 n: int, method: str, state: bytes) -> FittedDistribution:
     # Matrix products of a few hundred rows gain nothing from BLAS threads, and beside other
-    # queries and workers a threaded BLAS oversubscribes the cores: Square Wave's bootstrap
+    # queries and workers a threaded BLAS oversubscribes the cores: Square Wave's former bootstrap
     # took 8–16 s instead of 0.9 s on a busy two-core machine.
     with threadpool_limits(limits=1, user_api="blas"):
         return estimator.fit(mechanism, n, np.frombuffer(state, dtype=np.int64), method)
@@ -247,31 +245,22 @@ def _with_zero(cumulative: np.ndarray) -> np.ndarray:
     return np.concatenate([zero, cumulative], axis=-1)
 
 
-def _interval_from_replicates(point: np.ndarray, replicates: np.ndarray
-                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(std error, low, high) per column: the replicates' spread, and the bias-corrected
-    normal interval (2·point − mean of the replicates) ± z·spread."""
-    spread = replicates.std(axis=0, ddof=1)
-    centre = 2 * point - replicates.mean(axis=0)
-    return spread, centre - Z * spread, centre + Z * spread
-
-
 def _linear_answers(fitted: FittedDistribution, weights: np.ndarray | None
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(estimate, std error, low, high) of each row of ``weights`` · θ; ``None`` stands for
     the identity (each bucket's own share)."""
     rows = np.eye(fitted.mechanism.buckets) if weights is None else weights
     point = rows @ fitted.leaves
-    if fitted.covariance is not None:
-        # rᵀΣr for each row r. A three-operand einsum would loop over rows·D² terms, O(D³) for
-        # the histogram: about a minute at D = 4096, where the diagonal is free.
-        variance = np.diag(fitted.covariance).copy() if weights is None else \
-            np.einsum("ij,ij->i", rows @ fitted.covariance, rows)
-        error = np.sqrt(np.clip(variance, 0.0, None))
-        return point, error, point - Z * error, point + Z * error
-    assert fitted.replicates is not None
-    spread, low, high = _interval_from_replicates(point, fitted.replicates @ rows.T)
-    return point, spread, low, high
+    if fitted.no_intervals is not None:
+        unknown = np.full(point.shape, np.nan)  # no uncertainty: None in the answer
+        return point, unknown, unknown, unknown
+    assert fitted.covariance is not None
+    # rᵀΣr for each row r. A three-operand einsum would loop over rows·D² terms, O(D³) for
+    # the histogram: about a minute at D = 4096, where the diagonal is free.
+    variance = np.diag(fitted.covariance).copy() if weights is None else \
+        np.einsum("ij,ij->i", rows @ fitted.covariance, rows)
+    error = np.sqrt(np.clip(variance, 0.0, None))
+    return point, error, point - Z * error, point + Z * error
 
 
 def _cdf_band(fitted: FittedDistribution) -> tuple[np.ndarray, np.ndarray]:
@@ -280,9 +269,8 @@ def _cdf_band(fitted: FittedDistribution) -> tuple[np.ndarray, np.ndarray]:
     if fitted.covariance is not None:
         prefix = np.cumsum(np.cumsum(fitted.covariance, axis=0), axis=1)
         error = np.sqrt(np.clip(np.diag(prefix), 0.0, None))
-    else:
-        assert fitted.replicates is not None
-        error = np.cumsum(fitted.replicates, axis=1).std(axis=0, ddof=1)
+    else:  # no intervals: None in the answer
+        error = np.full(len(fitted.leaves), np.nan)
     return cumulative, _with_zero(error)
 
 
@@ -293,11 +281,15 @@ def _quantiles(fitted: FittedDistribution, levels: Sequence[float], cumulative: 
     mechanism = fitted.mechanism
     rows = []
     for q in levels:
-        if fitted.covariance is not None and fitted.branching is not None:
+        if fitted.no_intervals is not None:
+            rows.append(Statistic(value=mechanism.from_unit(quantile_of(monotone, q)),
+                                  std_error=None, ci_low=None, ci_high=None, q=q))
+            continue
+        if fitted.branching is not None:
             unit, low_unit, high_unit = _tree_interval(cumulative, error, q, fitted.branching)
             low, high = mechanism.from_unit(low_unit), mechanism.from_unit(high_unit)
             spread = (high - low) / (2 * Z)
-        elif fitted.covariance is not None:
+        else:
             unit = quantile_of(monotone, q)
             # Without a tree: the band's envelopes, from the first t whose upper band F̃ + zσ
             # reaches q to the last whose lower band F̃ − zσ is below it (conservative).
@@ -307,17 +299,6 @@ def _quantiles(fitted: FittedDistribution, levels: Sequence[float], cumulative: 
             low_unit, high_unit = _crossing(upper_band, q), _crossing(lower_band, q)
             low, high = mechanism.from_unit(low_unit), mechanism.from_unit(high_unit)
             spread = (high - low) / (2 * Z)
-        else:
-            assert fitted.replicates is not None
-            unit = quantile_of(monotone, q)
-            replicated = _monotone_cdf(_with_zero(np.cumsum(fitted.replicates, axis=1)))
-            units = np.array([quantile_of(row, q) for row in replicated])
-            values = np.array([mechanism.from_unit(u) for u in units])
-            spread = float(values.std(ddof=1))
-            # The interval on the unit scale (where buckets are equal), then mapped.
-            _, low_a, high_a = _interval_from_replicates(np.array([unit]), units[:, None])
-            low = mechanism.from_unit(min(max(float(low_a[0]), 0.0), 1.0))
-            high = mechanism.from_unit(min(max(float(high_a[0]), 0.0), 1.0))
         rows.append(Statistic(value=mechanism.from_unit(unit), std_error=spread, ci_low=low,
                               ci_high=high, q=q))
     return rows
@@ -349,29 +330,31 @@ def answer(campaign: Campaign, fitted: FittedDistribution, query: Query,
         # and its interval intersected with [0, 1] (every share lies there, so it keeps its
         # coverage), as the frequency estimates' post-processing does.
         point, low, high = fitted.shares, np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)
-    histogram = [Statistic(value=float(point[j]), std_error=float(error[j]),
-                           ci_low=float(low[j]), ci_high=float(high[j]), lo=edges[j],
+    histogram = [Statistic(value=float(point[j]), std_error=_known(error[j]),
+                           ci_low=_known(low[j]), ci_high=_known(high[j]), lo=edges[j],
                            hi=edges[j + 1]) for j in range(buckets)]
 
     cumulative, cdf_error = _cdf_band(fitted)
     monotone = _monotone_cdf(cumulative)
-    cdf = [Statistic(value=float(monotone[i]), std_error=float(cdf_error[i]),
-                     ci_low=max(0.0, float(monotone[i] - Z * cdf_error[i])),
-                     ci_high=min(1.0, float(monotone[i] + Z * cdf_error[i])), hi=edges[i])
+    cdf = [Statistic(value=float(monotone[i]), std_error=_known(cdf_error[i]),
+                     # np.maximum and np.minimum keep a NaN (no interval); max/min would not.
+                     ci_low=_known(np.maximum(0.0, monotone[i] - Z * cdf_error[i])),
+                     ci_high=_known(np.minimum(1.0, monotone[i] + Z * cdf_error[i])),
+                     hi=edges[i])
            for i in range(1, buckets + 1)]
 
     ranges = []
     if query.ranges:
         weights = np.array([_range_weights(mechanism, a, b) for a, b in query.ranges])
         point, error, low, high = _linear_answers(fitted, weights)
-        ranges = [Statistic(value=float(point[i]), std_error=float(error[i]),
-                            ci_low=float(low[i]), ci_high=float(high[i]), lo=a, hi=b)
+        ranges = [Statistic(value=float(point[i]), std_error=_known(error[i]),
+                            ci_low=_known(low[i]), ci_high=_known(high[i]), lo=a, hi=b)
                   for i, (a, b) in enumerate(query.ranges)]
 
     means = _bucket_means(mechanism)
     point, error, low, high = _linear_answers(fitted, means[None, :])
-    mean = Statistic(value=float(point[0]), std_error=float(error[0]), ci_low=float(low[0]),
-                     ci_high=float(high[0]))
+    mean = Statistic(value=float(point[0]), std_error=_known(error[0]),
+                     ci_low=_known(low[0]), ci_high=_known(high[0]))
 
     extra = {**fitted.extra,
              "mean_note": "read from the histogram: values are taken as uniform inside each "
@@ -400,6 +383,11 @@ def answer(campaign: Campaign, fitted: FittedDistribution, query: Query,
         variance_model=fitted.variance_model, method=fitted.method,
         uncertainty=fitted.uncertainty, window=query.window, postprocessing=postprocessing,
         extra=extra, warnings=list(fitted.warnings))
+
+
+def _known(value: float) -> float | None:
+    """A standard error or an interval's end, None where the fit states none (NaN)."""
+    return None if math.isnan(value) else float(value)
 
 
 def _on_edge(mechanism: DistributionMechanism, value: float) -> bool:

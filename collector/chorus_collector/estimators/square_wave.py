@@ -30,21 +30,23 @@ Both stop per §1.1 as corrected by §8 item 4: when |ΔL| < 10⁻³ after at le
 iterations (the absolute change: EMS's smoothing can lower L, and a signed reading would stop
 at the first drop), when ‖Δθ‖₁ ≤ 1/n, or after 10,000 iterations.
 
-Uncertainty: there is no closed form for EM/EMS, so a parametric bootstrap: R report-count
-vectors drawn from Multinomial(n, Mθ̂) — exactly the distribution of the state when n values
-drawn from θ̂ are randomized through the channel — each refitted with the same method. All R
-fits run together, θ as a D × R matrix; each replicate keeps its own stopping rule (a
-replicate that has stopped is frozen, the others go on). The draws are seeded from the state,
-so the same query gives the same answer. Intervals are the bias-corrected normal ones of
-``distribution.py``. The replicates, drawn from an already smoothed θ̂, reproduce only part of
-the smoothing bias, which is why the weight above shrinks with n; what coverage remains is
-measured in tests/mechanisms/test_sw_coverage.py and docs/mechanisms/distributions.md.
+Uncertainty: none is stated (issue 34 item 3). There is no closed form for EM/EMS, and the
+parametric bootstrap it had (R report-count vectors drawn from Multinomial(n, Mθ̂), each
+refitted, bias-corrected normal intervals) did not cover: drawn from an already smoothed θ̂,
+the replicates reproduce the noise but only part of the fit's bias, and their spread is off
+where the fitted shape is; its 95% intervals covered 75–92% at p50 and 83–100% at p90–p99
+at 10⁴–10⁵ reports. One calibration was tried before giving up (the EMS estimate ± 1.96 × the
+spread of unsmoothed-EM bootstrap replicates, with and without the bootstrap's bias
+correction): 98–100% at p50 on a log-grid latency shape, 77% at p99 of a bimodal one, not
+the 93–97% asked for (docs/mechanisms/distributions.md). An interval that is 95% in name only is
+worse than none, so every answer's standard errors and intervals are None (JSON null, CSV
+empty), ``extra["intervals"]`` says why, and a warning points to ``hh``, whose intervals are
+analytic. The query then costs one fit instead of 201.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -61,14 +63,6 @@ __all__ = ["EMFit", "SquareWaveEstimator", "em_fit", "smooth", "smoothing_weight
 #: Stopping rule (MECHANISMS-2.md §1.1, §8 item 4).
 LOGLIK_TOLERANCE = 1e-3
 MAX_ITERATIONS = 10_000
-#: Bootstrap replicates per method. The interval is (2s − mean(s*)) ± 1.96·sd(s*), so R sets
-#: the Monte Carlo error of a mean and a standard deviation: with 200 the spread is known to
-#: ±5% and the bias correction to ±0.07 standard errors, small next to the approximation of
-#: the bootstrap itself, and all 200 EMS fits (a few hundred iterations) run as one D × 200
-#: matrix iteration in about a second at D = m̃ = 256. Plain EM needs thousands of iterations
-#: (its MLE is spiky), so it gets 40 replicates (the spread to ±11%) to keep a query near the
-#: same cost.
-REPLICATES = {"ems": 200, "em": 40}
 
 #: Up to this many reports EMS smooths at full weight (the paper's EMS); above, the weight
 #: falls as SMOOTHING_FULL_N/n, so that the smoothing bias falls faster than the noise.
@@ -198,20 +192,20 @@ def em_fit(matrix: np.ndarray, counts: np.ndarray, n: int, smoothing: bool,
     return EMFit(theta_out, iterations, converged, history)
 
 
-def _seed(state: np.ndarray, method: str) -> int:
-    """A seed that depends on the data only: the same query gives the same bootstrap."""
-    digest = hashlib.sha256(method.encode() + b"\0" + np.ascontiguousarray(
-        state, dtype="<i8").tobytes()).digest()
-    return int.from_bytes(digest[:8], "little")
-
-
-#: Said with every bootstrapped answer: the intervals are not 95% ones, and by how much.
-COVERAGE_WARNING = (
-    "these intervals are approximate: the bootstrap reproduces the noise but not the fit's "
-    "bias, and its spread is off where the fitted shape is. Measured coverage of the 95% "
-    "intervals (ε = 1, 256 buckets, LogNormal(ln 200 ms, 0.5) on a linear grid over "
-    "[0, 1000] ms): p50 75–92%, p90–p99 83–100% at 10⁴–10⁵ reports, in 12–20 runs each. "
-    "For error bars to rely on, use a hierarchical-histogram (hh) campaign")
+#: Why a Square Wave answer states no standard error or interval (``extra["intervals"]``,
+#: ``uncertainty``, and each comparison row's note), measured in
+#: tests/mechanisms/test_sw_coverage.py and docs/mechanisms/distributions.md.
+INTERVALS = (
+    "none: Square Wave + EM/EMS has no interval that covers. Its parametric bootstrap's 95% "
+    "intervals covered the true quantiles only 75–92% of the time at p50 (issue 34), and the "
+    "alternatives tried (EM's spread around the EMS estimate) covered too much or too "
+    "little by quantile and population; so standard errors and intervals are null")
+#: Said with every answer.
+NO_INTERVALS_WARNING = (
+    "no standard errors or 95% intervals: Square Wave's estimates (quantiles, CDF, shares, "
+    "ranges, mean) are smoothed fits whose error no interval measured here covers reliably. "
+    "For error bars to rely on, collect the distribution with a hierarchical-histogram (hh) "
+    "campaign")
 
 
 class SquareWaveEstimator(DistributionEstimator[SquareWave]):
@@ -223,8 +217,9 @@ class SquareWaveEstimator(DistributionEstimator[SquareWave]):
     default_postprocessing: ClassVar[str] = "ems"
 
     def fit_cost(self, mechanism: SquareWave) -> float:
-        # EM steps cost O(D·m̃), and there are 201 fits (the point and the bootstrap).
-        return mechanism.buckets * mechanism.output_buckets / 256**2
+        # EM steps cost O(D·m̃), and a query is one fit (there is no bootstrap): 0.03 s of CPU
+        # at 10⁵ reports and 0.07 s at 10⁶ at 256 × 256 buckets, so a tenth of the unit.
+        return 0.1 * mechanism.buckets * mechanism.output_buckets / 256**2
 
     def state_size(self, mechanism: SquareWave) -> int:
         return mechanism.output_buckets
@@ -234,9 +229,9 @@ class SquareWaveEstimator(DistributionEstimator[SquareWave]):
                            minlength=mechanism.output_buckets).astype(np.int64)
 
     def fit(self, mechanism: SquareWave, n: int, state: np.ndarray, method: str,
-            uncertainty: bool = True, replicates: int | None = None) -> FittedDistribution:
-        """θ̂ by ``method`` ("ems" or "em"); with ``uncertainty``, ``replicates`` bootstrap
-        refits (default: :data:`REPLICATES` for the method)."""
+            uncertainty: bool = True) -> FittedDistribution:
+        """θ̂ by ``method`` ("ems" or "em"), without uncertainty whatever ``uncertainty``
+        says: no standard error or interval this fit could state covers (module docstring)."""
         # Internal callers only: a query's method has been resolved by ``method_of``, and the
         # state is the folded count vector of exactly n reports.
         if method not in METHODS:
@@ -253,38 +248,12 @@ class SquareWaveEstimator(DistributionEstimator[SquareWave]):
         extra: dict[str, Any] = {"iterations": int(point.iterations[0]),
                                  "converged": bool(point.converged[0]),
                                  "b": mechanism.b, "output_buckets": mechanism.output_buckets,
-                                 "smoothing_weight": weight}
+                                 "smoothing_weight": weight, "intervals": INTERVALS}
         warnings = [] if point.converged[0] else [
             f"the {method.upper()} fit stopped at its cap of {MAX_ITERATIONS} iterations "
             "before converging"]
-        if not uncertainty:
-            # θ̂ twice: a valid replicate form whose spread is zero (callers that skip the
-            # uncertainty read θ̂ only).
-            return FittedDistribution(
-                mechanism=mechanism, n=n, leaves=leaves, replicates=np.stack([leaves, leaves]),
-                method=METHODS[method], uncertainty="not computed", variance_model="none",
-                extra=extra, warnings=warnings)
-        replicates = REPLICATES[method] if replicates is None else replicates
-        if replicates < 2:
-            raise ValueError("a bootstrap needs at least two replicates")
-        rng = np.random.default_rng(_seed(counts, method))
-        outputs = np.clip(matrix @ leaves, 0.0, None)
-        draws = rng.multinomial(n, outputs / outputs.sum(), size=replicates).T  # m̃ × R
-        booted = em_fit(matrix, draws, n, smoothing, weight=weight)
-        extra.update(bootstrap_replicates=replicates,
-                     bootstrap_iterations_max=int(booted.iterations.max()),
-                     bootstrap_converged=int(booted.converged.sum()))
-        warnings.append(COVERAGE_WARNING)
+        warnings.append(NO_INTERVALS_WARNING)
         return FittedDistribution(
-            mechanism=mechanism, n=n, leaves=leaves, replicates=booted.theta.T,
-            method=METHODS[method],
-            uncertainty=f"parametric bootstrap: {replicates} report-count vectors drawn from "
-                        "the fitted distribution through the Square Wave channel, each refitted "
-                        f"by {method.upper()}; standard error = the replicates' spread, 95% "
-                        "interval = the bias-corrected normal interval (2·estimate − the "
-                        "replicates' mean) ± 1.96·spread. Approximate: the fit's bias (EMS's "
-                        "smoothing, whose weight falls as 10⁴/n, and EM's early stop) is only "
-                        "partly reproduced",
-            variance_model="iid-sampling: parametric bootstrap from the fitted distribution "
-                           "(approximate: it reproduces noise and part of the smoothing bias)",
-            extra=extra, warnings=warnings)
+            mechanism=mechanism, n=n, leaves=leaves, method=METHODS[method],
+            uncertainty=INTERVALS, variance_model="none: no standard errors or intervals",
+            extra=extra, warnings=warnings, no_intervals=INTERVALS)

@@ -469,7 +469,7 @@ _SCHEMAS: dict[str, Any] = {
                        "estimate)",
         "required": ["value", "baseline_estimate", "baseline_std_error", "current_estimate",
                      "current_std_error", "difference", "std_error", "ci_low", "ci_high",
-                     "p_value", "adjusted_p_value", "ci_excludes_zero", "significant"],
+                     "p_value", "adjusted_p_value", "ci_excludes_zero", "significant", "note"],
         "properties": {
             "value": {"type": "string"},
             **{name: {"type": ["number", "null"]} for name in (
@@ -479,6 +479,9 @@ _SCHEMAS: dict[str, Any] = {
             "ci_excludes_zero": {"type": "boolean"},
             "significant": {"type": "boolean",
                             "description": "the adjusted p-value is below alpha"},
+            "note": {"type": ["string", "null"],
+                     "description": "why the value was not tested (null: it was), e.g. a "
+                                    "Square Wave distribution states no standard error"},
         },
     },
     "AlertRuleSpec": {

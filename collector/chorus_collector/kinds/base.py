@@ -21,12 +21,14 @@ __all__ = ["MAX_CHART_BARS", "Bar", "Bars", "Chart", "EstimateKind", "Histogram"
 
 @dataclass(frozen=True, slots=True)
 class ValueEstimate:
-    """One value's unbiased estimate in one window (a frequency is a fraction of n)."""
+    """One value's unbiased estimate in one window (a frequency is a fraction of n). The
+    standard error and interval are None where the answer states none (a Square Wave
+    distribution): a comparison then cannot test the value and says so."""
 
     estimate: float
-    std_error: float
-    ci_low: float
-    ci_high: float
+    std_error: float | None
+    ci_low: float | None
+    ci_high: float | None
     detected: bool | None = None
 
 
@@ -60,27 +62,28 @@ class Bars:
 
 @dataclass(frozen=True)
 class HistogramBucket:
-    """One histogram bucket [lo, hi) of a distribution: its share with a 95% interval."""
+    """One histogram bucket [lo, hi) of a distribution: its share with a 95% interval (None:
+    the answer states none)."""
 
     lo: float
     hi: float
     share: float
-    low: float
-    high: float
+    low: float | None
+    high: float | None
 
 
 @dataclass(frozen=True)
 class QuantileMarker:
     """A quantile over a histogram; the positions are in bucket units (bucket j spans
-    [j, j + 1))."""
+    [j, j + 1)). The interval and its positions are None where the answer states none."""
 
     label: str
     value: float
-    low: float
-    high: float
+    low: float | None
+    high: float | None
     position: float
-    low_position: float
-    high_position: float
+    low_position: float | None
+    high_position: float | None
 
 
 @dataclass(frozen=True)

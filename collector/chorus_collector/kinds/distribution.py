@@ -28,10 +28,14 @@ class DistributionKind(EstimateKind):
         "Statistic": {
             "type": "object",
             "description": "one number of a distribution with its standard error and 95% "
-                           "interval; lo/hi bound the bucket or range, q is a quantile's level",
+                           "interval; lo/hi bound the bucket or range, q is a quantile's "
+                           "level. std_error, ci_low and ci_high are null where the answer "
+                           "states no uncertainty (mechanism sw: extra.intervals says why)",
             "required": ["value", "std_error", "ci_low", "ci_high"],
-            "properties": {name: {"type": "number"} for name in
-                           ("lo", "hi", "q", "value", "std_error", "ci_low", "ci_high")},
+            "properties": {
+                **{name: {"type": "number"} for name in ("lo", "hi", "q", "value")},
+                **{name: {"type": ["number", "null"]} for name in
+                   ("std_error", "ci_low", "ci_high")}},
         },
     }
     template: ClassVar[str] = "kinds/distribution.html"
@@ -64,17 +68,27 @@ class DistributionKind(EstimateKind):
         edges, scale = answer["edges"], answer["scale"]
         markers = [QuantileMarker(quantile_label(q["q"]), q["value"], q["ci_low"], q["ci_high"],
                                   _position(edges, q["value"], scale),
-                                  _position(edges, q["ci_low"], scale),
-                                  _position(edges, q["ci_high"], scale))
+                                  _maybe_position(edges, q["ci_low"], scale),
+                                  _maybe_position(edges, q["ci_high"], scale))
                    for q in answer["quantiles"]]
+        # A Square Wave answer states no intervals: no band, no shaded spans, and said so.
+        bands = all(b.low is not None and b.high is not None for b in buckets)
         title = (f"Distribution of {answer['campaign']}: {len(buckets)} buckets on a "
-                 f"{scale} scale, with 95% bands and quantiles")
-        said = "; ".join(f"{m.label} {m.value:.4g} (95% interval {m.low:.4g} to {m.high:.4g})"
-                         for m in markers)
-        description = (f"Bars are each bucket's share of n = {answer['n']} reports, the shaded "
-                       f"band their 95% intervals; vertical lines mark the quantiles: {said}. "
+                 f"{scale} scale, " + ("with 95% bands and quantiles" if bands else
+                                       "with quantiles (no intervals)"))
+        said = "; ".join(f"{m.label} {m.value:.4g}" + (
+            f" (95% interval {m.low:.4g} to {m.high:.4g})"
+            if m.low is not None and m.high is not None else "") for m in markers)
+        band = "the shaded band their 95% intervals" if bands else \
+            "without intervals (this answer states none)"
+        description = (f"Bars are each bucket's share of n = {answer['n']} reports, {band}; "
+                       f"vertical lines mark the quantiles: {said}. "
                        "The tables below give every number.")
         return Histogram(buckets, markers, title, description)
+
+
+def _maybe_position(edges: list[float], value: float | None, scale: str) -> float | None:
+    return None if value is None else _position(edges, value, scale)
 
 
 def _position(edges: list[float], value: float, scale: str) -> float:
@@ -104,9 +118,12 @@ def distribution_lines(result: Mapping[str, Any]) -> list[str]:
         lines.append(f"  {label:<10}{_on_scale(row['value']):>14}  "
                      f"[{_on_scale(row['ci_low']):>14}, {_on_scale(row['ci_high']):>14}]")
     for row in result["ranges"]:
+        error = "" if row["std_error"] is None else (
+            f" ± {row['std_error']:.4f} (95% CI {row['ci_low']:.4f} … {row['ci_high']:.4f})")
         lines.append(f"  share in [{_on_scale(row['lo']).strip()}, {_on_scale(row['hi']).strip()}]"
-                     f" {row['value']:.4f} ± {row['std_error']:.4f} (95% CI "
-                     f"{row['ci_low']:.4f} … {row['ci_high']:.4f})")
+                     f" {row['value']:.4f}{error}")
+    if isinstance(result.get("extra", {}).get("intervals"), str):
+        lines.append(f"  intervals: {result['extra']['intervals']}")
     histogram = result["histogram"]
     group = max(1, -(-len(histogram) // COARSE_BARS))
     shares = [sum(max(0.0, b["value"]) for b in histogram[i:i + group])

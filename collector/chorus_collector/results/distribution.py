@@ -3,7 +3,8 @@
 The CSV is one long table, one statistic per row, so that it loads into any spreadsheet or
 data frame as is: ``statistic`` is ``bucket`` (the share in [lo, hi)), ``cdf`` (the share at
 or below ``hi``), ``quantile`` (the ``q``-quantile), ``range`` (the share in [lo, hi]) or
-``mean``; ``value`` is the estimate, with its standard error and 95% interval.
+``mean``; ``value`` is the estimate, with its standard error and 95% interval (empty cells
+where the answer states none: Square Wave).
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ def quantile_label(q: float) -> str:
 @dataclass(frozen=True, slots=True)
 class Statistic:
     """One estimated number with its uncertainty. ``lo``/``hi`` bound the bucket or range it
-    is about (None where it has none), ``q`` is the quantile's level."""
+    is about (None where it has none), ``q`` is the quantile's level. The standard error and
+    interval are None where the fit states none (Square Wave: the answer's
+    ``extra["intervals"]`` says why)."""
 
     value: float
-    std_error: float
-    ci_low: float
-    ci_high: float
+    std_error: float | None
+    ci_low: float | None
+    ci_high: float | None
     lo: float | None = None
     hi: float | None = None
     q: float | None = None

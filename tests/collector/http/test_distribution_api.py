@@ -207,6 +207,8 @@ def test_the_dashboard_draws_the_histogram_with_the_apis_numbers(
         (f"p{q['q'] * 100:g}", q["value"], q["ci_low"], q["ci_high"])
         for q in body["quantiles"]]
     assert "share in [100, 1000]" in html and 'id="histogram-table"' in html
+    # hh states intervals: the series has its bands (an sw page says it has none).
+    assert "bands their 95% intervals" in html and 'id="no-intervals"' not in html
 
 
 def test_a_repeated_fit_is_served_from_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -242,19 +244,19 @@ def test_a_repeated_fit_is_served_from_the_cache(monkeypatch: pytest.MonkeyPatch
 
 def test_a_square_wave_series_is_bounded_by_its_fits(http: FlaskClient,
                                                      clock: FakeClock) -> None:
-    """Each point of a Square Wave series refits the distribution and its bootstrap: past
-    the budget (32 points at 256 × 256 buckets) the series is refused as too large, with a
-    way out, instead of outliving the server's worker timeout."""
+    """Each point of a Square Wave series refits the distribution: past the budget (320
+    points at 256 × 256 buckets) the series is refused as too large, with a way out, instead
+    of outliving the server's worker timeout. Its points state no intervals."""
     spec = {"name": "sw-series", "mechanism": "sw", "epsilon": 1.0, "min_batch_size": 1,
             "domain": {"kind": "numeric", "lo": 0, "hi": 1}, "time_precision": 60,
             "privacy": {"budget": 1e6, "max_reports": 10**6}}
     assert http.post("/v1/campaigns", json=spec, headers=ADMIN_HEADERS).status_code == 201
     start = int(NOW)
-    reply = http.get(f"/v1/campaigns/sw-series/series?start={start}&end={start + 33 * 60}",
+    reply = http.get(f"/v1/campaigns/sw-series/series?start={start}&end={start + 321 * 60}",
                      headers=ANALYST_HEADERS)
     assert reply.status_code == 422, reply.get_json()
     assert reply.get_json()["type"].endswith("/query-too-large")
-    assert "at most 32 points" in reply.get_json()["detail"]
-    fine = http.get(f"/v1/campaigns/sw-series/series?start={start}&end={start + 32 * 60}",
+    assert "at most 320 points" in reply.get_json()["detail"]
+    fine = http.get(f"/v1/campaigns/sw-series/series?start={start}&end={start + 320 * 60}",
                     headers=ANALYST_HEADERS)
     assert fine.status_code == 200, fine.get_json()
