@@ -36,11 +36,15 @@ def _check_total(mechanism: str, trials: int) -> None:
         for option in options[1:]:
             diff = (errors[option] - errors["none"]).sum(axis=1)
             assert _z(diff) < -3, (option, population, n, _z(diff))
+            absent = pops[population] == 0
+            if absent.any():  # and the values nobody holds, the other thing it improves
+                diff = (errors[option] - errors["none"])[:, absent].sum(axis=1)
+                assert _z(diff) < -3, (option, population, n, "absent", _z(diff))
 
 
 @pytest.mark.parametrize("mechanism", FAST)
 def test_every_option_lowers_the_error_summed_over_all_values(mechanism: str) -> None:
-    """Measured MSE ratio (summed over values) 0.25–0.93 in these settings, z ≤ −12 at 200
+    """Measured MSE ratio (summed over values) 0.20–0.93 in these settings, z ≤ −11 at 200
     trials; 25 trials keep z well past −3."""
     _check_total(mechanism, 25)
 
@@ -51,12 +55,12 @@ def test_every_option_lowers_the_error_summed_over_all_values_ibu(mechanism: str
     _check_total(mechanism, 25)
 
 
-@pytest.mark.parametrize("mechanism,option", [("oue", "norm-sub"), ("olh", "mle"),
-                                               ("krr", "projection")])
+@pytest.mark.parametrize(("mechanism", "option"), [("oue", "norm-sub"), ("olh", "mle"),
+                                                 ("krr", "projection")])
 def test_a_common_value_can_be_worse_as_the_answer_warns(mechanism: str, option: str) -> None:
     """What the warning says: with 24 of 32 categories empty the clipped mass is taken from
     the 8 present values, whose own MSE rises (pooled ratio 1.3–1.4 at n = 10⁵), below the
-    1.5× that the warning states as a bound ("up to 1.4x")."""
+    1.5× that the warning states as a bound ("up to 1.5x"; 1.43 the worst value measured)."""
     c = campaign(mechanism, D)
     pi = populations(D)["zeros"]
     errors = paired_errors(c, pi, 100_000, 150, 5, ("none", option))
