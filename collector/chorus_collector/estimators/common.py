@@ -61,6 +61,7 @@ def frequency_estimate(campaign: Campaign, n: int, frequency: np.ndarray,
     labels = mechanism.domain.values  # type: ignore[union-attr]
     rows = frequency_rows(labels, frequency, std_error, n)
     method = query.postprocessing
+    two = False
     if method != "none":
         if method == "ibu":
             assert channel is not None and output_counts is not None
@@ -84,15 +85,20 @@ def frequency_estimate(campaign: Campaign, n: int, frequency: np.ndarray,
         else:
             adjusted = simplex_projection(frequency)
         rows = [row.postprocessed(float(x), n) for row, x in zip(rows, adjusted, strict=True)]
+        # Two categories: the options only clip both shares into [0, 1], which brings each
+        # closer to the truth, so nothing is harmed (and no warning is owed).
+        two = len(frequency) == 2
         extra = {**extra, "unbiased_frequencies": [float(f) for f in frequency],
                  "postprocessed": ["frequencies", "counts"],
                  "postprocessing_improves": POSTPROCESSING_IMPROVES,
-                 "postprocessing_may_harm": POSTPROCESSING_MAY_HARM}
+                 "postprocessing_may_harm": "nothing (two categories: both shares are only "
+                                            "clipped into [0, 1])" if two
+                 else POSTPROCESSING_MAY_HARM}
     return FrequencyEstimate(
         campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
         rows=rows, variance_model=VARIANCE_MODEL_IID, window=query.window,
         postprocessing=LABELS.get(method, "none (unbiased)"), extra=extra,
-        warnings=[postprocessing_warning(method)] if method != "none" else [],
+        warnings=[postprocessing_warning(method)] if method != "none" and not two else [],
     )
 
 
