@@ -96,6 +96,35 @@ NEWTON_MAX_SHARES = 256
 SIMPLEX_METHODS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "norm-sub": norm_sub, "norm-mul": norm_mul, "projection": simplex_projection}
 
+#: Options applied to the joints (and the conditionals read from them) as well as the
+#: marginals. Not norm-mul: on a joint with many empty cells its rescaling raised even the
+#: error summed over the cells (1.64×, up to 27× for one cell; docs/mechanisms/records.md),
+#: so under norm-mul the joints and conditionals stay unbiased.
+JOINT_METHODS = ("norm-sub", "projection")
+
+
+def postprocessing_note(method: str, changed: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """What a record answer's post-processing changed, improves and may harm (issue 34)."""
+    if method == "none":
+        return {}, []
+    improves = "the error summed over each table's values and the shares of rare or absent " \
+               "values"
+    marginal = "2.8x" if method == "norm-mul" else "1.4x"
+    may_harm = f"the share of a single common value or cell (measured up to {marginal} the " \
+               "unbiased MSE for a marginal's value, 2.5x for a joint's cell)"
+    extra = {"postprocessed": list(changed), "postprocessing_improves": improves,
+             "postprocessing_may_harm": may_harm}
+    text = f"{method}: lowers {improves} of the {', '.join(changed)}, but may raise the " \
+           f"error of {may_harm}"
+    if method == "norm-mul":  # rescaling, not shifting: it can cost a little even in sum
+        text += "; where few estimates are negative it can raise a marginal's summed error " \
+                "slightly (up to 3% measured)"
+        if changed == ["marginals"]:
+            text += "; joints and conditionals are the unbiased ones (norm-mul raised a " \
+                    "joint's summed error)"
+    return extra, [text]
+
+
 VARIANCE_MODEL = ("iid-sampling: each table's covariance diag(v) − UUᵀ from its reports, "
                   "propagated through sums, combinations and ratios")
 CONSISTENT_LABEL = ("consistent: the collected marginals made to agree on shared attributes "
@@ -231,6 +260,7 @@ class RecordEstimator(Estimator[RecordMechanism]):
                              "and conditional frequencies need a campaign with mechanism "
                              "'marginals'")
         record = mechanism.domain
+        note = postprocessing_note(query.postprocessing, ["marginals"])
         marginals = []
         for name, attribute, (table, reports) in zip(
                 record.names, record.attributes, self.marginal_tables(mechanism, n, state),
@@ -242,7 +272,7 @@ class RecordEstimator(Estimator[RecordMechanism]):
             attributes=list(record.names), marginals=marginals, joints=[],
             variance_model=VARIANCE_MODEL, method=self.method(mechanism), window=query.window,
             postprocessing=LABELS.get(query.postprocessing, "none (unbiased)"),
-            warnings=_empty_warnings(marginals))
+            extra=note[0], warnings=_empty_warnings(marginals) + note[1])
 
     @abstractmethod
     def method(self, mechanism: RecordMechanism) -> str:
@@ -433,12 +463,15 @@ class MarginalsEstimator(RecordEstimator):
             adjusted = None
             if consistent is not None:
                 adjusted = consistent_projection(mechanism, consistent, attributes)
-            elif query.postprocessing in SIMPLEX_METHODS and np.all(np.isfinite(table.f)):
+            elif query.postprocessing in JOINT_METHODS and np.all(np.isfinite(table.f)):
                 adjusted = SIMPLEX_METHODS[query.postprocessing](table.f.ravel()).reshape(
                     table.f.shape)
             answers.append(joint_answer(mechanism, attributes, table, reports, test, adjusted))
             warnings += _joint_warnings(answers[-1])
-        extra: dict[str, Any] = {}
+        changed = ["marginals"] if query.postprocessing == "norm-mul" or not answers else \
+            ["marginals", "joints", "conditionals"]
+        extra, notes = postprocessing_note(query.postprocessing, changed)
+        warnings += notes
         if not query.joints and len(joints) < math.comb(mechanism.d, 2):
             extra["joints_note"] = (f"{math.comb(mechanism.d, 2)} pairs: ask for the ones you "
                                     "need with joint=a,b")
