@@ -272,7 +272,7 @@ _COMPARISON: tuple[Column, ...] = (
     ("current_estimate", "float"), ("current_std_error", "float"), ("difference", "float"),
     ("std_error", "float"), ("ci_low", "float"), ("ci_high", "float"), ("p_value", "float"),
     ("adjusted_p_value", "float"), ("ci_excludes_zero", "bool"), ("significant", "bool"),
-    ("baseline_start", "time"), ("baseline_end", "time"), ("baseline_n", "int"),
+    ("note", "str"), ("baseline_start", "time"), ("baseline_end", "time"), ("baseline_n", "int"),
     ("current_start", "time"), ("current_end", "time"), ("current_n", "int"),
     ("epsilon", "float"))
 

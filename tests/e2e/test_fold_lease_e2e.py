@@ -148,7 +148,7 @@ def test_kill_9_of_chorus_aggregate_mid_fold_then_the_next_one_folds_everything(
         attempts.append(output.strip())
         if slow_fold.fold_status().unfolded == 0:
             break
-    assert attempts == [f"folded {left} reports; 0 waiting"]  # no wait for the dead lease
+    assert attempts == [f"folded {left:,} reports; 0 waiting"]  # no wait for the dead lease
     assert slow_fold.fold_lease().until == 0
     _exact(slow_fold)
     folded = slow_fold.folded_statistics(slow_fold.get_campaign("slow").id)  # type: ignore[union-attr]

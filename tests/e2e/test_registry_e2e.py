@@ -109,7 +109,12 @@ def test_mechanism_works_end_to_end(mechanism: str, make_app: Any, clock: FakeCl
             half_bucket = max(b - a for a, b in itertools.pairwise(edges)) / 2
             truth = sum(min(max(v, lo), hi) for v in values) / USERS
             mean = result["mean"]
-            assert abs(mean["value"] - truth) < 5 * mean["std_error"] + half_bucket, mean
+            if mean["std_error"] is None:  # sw states no error bars (its accuracy is held by
+                # tests/mechanisms/test_sw_coverage.py): here it says why, and answers sanely
+                assert result["extra"]["intervals"].startswith("none: "), result["extra"]
+                assert abs(mean["value"] - truth) < 0.1 * (hi - lo), mean
+            else:
+                assert abs(mean["value"] - truth) < 5 * mean["std_error"] + half_bucket, mean
             assert len(result["histogram"]) == len(edges) - 1
             assert [q["q"] for q in result["quantiles"]] == [0.5, 0.95, 0.99]
         elif result["kind"] == "mean":

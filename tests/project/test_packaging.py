@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import subprocess
 import sys
@@ -187,7 +188,10 @@ def test_no_estimate_kind_chains_outside_the_kinds_package() -> None:
 def test_make_demo_installs_the_collector_alone_and_says_so(tmp_path: Path) -> None:
     """A fresh clone's `make demo` sets up the collector's extra only (no test toolchain),
     and prints what it does first (issue 35 #2)."""
-    plan = subprocess.run(["make", "-n", "demo", f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
+    # Run inside `make test` too: no "Entering directory" lines, none of the parent's flags.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    plan = subprocess.run(["make", "--no-print-directory", "-n", "demo",
+                           f"VENV={tmp_path / 'venv'}"], cwd=ROOT, env=env,
                           capture_output=True, text=True, check=True).stdout
     installs = [line for line in plan.splitlines() if "pip install" in line]
     assert any("-e '.[collector]'" in line for line in installs), plan

@@ -584,7 +584,7 @@ _TAGS = [
                                            "reads)"},
     {"name": "alerts", "description": "rules that call a webhook when a comparison turns "
                                       "significant (admin writes, analyst reads)"},
-    {"name": "saved work", "description": "the dashboard's saved candidate lists, views and "
+    {"name": "saved", "description": "the dashboard's saved candidate lists, views and "
                                           "boards (analyst)"},
 ]
 
@@ -644,7 +644,7 @@ def _saved_paths() -> dict[str, Any]:
 
     def op(operation_id: str, summary: str, answers: dict[str, Any],
            **options: Any) -> dict[str, Any]:
-        return _operation(operation_id, "saved work", summary, answers, security=analyst,
+        return _operation(operation_id, "saved", summary, answers, security=analyst,
                           **options)
 
     return {

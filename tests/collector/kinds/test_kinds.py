@@ -202,9 +202,9 @@ def test_every_kinds_served_answer_is_described_labelled_tabled_and_drawn(
     assert set(labels) <= set(estimates)
     for label in labels:
         one = estimates[label]
-        for x in (one.estimate, one.ci_low, one.ci_high):
-            assert not math.isfinite(x) or any(math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-15)
-                                               for y in numbers), (label, x)
+        for x in (one.estimate, one.ci_low, one.ci_high):  # None: no interval (sw)
+            assert x is None or not math.isfinite(x) or any(
+                math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-15) for y in numbers), (label, x)
 
     # A terminal table under the header, and a chart the dashboard draws.
     table = format_estimates(answer).splitlines()
