@@ -213,3 +213,30 @@ def test_record_answers_say_what_post_processing_changed(mechanism: str) -> None
             ["marginals", "joints", "conditionals"] if everything else ["marginals"])
         assert "single common value" in answer.extra["postprocessing_may_harm"]
         assert any(w.startswith(f"{option}: lowers") for w in answer.warnings)
+
+
+def test_a_post_processed_point_lies_inside_its_own_interval() -> None:
+    """The interval is the unbiased one within [0, 1], widened to the post-processed point
+    where norm-sub moved it outside (a superset: coverage is kept), never inverted."""
+    from chorus_collector.results.estimates import FrequencyRow
+
+    row = FrequencyRow.from_frequency("a", 0.5, 0.01, 1000)
+    shifted = row.postprocessed(0.47, 1000)  # norm-sub took 0.03 off
+    assert (shifted.frequency_ci_low, shifted.frequency_ci_high) == \
+        (0.47, row.frequency_ci_high)
+    assert shifted.count_ci_low == 470.0
+    inside = row.postprocessed(0.495, 1000)  # inside: the unbiased interval, unchanged
+    assert (inside.frequency_ci_low, inside.frequency_ci_high) == \
+        (row.frequency_ci_low, row.frequency_ci_high)
+    below = FrequencyRow.from_frequency("b", -0.03, 0.01, 1000).postprocessed(0.0, 1000)
+    assert (below.frequency_ci_low, below.frequency_ci_high) == (0.0, 0.0)  # was [0, -0.0104]
+    c = campaign("krr", 16)  # on real answers: every row of every option
+    estimator = estimator_for("krr")
+    # k-RR's state is the count of each reported category: one seeded draw of 2,000 reports.
+    p, q = c.mechanism.support_probabilities()
+    truth = np.array([0.7] + [0.3 / 15] * 15)
+    state = np.random.default_rng(11).multinomial(2000, q + (p - q) * truth).astype(np.int64)
+    for option in estimator.postprocessing[1:]:
+        result = estimator.finalize(c, 2000, state, Query(postprocessing=option))
+        for r in result.rows:
+            assert r.frequency_ci_low <= r.frequency <= r.frequency_ci_high, (option, r)

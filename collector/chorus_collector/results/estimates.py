@@ -42,8 +42,12 @@ class FrequencyRow:
 
     def postprocessed(self, frequency: float, n: int) -> FrequencyRow:
         """This row with a post-processed frequency: the same SE, and the unbiased interval
-        intersected with [0, 1] (every frequency lies there, so coverage is kept)."""
+        intersected with [0, 1] (every frequency lies there, so coverage is kept), widened to
+        the post-processed point where that fell outside it (a superset covers at least as
+        often; before, a point shifted by norm-sub could lie outside its own interval, and an
+        interval wholly below 0 came out inverted)."""
         low, high = max(0.0, self.frequency_ci_low), min(1.0, self.frequency_ci_high)
+        low, high = min(low, frequency), max(high, frequency)
         return FrequencyRow(value=self.value, count=n * frequency,
                             count_std_error=self.count_std_error, count_ci_low=n * low,
                             count_ci_high=n * high, frequency=frequency,
