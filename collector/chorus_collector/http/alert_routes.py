@@ -20,10 +20,9 @@ from typing import Any
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from chorus_collector.alerts import rule_definition, rule_json
-from chorus_collector.http.api import json_body
-from chorus_collector.http.auth import Role, TokenVerifier
+from chorus_collector.http.api import json_body, require, storage
 from chorus_collector.problems import Problem
-from chorus_collector.storage import AlertFiring, Storage, StoredAlertRule
+from chorus_collector.storage import AlertFiring, StoredAlertRule
 
 __all__ = ["FIRINGS_SHOWN", "alert_api", "firing_json"]
 
@@ -32,27 +31,17 @@ FIRINGS_SHOWN = 50  # the default of ``limit``; at most 1,000
 _LIMIT = re.compile(r"[0-9]{1,4}")
 
 
-def _storage() -> Storage:
-    storage: Storage = current_app.extensions["chorus.storage"]
-    return storage
-
-
-def _require(role: Role) -> None:
-    verifier: TokenVerifier = current_app.extensions["chorus.tokens"]
-    verifier.check(request.headers.get("Authorization"), role)
-
-
 def _rule(name: str) -> StoredAlertRule:
-    rule = _storage().get_alert_rule(name)
+    rule = storage().get_alert_rule(name)
     if rule is None:
         raise Problem("unknown-alert", f"no alert rule is named {name!r}")
     return rule
 
 
 def _shown(rule: StoredAlertRule, with_state: bool = False) -> dict[str, Any]:
-    storage = _storage()
-    campaign = storage.get_campaign_by_id(rule.campaign_id).campaign.name
-    return rule_json(rule, campaign, storage.alert_state(rule.id) if with_state else None)
+    db = storage()
+    campaign = db.get_campaign_by_id(rule.campaign_id).campaign.name
+    return rule_json(rule, campaign, db.alert_state(rule.id) if with_state else None)
 
 
 def firing_json(firing: AlertFiring) -> dict[str, Any]:
@@ -67,26 +56,26 @@ def firing_json(firing: AlertFiring) -> dict[str, Any]:
 
 @alert_api.get("/v1/alerts")
 def list_alerts() -> Response:
-    _require("analyst")
-    storage = _storage()
+    require("analyst")
+    db = storage()
     campaign = request.args.get("campaign")
     if campaign is None:
-        rules = storage.alert_rules()
+        rules = db.alert_rules()
     else:
-        stored = storage.get_campaign(campaign)
+        stored = db.get_campaign(campaign)
         if stored is None:
             raise Problem("unknown-campaign", f"no campaign is named {campaign!r}")
-        rules = storage.alert_rules([stored.id])
+        rules = db.alert_rules([stored.id])
     return jsonify(alerts=[_shown(rule) for rule in rules])
 
 
 @alert_api.post("/v1/alerts")
 def create_alert() -> tuple[Response, int]:
-    _require("admin")
-    storage = _storage()
-    checked = rule_definition(json_body(), storage.get_campaign)
+    require("admin")
+    db = storage()
+    checked = rule_definition(json_body(), db.get_campaign)
     try:
-        rule = storage.insert_alert_rule(checked.name, checked.campaign.id, checked.definition,
+        rule = db.insert_alert_rule(checked.name, checked.campaign.id, checked.definition,
                                          checked.webhook, checked.secret,
                                          current_app.extensions["chorus.clock"]())
     except FileExistsError:
@@ -97,23 +86,23 @@ def create_alert() -> tuple[Response, int]:
 
 @alert_api.get("/v1/alerts/<name>")
 def get_alert(name: str) -> Response:
-    _require("analyst")
+    require("analyst")
     return jsonify(_shown(_rule(name), with_state=True))
 
 
 @alert_api.delete("/v1/alerts/<name>")
 def delete_alert(name: str) -> Response:
-    _require("admin")
-    _storage().delete_alert_rule(_rule(name).id)
+    require("admin")
+    storage().delete_alert_rule(_rule(name).id)
     return Response(status=204)
 
 
 @alert_api.get("/v1/alerts/<name>/firings")
 def alert_firings(name: str) -> Response:
-    _require("analyst")
+    require("analyst")
     rule = _rule(name)
     text = request.args.get("limit", str(FIRINGS_SHOWN))
     if not _LIMIT.fullmatch(text) or not 1 <= int(text) <= 1_000:
         raise Problem("invalid-query", "limit must be a whole number from 1 to 1000")
-    return jsonify(firings=[firing_json(f) for f in _storage().alert_firings(rule.id,
+    return jsonify(firings=[firing_json(f) for f in storage().alert_firings(rule.id,
                                                                              int(text))])

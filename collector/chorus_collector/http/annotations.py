@@ -11,10 +11,9 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from chorus_collector.http.api import json_body
-from chorus_collector.http.auth import Role, TokenVerifier
+from chorus_collector.http.api import campaign_named, json_body, require, storage
 from chorus_collector.problems import Problem
-from chorus_collector.storage import Annotation, Storage
+from chorus_collector.storage import Annotation
 
 __all__ = ["MAX_TEXT", "annotation_json", "annotation_routes"]
 
@@ -25,26 +24,9 @@ MAX_TEXT = 200
 MAX_TIME = 1 << 40  # as a report's time
 
 
-def _storage() -> Storage:
-    storage: Storage = current_app.extensions["chorus.storage"]
-    return storage
-
-
-def _require(role: Role) -> None:
-    verifier: TokenVerifier = current_app.extensions["chorus.tokens"]
-    verifier.check(request.headers.get("Authorization"), role)
-
-
-def _campaign_id(name: str) -> int:
-    stored = _storage().get_campaign(name)
-    if stored is None:
-        raise Problem("unknown-campaign", f"no campaign is named {name!r}")
-    return stored.id
-
-
 def annotation_json(mark: Annotation) -> dict[str, Any]:
     name = None if mark.campaign_id is None else \
-        _storage().get_campaign_by_id(mark.campaign_id).campaign.name
+        storage().get_campaign_by_id(mark.campaign_id).campaign.name
     return {"id": mark.id, "time": mark.time, "text": mark.text, "campaign": name,
             "created_at": mark.created_at}
 
@@ -57,7 +39,7 @@ def _time(value: object, what: str) -> int:
 
 @annotation_routes.post("/v1/annotations")
 def create_annotation() -> tuple[Response, int]:
-    _require("admin")
+    require("admin")
     body = json_body()
     if not isinstance(body, dict) or not {"time", "text"} <= body.keys() \
             or not body.keys() <= {"time", "text", "campaign"}:
@@ -71,17 +53,17 @@ def create_annotation() -> tuple[Response, int]:
     campaign = body.get("campaign")
     if campaign is not None and not isinstance(campaign, str):
         raise Problem("invalid-request", "campaign is a campaign's name, or left out for all")
-    campaign_id = None if campaign is None else _campaign_id(campaign)
-    mark = _storage().add_annotation(time, text.strip(), campaign_id,
+    campaign_id = None if campaign is None else campaign_named(campaign).id
+    mark = storage().add_annotation(time, text.strip(), campaign_id,
                                      current_app.extensions["chorus.clock"]())
     return jsonify(annotation_json(mark)), 201
 
 
 @annotation_routes.get("/v1/annotations")
 def list_annotations() -> Response:
-    _require("analyst")
+    require("analyst")
     name = request.args.get("campaign")
-    campaign_id = None if not name else _campaign_id(name)
+    campaign_id = None if not name else campaign_named(name).id
     bounds = {}
     for key in ("start", "end"):
         text = request.args.get(key)
@@ -89,14 +71,14 @@ def list_annotations() -> Response:
             if not text.isdigit():
                 raise Problem("invalid-query", f"{key} is Unix seconds")
             bounds[key] = _time(int(text), key)
-    marks = _storage().annotations(campaign_id, bounds.get("start"), bounds.get("end"))
+    marks = storage().annotations(campaign_id, bounds.get("start"), bounds.get("end"))
     return jsonify(annotations=[annotation_json(m) for m in marks])
 
 
 @annotation_routes.delete("/v1/annotations/<int:id>")
 def delete_annotation(id: int) -> tuple[str, int]:
-    _require("admin")
+    require("admin")
     # An id past 64 bits names no row (and would overflow the database's integer).
-    if id >= 1 << 63 or not _storage().delete_annotation(id):
+    if id >= 1 << 63 or not storage().delete_annotation(id):
         raise Problem("not-found", f"no annotation has id {id}")
     return "", 204

@@ -63,12 +63,14 @@ api = Blueprint("chorus_api", __name__)
 _DIGITS = re.compile(r"[0-9]{1,13}")
 
 
-def _storage() -> Storage:
-    storage: Storage = current_app.extensions["chorus.storage"]
-    return storage
+def storage() -> Storage:
+    """This app's storage (every route module reads it here)."""
+    found: Storage = current_app.extensions["chorus.storage"]
+    return found
 
 
-def _require(role: Role) -> None:
+def require(role: Role) -> None:
+    """Refuse the request (401/403) unless its bearer token grants ``role``."""
     verifier: TokenVerifier = current_app.extensions["chorus.tokens"]
     verifier.check(request.headers.get("Authorization"), role)
 
@@ -126,8 +128,9 @@ def _read_body() -> bytes:
     return data
 
 
-def _campaign(name: str) -> StoredCampaign:
-    stored = _storage().get_campaign(name)
+def campaign_named(name: str) -> StoredCampaign:
+    """The campaign of this name, or 404 ``unknown-campaign``."""
+    stored = storage().get_campaign(name)
     if stored is None:
         raise Problem("unknown-campaign", f"no campaign is named {name!r}")
     return stored
@@ -135,7 +138,7 @@ def _campaign(name: str) -> StoredCampaign:
 
 @api.get("/healthz")
 def healthz() -> Response:
-    _storage().ping()
+    storage().ping()
     return jsonify(status="ok", version=VERSION)
 
 
@@ -146,28 +149,28 @@ def openapi() -> Response:
 
 @api.get("/v1/campaigns")
 def list_campaigns() -> Response:
-    _require("admin")
-    storage = _storage()
+    require("admin")
+    stored = storage()
     # Beside each public config, not in it: clients verify a config field by field.
     return jsonify(campaigns=[{**s.campaign.public_config(),
-                               "retired_at": storage.retired_at(s.id),
+                               "retired_at": stored.retired_at(s.id),
                                "reporting": s.campaign.reporting}
-                              for s in storage.list_campaigns()])
+                              for s in stored.list_campaigns()])
 
 
 @api.post("/v1/campaigns/<name>/retire")
 def retire_campaign(name: str) -> Response:
     """No new reports from now on; estimates stay readable and the name stays taken."""
-    _require("admin")
-    stored = _campaign(name)
-    retired_at = _storage().retire_campaign(stored.id, current_app.extensions["chorus.clock"]())
+    require("admin")
+    stored = campaign_named(name)
+    retired_at = storage().retire_campaign(stored.id, current_app.extensions["chorus.clock"]())
     return jsonify({**stored.campaign.public_config(), "retired_at": retired_at,
                     "reporting": stored.campaign.reporting})
 
 
 @api.post("/v1/campaigns")
 def create_campaign() -> tuple[Response, int]:
-    _require("admin")
+    require("admin")
     spec = json_body()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PrivacyWarning)
@@ -177,7 +180,7 @@ def create_campaign() -> tuple[Response, int]:
         except CampaignError as error:
             raise Problem("invalid-campaign", str(error)) from None
     try:
-        stored, created = _storage().insert_campaign(campaign)
+        stored, created = storage().insert_campaign(campaign)
     except FileExistsError:
         raise Problem("campaign-exists",
                       f"a different campaign is already named {campaign.name!r}; campaigns are "
@@ -189,8 +192,8 @@ def create_campaign() -> tuple[Response, int]:
 
 @api.get("/v1/campaigns/<name>")
 def get_campaign(name: str) -> Response:
-    stored = _campaign(name)
-    retired_at = _storage().retired_at(stored.id)
+    stored = campaign_named(name)
+    retired_at = storage().retired_at(stored.id)
     if retired_at is not None:  # clients stop: their reports would be refused
         raise Problem("campaign-retired", f"campaign {name!r} was retired and takes no new "
                       "reports; its estimates stay readable", retired_at=retired_at)
@@ -242,12 +245,12 @@ def _vouched_senders(declared: str | None, count: int) -> int | None:
 @api.post("/v1/campaigns/<name>/reports")
 def submit_reports(name: str) -> tuple[Response, int]:
     _admit_reporter()  # the key and the rate limit before any lookup
-    return _submit(_campaign(name), admitted=True)
+    return _submit(campaign_named(name), admitted=True)
 
 
 def _admit_reporter() -> None:
     """The optional ingest key, then the optional per-address rate limit."""
-    _require("ingest")
+    require("ingest")
     limiter: RateLimiter | None = current_app.extensions["chorus.ratelimit"]
     if limiter is not None:
         wait = limiter.check(request.remote_addr or "")
@@ -269,7 +272,7 @@ def _submit(stored: StoredCampaign | None, admitted: bool = False,
         senders = _vouched_senders(request.headers.get(SHUFFLED_SENDERS_HEADER),
                                    len(raw_reports))
     now = current_app.extensions["chorus.clock"]()
-    statuses = ingest_reports(_storage(), raw_reports, now, campaign=stored,
+    statuses = ingest_reports(storage(), raw_reports, now, campaign=stored,
                               max_payload_bytes=current_app.config["CHORUS"]
                               ["MAX_PAYLOAD_BYTES"], shuffled=shuffled, senders=senders)
     _count_outcomes(statuses)
@@ -303,10 +306,10 @@ def _count_outcomes(statuses: Sequence[ReportStatus]) -> None:
 
 @api.get("/metrics")
 def metrics() -> Response:
-    _require("metrics")
+    require("metrics")
     metrics: Metrics = current_app.extensions["chorus.metrics"]
     body, content_type = metrics.render()
-    status = _storage().fold_status()
+    status = storage().fold_status()
     body += metrics.render_fold_state(status.unfolded, status.folded_at,
                                       current_app.extensions["chorus.clock"]())
     return Response(body, content_type=content_type)
@@ -337,16 +340,16 @@ def _question_body() -> Any:
 
 @api.route("/v1/campaigns/<name>/estimates", methods=["GET", "POST"])
 def estimates(name: str) -> Response:
-    _require("analyst")
-    stored = _campaign(name)
+    require("analyst")
+    stored = campaign_named(name)
     query, fmt = estimate_query(stored, _question_body(), _max_candidates())
-    result, inputs = _gated(lambda: estimate_window(_storage(), stored, query))
+    result, inputs = _gated(lambda: estimate_window(storage(), stored, query))
     extra: dict[str, Any] = {"freshness": inputs.freshness()}
     estimand = describe_window(stored.campaign, query.start, query.end)
     if estimand is not None:
         extra["estimand"] = estimand
     if fmt == "json":
-        shuffling = shuffling_summary(_storage(), stored, inputs.n, query.start, query.end)
+        shuffling = shuffling_summary(storage(), stored, inputs.n, query.start, query.end)
         if shuffling is not None:
             extra["shuffling"] = shuffling
     return _answer(result, fmt, f"{name}-estimates.csv", extra)
@@ -355,11 +358,11 @@ def estimates(name: str) -> Response:
 @api.route("/v1/campaigns/<name>/series", methods=["GET", "POST"])
 def series(name: str) -> Response:
     """Estimates per time bucket, day, week or n seconds (analysis/series.py)."""
-    _require("analyst")
-    stored = _campaign(name)
+    require("analyst")
+    stored = campaign_named(name)
     query, fmt = series_query(stored, _question_body(), _max_candidates())
     result = _gated(lambda: estimate_series(
-        _storage(), stored, start=query.start, end=query.end, step=query.step,
+        storage(), stored, start=query.start, end=query.end, step=query.step,
         values=query.values, top=query.top, candidates=query.candidates,
         now=current_app.extensions["chorus.clock"](), align=query.align))
     return _answer(result, fmt, f"{name}-series.csv")
@@ -368,11 +371,11 @@ def series(name: str) -> Response:
 @api.route("/v1/campaigns/<name>/compare", methods=["GET", "POST"])
 def compare(name: str) -> Response:
     """Each value's change between two windows (analysis/compare.py)."""
-    _require("analyst")
-    stored = _campaign(name)
+    require("analyst")
+    stored = campaign_named(name)
     query, fmt = compare_query(stored, _question_body(), _max_candidates())
     result = _gated(lambda: compare_windows(
-        _storage(), stored, baseline=query.baseline, current=query.current,
+        storage(), stored, baseline=query.baseline, current=query.current,
         candidates=query.candidates, correction=query.correction, alpha=query.alpha))
     return _answer(result, fmt, f"{name}-compare.csv")
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify
 
 from chorus_collector.design import designer
 from chorus_collector.http.admission import admission
-from chorus_collector.http.api import json_body
-from chorus_collector.http.auth import TokenVerifier
+from chorus_collector.http.api import json_body, require
 from chorus_collector.problems import Problem
 from chorus_shared.errors import CampaignError
 
@@ -28,8 +27,7 @@ SIMULATION_SEED = 1  # as the dashboard's: the same question shows the same simu
 
 @design_routes.post("/v1/design")
 def design() -> Response:
-    verifier: TokenVerifier = current_app.extensions["chorus.tokens"]
-    verifier.check(request.headers.get("Authorization"), "analyst")
+    require("analyst")
     body = json_body()
     if not isinstance(body, dict):
         raise Problem("invalid-request", "send the designer's request as a JSON object")

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify
 
-from chorus_collector.http.api import json_body
-from chorus_collector.http.auth import TokenVerifier
+from chorus_collector.http.api import campaign_named, json_body, require, storage
 from chorus_collector.problems import Problem
-from chorus_collector.storage import Storage, StoredCampaign
 from chorus_collector.storage.saved import SECTIONS, Board, SavedList, SavedView, SavedWork
 
 __all__ = ["MAX_NAME", "check_candidates", "check_name", "saved_routes", "view_link"]
@@ -58,30 +56,13 @@ def view_link(campaign: str, query: str) -> str:
     return f"/campaigns/{campaign}" + (f"?{query}" if query else "")
 
 
-def _storage() -> Storage:
-    storage: Storage = current_app.extensions["chorus.storage"]
-    return storage
-
-
 def _saved() -> SavedWork:
-    return SavedWork(_storage())
+    return SavedWork(storage())
 
 
 def _now() -> float:
     now: float = current_app.extensions["chorus.clock"]()
     return now
-
-
-def _require_analyst() -> None:
-    verifier: TokenVerifier = current_app.extensions["chorus.tokens"]
-    verifier.check(request.headers.get("Authorization"), "analyst")
-
-
-def _campaign(name: str) -> StoredCampaign:
-    stored = _storage().get_campaign(name)
-    if stored is None:
-        raise Problem("unknown-campaign", f"no campaign is named {name!r}")
-    return stored
 
 
 def _list_json(saved: SavedList, campaign: str) -> dict[str, Any]:
@@ -96,7 +77,7 @@ def _view_json(view: SavedView, campaign: str) -> dict[str, Any]:
 
 
 def _board_json(board: Board) -> dict[str, Any]:
-    names = {stored.id: stored.campaign.name for stored in _storage().list_campaigns()}
+    names = {stored.id: stored.campaign.name for stored in storage().list_campaigns()}
     return {"id": board.id, "name": board.name, "created_at": board.created_at,
             "panels": [{"id": p.id, "campaign": names[p.campaign_id], "section": p.section,
                         "view": p.view_id} for p in board.panels]}
@@ -104,15 +85,15 @@ def _board_json(board: Board) -> dict[str, Any]:
 
 @saved_routes.get("/v1/campaigns/<name>/lists")
 def list_lists(name: str) -> Response:
-    _require_analyst()
-    stored = _campaign(name)
+    require("analyst")
+    stored = campaign_named(name)
     return jsonify(lists=[_list_json(s, name) for s in _saved().lists(stored.id)])
 
 
 @saved_routes.post("/v1/campaigns/<name>/lists")
 def create_list(name: str) -> tuple[Response, int]:
-    _require_analyst()
-    stored = _campaign(name)
+    require("analyst")
+    stored = campaign_named(name)
     body = json_body()
     if not isinstance(body, dict) or body.keys() != {"name", "candidates"} \
             or not isinstance(body["candidates"], list) \
@@ -131,8 +112,8 @@ def create_list(name: str) -> tuple[Response, int]:
 
 @saved_routes.delete("/v1/campaigns/<name>/lists/<int:id>")
 def delete_list(name: str, id: int) -> tuple[str, int]:
-    _require_analyst()
-    stored = _campaign(name)
+    require("analyst")
+    stored = campaign_named(name)
     found = _saved().get_list(id)
     if found is None or found.campaign_id != stored.id:
         raise Problem("not-found", f"{name} has no saved list {id}")
@@ -142,15 +123,15 @@ def delete_list(name: str, id: int) -> tuple[str, int]:
 
 @saved_routes.get("/v1/campaigns/<name>/views")
 def list_views(name: str) -> Response:
-    _require_analyst()
-    stored = _campaign(name)
+    require("analyst")
+    stored = campaign_named(name)
     return jsonify(views=[_view_json(v, name) for v in _saved().views(stored.id)])
 
 
 @saved_routes.delete("/v1/campaigns/<name>/views/<int:id>")
 def delete_view(name: str, id: int) -> tuple[str, int]:
-    _require_analyst()
-    stored = _campaign(name)
+    require("analyst")
+    stored = campaign_named(name)
     found = _saved().get_view(id)
     if found is None or found.campaign_id != stored.id:
         raise Problem("not-found", f"{name} has no saved view {id}")
@@ -160,14 +141,14 @@ def delete_view(name: str, id: int) -> tuple[str, int]:
 
 @saved_routes.get("/v1/boards")
 def list_boards() -> Response:
-    _require_analyst()
+    require("analyst")
     return jsonify(boards=[{"id": b.id, "name": b.name, "created_at": b.created_at}
                            for b in _saved().boards()])
 
 
 @saved_routes.post("/v1/boards")
 def create_board() -> tuple[Response, int]:
-    _require_analyst()
+    require("analyst")
     body = json_body()
     if not isinstance(body, dict) or body.keys() != {"name"}:
         raise Problem("invalid-request", 'send {"name": "weekly review"}')
@@ -184,13 +165,13 @@ def _board(id: int) -> Board:
 
 @saved_routes.get("/v1/boards/<int:id>")
 def get_board(id: int) -> Response:
-    _require_analyst()
+    require("analyst")
     return jsonify(_board_json(_board(id)))
 
 
 @saved_routes.delete("/v1/boards/<int:id>")
 def delete_board(id: int) -> tuple[str, int]:
-    _require_analyst()
+    require("analyst")
     if not _saved().delete_board(id):
         raise Problem("not-found", f"no board has id {id}")
     return "", 204
@@ -198,7 +179,7 @@ def delete_board(id: int) -> tuple[str, int]:
 
 @saved_routes.post("/v1/boards/<int:id>/panels")
 def add_panel(id: int) -> tuple[Response, int]:
-    _require_analyst()
+    require("analyst")
     board = _board(id)
     body = json_body()
     if not isinstance(body, dict) or not {"campaign", "section"} <= body.keys() \
@@ -207,7 +188,7 @@ def add_panel(id: int) -> tuple[Response, int]:
             or not (body.get("view") is None or type(body.get("view")) is int):
         raise Problem("invalid-request", 'send {"campaign": NAME, "section": "estimates" or '
                                          '"series"} and optionally "view": a view\'s id')
-    stored = _campaign(body["campaign"])
+    stored = campaign_named(body["campaign"])
     view_id = body.get("view")
     if view_id is not None:
         view = _saved().get_view(view_id)
@@ -220,7 +201,7 @@ def add_panel(id: int) -> tuple[Response, int]:
 
 @saved_routes.delete("/v1/boards/<int:id>/panels/<int:panel>")
 def remove_panel(id: int, panel: int) -> tuple[str, int]:
-    _require_analyst()
+    require("analyst")
     if not _saved().remove_panel(id, panel):
         raise Problem("not-found", f"board {id} has no panel {panel}")
     return "", 204
