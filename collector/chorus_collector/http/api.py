@@ -128,6 +128,16 @@ def _read_body() -> bytes:
     return data
 
 
+def storable_text(text: str) -> bool:
+    """Text every engine stores: UTF-8 (JSON's escapes can carry lone surrogates) without
+    NUL (PostgreSQL's TEXT refuses it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
 def campaign_named(name: str) -> StoredCampaign:
     """The campaign of this name, or 404 ``unknown-campaign``."""
     stored = storage().get_campaign(name)

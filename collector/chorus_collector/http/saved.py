@@ -13,7 +13,7 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify
 
-from chorus_collector.http.api import campaign_named, json_body, require, storage
+from chorus_collector.http.api import campaign_named, json_body, require, storable_text, storage
 from chorus_collector.problems import Problem
 from chorus_collector.storage.saved import SECTIONS, Board, SavedList, SavedView, SavedWork
 
@@ -27,7 +27,7 @@ MAX_NAME = 100
 def check_name(what: str, text: object) -> str:
     """A saved thing's name: one line of 1 to MAX_NAME characters (shown escaped)."""
     name = text.strip() if isinstance(text, str) else ""
-    if not name or len(name) > MAX_NAME or not _storable(name) \
+    if not name or len(name) > MAX_NAME or not storable_text(name) \
             or any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise Problem("invalid-request", f"{what}'s name is one line of 1 to {MAX_NAME} "
                       "characters")
@@ -36,19 +36,10 @@ def check_name(what: str, text: object) -> str:
 
 def check_candidates(candidates: tuple[str, ...]) -> tuple[str, ...]:
     """A list's strings as kept: one line each (the list is stored one per line)."""
-    if not all(_storable(c) and "\n" not in c and "\r" not in c for c in candidates):
+    if not all(storable_text(c) and "\n" not in c and "\r" not in c for c in candidates):
         raise Problem("invalid-request", "a candidate is one line of text, without NUL")
     return candidates
 
-
-def _storable(text: str) -> bool:
-    """Text every engine stores: UTF-8 (no lone surrogates) without NUL (PostgreSQL's TEXT
-    refuses it)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in text
 
 
 def view_link(campaign: str, query: str) -> str:

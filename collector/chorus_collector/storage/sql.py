@@ -54,7 +54,7 @@ from chorus_collector.storage.values import (
     state_array,
     state_bytes,
 )
-from chorus_shared.campaign import Campaign, campaign_from_config, canonical_json
+from chorus_shared.campaign import NAME_PATTERN, Campaign, campaign_from_config, canonical_json
 
 __all__ = ["SQLStorage"]
 
@@ -318,6 +318,10 @@ class SQLStorage(Storage, Generic[ConnT]):
         cached = self._campaigns.get(name)
         if cached is not None:
             return cached  # campaigns are immutable, so the cache never goes stale
+        if not NAME_PATTERN.fullmatch(name):
+            # No campaign can bear it, and PostgreSQL refuses text with NUL or lone
+            # surrogates outright: a lookup by any string a request carries answers None.
+            return None
         row = self.connect().execute(
             "SELECT id, digest, config FROM campaigns WHERE name = ?", (name,)
         ).fetchone()
@@ -332,6 +336,8 @@ class SQLStorage(Storage, Generic[ConnT]):
     def get_campaign_by_digest(self, digest: str) -> StoredCampaign | None:
         name = self._names_by_digest.get(digest)
         if name is None:
+            if not digest.isascii() or not digest.isprintable():
+                return None  # no digest is, and PostgreSQL refuses NUL in text
             row = self.connect().execute("SELECT name FROM campaigns WHERE digest = ?",
                                          (digest,)).fetchone()
             if row is None:
