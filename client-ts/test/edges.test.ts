@@ -3,7 +3,8 @@ import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
 import {
-  canonicalJson, encodeForReport, mechanismFor, parseJsonExact, recomputeEpsilon, seededRandomForTests, ValueDomainError,
+  canonicalJson, encodeForReport, keyedGroup, mechanismFor, parseJsonExact, PrefixDiscovery, recomputeEpsilon, seededRandomForTests,
+  ValueDomainError,
   type Json,
 } from "../src/index.js";
 
@@ -40,7 +41,7 @@ test("rr takes booleans as its first and second category; numbers clip; NaN and 
 });
 
 // χ² critical values at α = 1e-6 (scipy.stats.chi2.ppf(1 - 1e-6, dof)).
-const CRITICAL: { [dof: number]: number } = { 3: 30.66, 7: 37.33 };
+const CRITICAL: { [dof: number]: number } = { 3: 30.66, 7: 40.52 };
 
 test("a value outside the domain is reported as a uniformly drawn substitute, never refused", () => {
   const rng = seededRandomForTests(5);
@@ -77,4 +78,22 @@ test("a value outside the domain is reported as a uniformly drawn substitute, ne
   // A value inside the domain is encoded, not substituted.
   assert.equal(encodeForReport(mechanism("duchi-0"), 7, rng).input, 1);
   assert.equal(encodeForReport(mechanism("pem-2"), "ab", rng).substituted, false);
+});
+
+test("a discovery install's keyed group: fixed per label, split by the campaign's weights", async () => {
+  const pem = mechanism("pem-1") as PrefixDiscovery; // 3 walk groups at 75 each, the estimation group 25·3
+  assert.deepEqual(pem.groupWeights, [75, 75, 75, 75]);
+  const key = new Uint8Array(32).fill(7);
+  const first = await keyedGroup(pem, key, "pem-1", "d".repeat(64), "day-1");
+  assert.equal(await keyedGroup(pem, key, "pem-1", "d".repeat(64), "day-1"), first);
+  await assert.rejects(keyedGroup(pem, key.subarray(0, 8), "pem-1", "d", "lifetime"), RangeError);
+  const treehist = mechanism("treehist-1");
+  const counts = [0, 0];
+  const draws = 4000;
+  for (let i = 0; i < draws; i++) counts[await keyedGroup(treehist as PrefixDiscovery, key, "t", "d", `day-${i}`)]! += 1;
+  // Two equal groups: a binomial(4000, ½) count within 5 standard deviations.
+  assert.ok(Math.abs((counts[0] as number) - draws / 2) < 5 * Math.sqrt(draws / 4), `groups ${counts}`);
+  // The group a report carries is the one given.
+  const x = pem.encode("a");
+  for (let g = 0; g < pem.groups; g++) assert.equal(pem.randomize(x, seededRandomForTests(g), { group: g }).g, g);
 });

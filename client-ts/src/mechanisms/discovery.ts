@@ -201,3 +201,23 @@ export class TreeHist extends PrefixDiscovery {
     return p;
   }
 }
+
+/**
+ * The install's group for one campaign, config version and privacy period, from its secret
+ * key (docs/protocol.md, "The discovery group"): u = HMAC-SHA256(key, "chorus-assignment-v1\0"
+ * ‖ name ‖ "\0" ‖ digest ‖ "\0" ‖ period), read as a 256-bit integer, modulo the total weight
+ * (a bias below 2⁻²⁴⁰), then the group whose cumulative weight first exceeds u. The same
+ * label always gives the same group, no value moves it, and each config version and period
+ * draws independently. The Python client seeds a Mersenne Twister with the same HMAC instead;
+ * the spec lets a port derive it any way with these properties and shares.
+ */
+export async function keyedGroup(mechanism: PrefixDiscovery, key: Uint8Array<ArrayBuffer>, campaign: string,
+  digest: string, period: string): Promise<number> {
+  if (key.length < 16) throw new RangeError("the assignment key needs at least 16 bytes");
+  const hmacKey = await globalThis.crypto.subtle.importKey("raw", key, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const label = utf8.encode(`chorus-assignment-v1\0${campaign}\0${digest}\0${period}`);
+  const mac = new Uint8Array(await globalThis.crypto.subtle.sign("HMAC", hmacKey, label));
+  let u = 0n;
+  for (const byte of mac) u = (u << 8n) | BigInt(byte);
+  return mechanism.groupOf(Number(u % BigInt(mechanism.totalWeight)));
+}
