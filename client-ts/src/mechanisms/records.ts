@@ -6,7 +6,9 @@
 import { ConfigError } from "../config.js";
 import type { Json } from "../json.js";
 import { cryptoRandom, uniformInt, type RandomSource } from "../random.js";
-import { byAttribute, Categories, checkInt, intParam, isObject, keysAre, PayloadError, type JsonObject, type Mechanism } from "./common.js";
+import {
+  byAttribute, Categories, checkInt, intParam, isObject, keysAre, PayloadError, ValueDomainError, type JsonObject, type Mechanism,
+} from "./common.js";
 import { KRR, leastVarianceOracle, UnaryEncoding } from "./frequency.js";
 
 type Oracle = KRR | UnaryEncoding;
@@ -34,8 +36,8 @@ export class Record {
       try {
         return (this.attributes[j] as Categories).encode(item);
       } catch (error) {
-        if (error instanceof Error) error.message = `attribute ${JSON.stringify(this.names[j])}: ${error.message}`;
-        throw error;
+        if (!(error instanceof ValueDomainError)) throw error;
+        throw new ValueDomainError(`attribute ${JSON.stringify(this.names[j])}: ${error.message}`);
       }
     });
   }
