@@ -30,7 +30,16 @@ export * from "./vectors.js";
 
 type Factory = (domain: JsonObject, epsilon: number, params: JsonObject) => Mechanism;
 
-const REGISTRY: { [name: string]: Factory } = {
+/** Every mechanism this package implements: all 34 of the Chorus registry. */
+export const SUPPORTED_MECHANISMS = [
+  "rr", "krr", "sue", "oue", "olh", "blh", "ss", "hr", "shist", "dbitflip", "rappor", "basic_rappor",
+  "boolean_rappor", "o_rr", "o_rappor", "cms", "hcms", "duchi", "one_bit_mean", "pm", "hm", "laplace",
+  "duchi_md", "harmony", "pm_md", "hm_md", "sw", "hh", "smp", "spl", "rsfd", "marginals", "pem", "treehist",
+] as const;
+export type MechanismName = (typeof SUPPORTED_MECHANISMS)[number];
+
+/** One factory per name: the compiler checks that the list and the registry agree. */
+const REGISTRY: { [name in MechanismName]: Factory } = {
   rr: (d, e) => new KRR("rr", categoriesOf(d), e),
   krr: (d, e) => new KRR("krr", categoriesOf(d), e),
   sue: (d, e) => new UnaryEncoding("sue", categoriesOf(d), e),
@@ -67,9 +76,6 @@ const REGISTRY: { [name: string]: Factory } = {
   treehist: (d, e, p) => new TreeHist(d, e, p),
 };
 
-/** Every mechanism this package implements: all 34 of the registry. */
-export const SUPPORTED_MECHANISMS = Object.freeze(Object.keys(REGISTRY));
-
 /** The client half of a verified config's mechanism ({@link verifyConfig} first; `epsilon` is
  * what {@link recomputeEpsilon} gives). */
 export function mechanismFor(config: JsonObject, epsilon: number): Mechanism {
@@ -80,7 +86,7 @@ export function mechanismFor(config: JsonObject, epsilon: number): Mechanism {
     throw new ConfigError(`mechanism ${JSON.stringify(name)} is not implemented by this client`);
   }
   if (typeof domain !== "object" || domain === null) throw new ConfigError("the config has no domain");
-  return (REGISTRY[name] as Factory)(domain, epsilon, params);
+  return REGISTRY[name as MechanismName](domain, epsilon, params);
 }
 
 /** What a report randomizes: the value's encoding, or a substitute's. */

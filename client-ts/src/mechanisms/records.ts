@@ -14,7 +14,7 @@ import { KRR, leastVarianceOracle, UnaryEncoding } from "./frequency.js";
 type Oracle = KRR | UnaryEncoding;
 
 /** A record domain: 2 to 16 named attributes, each a categories list (with its own `other`). */
-export class Record {
+export class RecordDomain {
   readonly names: string[];
   readonly attributes: Categories[];
   constructor(domain: JsonObject) {
@@ -48,9 +48,9 @@ export class Record {
 
 abstract class RecordMechanism implements Mechanism {
   abstract readonly name: string;
-  readonly record: Record;
+  readonly record: RecordDomain;
   constructor(domain: JsonObject, readonly epsilon: number) {
-    this.record = new Record(domain);
+    this.record = new RecordDomain(domain);
   }
   get d(): number {
     return this.record.names.length;
