@@ -95,3 +95,35 @@ export function randomHex(rng: RandomSource, count: number): string {
   rng.fill(bytes);
   return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
+
+/** A uniform double in [0, 1) with 53 random bits (Python's `random()`). */
+export function uniform01(rng: RandomSource): number {
+  return randomBits(rng, 53) * 2 ** -53;
+}
+
+/** A uniform bigint in [0, n), by rejection (no modulo bias), for any positive n. */
+export function uniformBigInt(rng: RandomSource, n: bigint): bigint {
+  if (n < 1n) throw new RangeError("n must be a positive integer");
+  if (n === 1n) return 0n;
+  const bits = (n - 1n).toString(2).length; // the least bits with 2^bits ≥ n
+  const bytes = new Uint8Array(Math.ceil(bits / 8));
+  const excess = bytes.length * 8 - bits;
+  for (;;) {
+    rng.fill(bytes);
+    bytes[0] = (bytes[0] as number) & (0xff >>> excess);
+    let x = 0n;
+    for (const b of bytes) x = (x << 8n) | BigInt(b);
+    if (x < n) return x; // accepted with probability n / 2^bits > 1/2
+  }
+}
+
+/** A uniformly random k-subset of [0, n), sorted (Floyd's algorithm: k draws, no bias). */
+export function sampleDistinct(rng: RandomSource, n: number, k: number): number[] {
+  if (!Number.isSafeInteger(k) || k < 0 || k > n) throw new RangeError("need 0 <= k <= n");
+  const chosen = new Set<number>();
+  for (let j = n - k; j < n; j++) {
+    const t = uniformInt(rng, j + 1);
+    chosen.add(chosen.has(t) ? j : t);
+  }
+  return [...chosen].sort((a, b) => a - b);
+}

@@ -5,7 +5,7 @@
  *
  * usage: node sample.js <campaigns.json> <jobs.json> <out.jsonl>
  * jobs.json: [{"campaign": name, "value": app value, "draws": n, "seed": s}, ...]
- * out.jsonl: one line per job: {"campaign", "value", "payloads": [canonical JSON text, ...]}
+ * out.jsonl: one line per job: {"campaign", "value", "counts": {canonical JSON text: count, ...}}
  */
 import { readFileSync, writeFileSync } from "node:fs";
 
@@ -23,8 +23,11 @@ for (const job of jobs) {
   const mechanism = mechanismFor(config, recomputeEpsilon(config));
   const rng = seededRandomForTests(job.seed);
   const x = mechanism.encode(job.value);
-  const payloads: string[] = [];
-  for (let i = 0; i < job.draws; i++) payloads.push(canonicalJson(mechanism.randomize(x, rng)));
-  lines.push(JSON.stringify({ campaign: job.campaign, value: job.value, payloads }));
+  const counts = new Map<string, number>();
+  for (let i = 0; i < job.draws; i++) {
+    const text = canonicalJson(mechanism.randomize(x, rng));
+    counts.set(text, (counts.get(text) ?? 0) + 1);
+  }
+  lines.push(JSON.stringify({ campaign: job.campaign, value: job.value, counts: Object.fromEntries(counts) }));
 }
 writeFileSync(outPath as string, lines.join("\n") + "\n");
