@@ -5,17 +5,7 @@
  */
 import { ConfigError } from "../config.js";
 import { cryptoRandom, type RandomSource } from "../random.js";
-import { categoriesOf, NumericRange, ValueDomainError, type JsonObject, type Mechanism } from "./common.js";
-import { PEM, TreeHist } from "./discovery.js";
-import { HierarchicalHistogram, SquareWave } from "./distributions.js";
-import {
-  DBitFlip, HadamardResponse, KRR, LocalHashing, SubsetSelection, SuccinctHistogram, UnaryEncoding,
-} from "./frequency.js";
-import { DuchiBit, Hybrid, Laplace, Piecewise } from "./numbers.js";
-import { CategoryRappor, Rappor } from "./rappor.js";
-import { Marginals, RandomSamplingFakeData, SampledAttribute, SplitBudget } from "./records.js";
-import { CountMeanSketch, HadamardCountMeanSketch, OpenRR } from "./strings.js";
-import { DuchiMultidim, SampledAttributes } from "./vectors.js";
+import { ValueDomainError, type JsonObject, type Mechanism } from "./common.js";
 
 export * from "./common.js";
 export * from "./discovery.js";
@@ -28,7 +18,8 @@ export * from "./records.js";
 export * from "./strings.js";
 export * from "./vectors.js";
 
-type Factory = (domain: JsonObject, epsilon: number, params: JsonObject) => Mechanism;
+/** Makes a mechanism's client half from a verified config's domain, ε and params. */
+export type Factory = (domain: JsonObject, epsilon: number, params: JsonObject) => Mechanism;
 
 /** Every mechanism this package implements: all 34 of the Chorus registry. */
 export const SUPPORTED_MECHANISMS = [
@@ -38,43 +29,24 @@ export const SUPPORTED_MECHANISMS = [
 ] as const;
 export type MechanismName = (typeof SUPPORTED_MECHANISMS)[number];
 
-/** One factory per name: the compiler checks that the list and the registry agree. */
-const REGISTRY: { [name in MechanismName]: Factory } = {
-  rr: (d, e) => new KRR("rr", categoriesOf(d), e),
-  krr: (d, e) => new KRR("krr", categoriesOf(d), e),
-  sue: (d, e) => new UnaryEncoding("sue", categoriesOf(d), e),
-  oue: (d, e) => new UnaryEncoding("oue", categoriesOf(d), e),
-  olh: (d, e, p) => new LocalHashing("olh", categoriesOf(d), e, p),
-  blh: (d, e, p) => new LocalHashing("blh", categoriesOf(d), e, p),
-  ss: (d, e, p) => new SubsetSelection(categoriesOf(d), e, p),
-  hr: (d, e) => new HadamardResponse(categoriesOf(d), e),
-  shist: (d, e) => new SuccinctHistogram(categoriesOf(d), e),
-  dbitflip: (d, e, p) => new DBitFlip(categoriesOf(d), e, p),
-  rappor: (d, _e, p) => new Rappor("rappor", d, p),
-  basic_rappor: (d, _e, p) => new CategoryRappor("basic_rappor", d, p),
-  boolean_rappor: (d, _e, p) => new CategoryRappor("boolean_rappor", d, p),
-  o_rr: (d, e, p) => new OpenRR(d, e, p),
-  o_rappor: (d, _e, p) => new Rappor("o_rappor", d, p),
-  cms: (d, e, p) => new CountMeanSketch(d, e, p),
-  hcms: (d, e, p) => new HadamardCountMeanSketch(d, e, p),
-  duchi: (d, e) => new DuchiBit("duchi", NumericRange.of(d), e),
-  one_bit_mean: (d, e) => new DuchiBit("one_bit_mean", NumericRange.of(d), e),
-  pm: (d, e, p) => new Piecewise(NumericRange.of(d), e, p),
-  hm: (d, e, p) => new Hybrid(NumericRange.of(d), e, p),
-  laplace: (d, e, p) => new Laplace(NumericRange.of(d), e, p),
-  duchi_md: (d, e) => new DuchiMultidim(d, e),
-  harmony: (d, e, p) => new SampledAttributes("harmony", d, e, p),
-  pm_md: (d, e, p) => new SampledAttributes("pm_md", d, e, p),
-  hm_md: (d, e, p) => new SampledAttributes("hm_md", d, e, p),
-  sw: (d, e, p) => new SquareWave(d, e, p),
-  hh: (d, e, p) => new HierarchicalHistogram(d, e, p),
-  smp: (d, e) => new SampledAttribute(d, e),
-  spl: (d, e) => new SplitBudget(d, e),
-  rsfd: (d, e) => new RandomSamplingFakeData(d, e),
-  marginals: (d, e, p) => new Marginals(d, e, p),
-  pem: (d, e, p) => new PEM(d, e, p),
-  treehist: (d, e, p) => new TreeHist(d, e, p),
-};
+/**
+ * The mechanisms this build registered: the common set (`common-set.ts`, in every build) and,
+ * where the app imported it, the full set (`full-set.ts`). Registration keeps a browser bundle
+ * down to the mechanisms an app uses: a factory nobody registers is never bundled.
+ */
+const REGISTRY = new Map<string, Factory>();
+
+/** Adds mechanisms' factories to the registry (the sets call it when imported). */
+export function registerMechanisms(factories: Partial<Record<MechanismName, Factory>>): void {
+  for (const [name, factory] of Object.entries(factories)) {
+    if (factory !== undefined) REGISTRY.set(name, factory);
+  }
+}
+
+/** The names of the mechanisms this build can report with. */
+export function registeredMechanisms(): string[] {
+  return [...REGISTRY.keys()].sort();
+}
 
 /** The client half of a verified config's mechanism ({@link verifyConfig} first; `epsilon` is
  * what {@link recomputeEpsilon} gives). */
@@ -82,11 +54,16 @@ export function mechanismFor(config: JsonObject, epsilon: number): Mechanism {
   const domain = config.domain as JsonObject;
   const params = (config.params ?? {}) as JsonObject;
   const name = config.mechanism;
-  if (typeof name !== "string" || !Object.hasOwn(REGISTRY, name)) {
-    throw new ConfigError(`mechanism ${JSON.stringify(name)} is not implemented by this client`);
+  const factory = typeof name === "string" ? REGISTRY.get(name) : undefined;
+  if (factory === undefined) {
+    const known = (SUPPORTED_MECHANISMS as readonly unknown[]).includes(name);
+    throw new ConfigError(known
+      ? `mechanism ${JSON.stringify(name)} is not in this build: import "@chorus-ldp/client/mechanisms/full" `
+        + "(or load chorus-full.min.js) to report with every mechanism"
+      : `mechanism ${JSON.stringify(name)} is not implemented by this client`);
   }
   if (typeof domain !== "object" || domain === null) throw new ConfigError("the config has no domain");
-  return REGISTRY[name as MechanismName](domain, epsilon, params);
+  return factory(domain, epsilon, params);
 }
 
 /** What a report randomizes: the value's encoding, or a substitute's. */

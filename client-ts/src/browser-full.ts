@@ -1,0 +1,5 @@
+// The browser's full bundle (dist/browser/chorus-full.min.js): the core bundle's exports with
+// every mechanism of the Chorus registry registered.
+import "./mechanisms/full-set.js";
+
+export * from "./browser.js";
