@@ -232,6 +232,15 @@ export class Client {
     return this.campaigns.get(name) as Campaign;
   }
 
+  /**
+   * The verified config of a campaign: shipped, kept from an earlier fetch, or fetched now and
+   * checked against its pin (throws {@link ConfigError} with the reason). An app's call, at
+   * start-up: {@link report} never fetches.
+   */
+  async campaign(name: string): Promise<Campaign> {
+    return (await this.onDevice(name)) ?? (await this.fetch(name));
+  }
+
   /** Fetches now every campaign pinned by digest whose config is not on the device: call it at start-up, a moment that says nothing about any report. */
   async prepare(): Promise<Record<string, boolean>> {
     const ready: Record<string, boolean> = {};

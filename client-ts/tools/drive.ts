@@ -10,6 +10,7 @@
  *          "steps": [step, ...]}
  * steps:  {"op": "report", "campaign", "value"}       → the outcome
  *         {"op": "flush"} → FlushResult    {"op": "prepare"} → ready    {"op": "close"} → waiting text
+ *         {"op": "campaign", "campaign"} → its digest (the app fetches it at start-up)
  *         {"op": "restart"} (close, then a new client on the same state)
  *         {"op": "advance", "seconds"}    {"op": "spent", "campaign"?}    {"op": "plan"}    {"op": "waiting"}
  *         {"op": "loop", "times", "advance", "steps"} → counts of the outcomes of its reports
@@ -83,6 +84,8 @@ async function run(step: Step, counts?: Map<string, number>): Promise<unknown> {
       return client.flush();
     case "prepare":
       return client.prepare();
+    case "campaign":
+      return (await client.campaign(step.campaign as string)).digest;
     case "close":
       return String((await client.close()).waiting);
     case "restart":

@@ -37,7 +37,8 @@ def build_client_ts(out: Path) -> Path:
     return out
 
 
-def drive(build: Path, work: Path, script: dict[str, Any], *, timeout: float = 300) -> dict[str, Any]:
+def drive(build: Path, work: Path, script: dict[str, Any], *,
+          timeout: float = 300) -> dict[str, Any]:
     """Runs one driver script; returns ``{"results": [...], "log": [...]}``."""
     work.mkdir(parents=True, exist_ok=True)
     script_file, out_file = work / "script.json", work / "out.json"
