@@ -15,8 +15,8 @@
  * await client.close();                          // sends what is due; the rest waits
  * ```
  */
-import { adoptCampaign, DEFAULT_CAPS, DIGEST, substituteDomain, type Campaign, type Caps, type Pin } from "./campaign.js";
-import { ConfigError } from "./config.js";
+import { DEFAULT_CAPS, substituteDomain, type Campaign, type Caps, type Pin } from "./campaign.js";
+import { Configs } from "./configs.js";
 import type { Json } from "./json.js";
 import { chargeAndQueue, EXHAUSTED, refusal, reportsMade, reservedByOthers, slotUsed, spentOn, totalSpent, type Exhausted } from "./ledger.js";
 import { drawPlan, resolvePlan, shareOf, type PrivacyPlanOptions, type Shares } from "./plan.js";
@@ -25,7 +25,7 @@ import { buildReport, reportWire, truncateTime } from "./report.js";
 import { consoleLog, Sender, type FlushResult, type Log } from "./sender.js";
 import { unchanged, type PlanRow, type SentEntry, type StateData, type Store } from "./store.js";
 import { dueTime, uniform01 } from "./timing.js";
-import { DEFAULT_RETRY, fetchTransport, realSleep, sendWithRetries, type RetryPolicy, type Sleep, type Transport } from "./transport.js";
+import { DEFAULT_RETRY, fetchTransport, realSleep, type RetryPolicy, type Sleep, type Transport } from "./transport.js";
 import { Waiting, type CampaignWaiting } from "./waiting.js";
 import { SentLog } from "./sent-log.js";
 
@@ -72,11 +72,6 @@ export interface ClientOptions {
 /** What one report transaction decided. */
 type Decided = "queued" | "skipped" | "substituted" | Exhausted;
 
-/** A campaign whose config could not be had is not asked for again before this many seconds. */
-const UNAVAILABLE_HOLD_OFF = 60;
-/** A held unpinned config is fetched again after a day (a pinned one never). */
-const CONFIG_REFRESH = 86400;
-const ONE_ATTEMPT: RetryPolicy = { ...DEFAULT_RETRY, maxAttempts: 1 };
 
 /** One campaign's part of the plan, as {@link Client.plan} shows it. */
 export interface CampaignPlan {
@@ -98,12 +93,7 @@ export class Client {
   readonly caps: Caps;
   private readonly shares: Shares;
   private readonly sender: Sender;
-  private readonly campaigns = new Map<string, Campaign>();
-  private readonly pinnedDigests = new Map<string, string>();
-  private readonly pinned: Set<string>;
-  private readonly fetchDue = new Map<string, number>();
-  private readonly refreshDue = new Map<string, number>();
-  private readonly unavailableUntil = new Map<string, number>();
+  private configs!: Configs;
   private readonly warned = new Set<string>();
   private closed = false;
   /** Reports not made, by reason. */
@@ -118,7 +108,6 @@ export class Client {
     plan: PrivacyPlanOptions,
   ) {
     this.caps = caps;
-    this.pinned = new Set(pinned);
     this.shares = resolvePlan(plan, caps.lifetimeBudget, [...pinned].sort(), o.allowUnpinned);
     this.sender = new Sender({
       url: o.url, transport: o.transport, store: o.store, retry: o.retry, sleep: o.sleep, clock: o.clock,
@@ -162,75 +151,22 @@ export class Client {
       Object.keys(campaigns),
       options.plan ?? {},
     );
-    const now = client.o.clock();
-    for (const [name, pin] of Object.entries(campaigns)) {
-      if (typeof pin === "string" && !pin.trimStart().startsWith("{")) {
-        if (!DIGEST.test(pin)) throw new ConfigError(`campaign ${JSON.stringify(name)} is pinned by something that is not a SHA-256 digest`);
-        client.pinnedDigests.set(name, pin);
-      } else {
-        client.campaigns.set(name, await adoptCampaign(name, pin, undefined, caps));
-      }
-    }
-    for (const name of client.pinnedDigests.keys()) {
-      if ((await client.held(name)) === undefined) client.fetchDue.set(name, client.fetchTime(now));
-    }
-    if (client.o.allowUnpinned) {
-      const held = await client.o.store.read((s) => Object.entries(s.configs).map(([n, c]) => [n, c.refresh] as const));
-      for (const [name, refresh] of held) if (!client.pinned.has(name)) client.refreshDue.set(name, refresh);
-    }
+    const o = client.o;
+    client.configs = await Configs.create({
+      url: o.url, store: o.store, transport: o.transport, caps, allowUnpinned: o.allowUnpinned, sendDelay: o.sendDelay,
+      timeoutMs: o.timeoutMs, rng: o.rng, clock: o.clock, sleep: o.sleep, log: o.log,
+      warnOnce: (campaign, reason, message) => client.warnOnce(campaign, reason, message),
+    }, campaigns);
     // A pinned campaign's part of the plan is fixed when it is first seen: now, if on the device.
-    for (const name of [...client.pinned].sort()) {
-      const campaign = await client.onDevice(name);
-      if (campaign !== undefined) await client.o.store.update((draft) => client.settlePlan(draft, name, campaign, now).plan);
+    const now = o.clock();
+    for (const name of [...client.configs.pinned].sort()) {
+      const campaign = await client.configs.onDevice(name);
+      if (campaign !== undefined) await o.store.update((draft) => client.settlePlan(draft, name, campaign, now).plan);
     }
     return client;
   }
 
   // -- campaigns --------------------------------------------------------------------------------
-
-  /** The config shipped with the app or kept from an earlier fetch; never a request. */
-  private async onDevice(name: string): Promise<Campaign | undefined> {
-    return this.campaigns.get(name) ?? (await this.held(name));
-  }
-
-  /** A config kept from an earlier fetch, verified again (the caps may have changed). */
-  private async held(name: string): Promise<Campaign | undefined> {
-    const body = await this.o.store.read((s) => s.configs[name]?.body);
-    if (body === undefined) return undefined;
-    try {
-      const campaign = await adoptCampaign(name, body, this.pinnedDigests.get(name), this.caps);
-      if (!this.campaigns.has(name)) this.campaigns.set(name, campaign);
-      return this.campaigns.get(name);
-    } catch {
-      return undefined;
-    }
-  }
-
-  /** When a fetch asked for now is made: a random moment of the next hour, like a report made now. */
-  private fetchTime(now: number): number {
-    const window = this.caps.minTimePrecision;
-    return (Math.floor(now / window) + 1) * window + uniform01(this.o.rng) * (this.o.sendDelay ?? window);
-  }
-
-  /** Fetches, verifies and keeps a campaign's config; throws with the reason (never a value) if it cannot. */
-  private async fetch(name: string, replace = false): Promise<Campaign> {
-    const digest = this.pinnedDigests.get(name);
-    if (digest === undefined && !this.o.allowUnpinned) throw new ConfigError(`campaign ${JSON.stringify(name)} is not pinned by this app`);
-    const response = await sendWithRetries(
-      this.o.transport, "GET", `${this.o.url}/v1/campaigns/${encodeURIComponent(name)}`,
-      { headers: { Accept: "application/json" }, timeoutMs: this.o.timeoutMs }, ONE_ATTEMPT, this.o.sleep, this.o.rng,
-    );
-    if (response.status !== 200) throw new ConfigError(`the collector answered ${response.status} for the config`);
-    const campaign = await adoptCampaign(name, response.body, digest, this.caps);
-    const refresh = this.fetchTime(this.o.clock() + CONFIG_REFRESH);
-    await this.o.store.update((draft) => {
-      draft.configs[name] = { body: response.body, refresh };
-    });
-    this.fetchDue.delete(name);
-    if (!this.pinned.has(name)) this.refreshDue.set(name, refresh);
-    if (replace || !this.campaigns.has(name)) this.campaigns.set(name, campaign);
-    return this.campaigns.get(name) as Campaign;
-  }
 
   /**
    * The verified config of a campaign: shipped, kept from an earlier fetch, or fetched now and
@@ -238,18 +174,18 @@ export class Client {
    * start-up: {@link report} never fetches.
    */
   async campaign(name: string): Promise<Campaign> {
-    return (await this.onDevice(name)) ?? (await this.fetch(name));
+    return (await this.configs.onDevice(name)) ?? (await this.configs.fetch(name));
   }
 
   /** Fetches now every campaign pinned by digest whose config is not on the device: call it at start-up, a moment that says nothing about any report. */
   async prepare(): Promise<Record<string, boolean>> {
     const ready: Record<string, boolean> = {};
     const now = this.o.clock();
-    for (const name of [...this.pinned].sort()) {
-      let campaign = await this.onDevice(name);
+    for (const name of [...this.configs.pinned].sort()) {
+      let campaign = await this.configs.onDevice(name);
       if (campaign === undefined) {
         try {
-          campaign = await this.fetch(name);
+          campaign = await this.configs.fetch(name);
         } catch (error) {
           this.o.log("warn", `chorus: campaign ${JSON.stringify(name)} not ready: ${(error as Error).message}`);
         }
@@ -261,51 +197,6 @@ export class Client {
       ready[name] = campaign !== undefined;
     }
     return ready;
-  }
-
-  /** The sender's round: the config fetches whose time has come (held unpinned configs refreshed a day later). */
-  private async fetchDueConfigs(): Promise<void> {
-    const now = this.o.clock();
-    for (const [due, replace] of [[this.fetchDue, false], [this.refreshDue, true]] as const) {
-      for (const [name, when] of [...due].sort()) {
-        if (when > now) continue;
-        try {
-          await this.fetch(name, replace);
-          if (replace) this.refreshDue.set(name, this.fetchTime(now + CONFIG_REFRESH));
-        } catch (error) {
-          this.o.log("warn", `chorus: campaign ${JSON.stringify(name)} config not fetched: ${(error as Error).message}`);
-          due.set(name, this.fetchTime(now));
-        }
-      }
-    }
-  }
-
-  /**
-   * The config a report is made with, or undefined. Never a request, unless `sendDelay` is 0
-   * (which gives report times away anyway): a request naming the campaign at the second of a
-   * report would time-stamp it.
-   */
-  private async campaignForReport(name: string): Promise<Campaign | undefined> {
-    const onDevice = await this.onDevice(name);
-    if (onDevice !== undefined) return onDevice;
-    if (!this.pinned.has(name) && !this.o.allowUnpinned) {
-      this.warnOnce(name, "not-pinned", `chorus: campaign ${JSON.stringify(name)} is not pinned by this app (campaigns); no report made`);
-      return undefined;
-    }
-    const now = this.o.clock();
-    if (now < (this.unavailableUntil.get(name) ?? -Infinity)) return undefined;
-    if (this.o.sendDelay !== 0) {
-      if (!this.fetchDue.has(name)) this.fetchDue.set(name, this.fetchTime(now));
-      this.warnOnce(name, "config-pending", `chorus: campaign ${JSON.stringify(name)}'s config is not on this device yet; it is fetched at a random moment, not now (ship it, or call prepare() at start-up)`);
-      return undefined;
-    }
-    try {
-      return await this.fetch(name);
-    } catch (error) {
-      this.unavailableUntil.set(name, now + UNAVAILABLE_HOLD_OFF);
-      this.warnOnce(name, "unavailable", `chorus: campaign ${JSON.stringify(name)} unavailable: ${(error as Error).message}`);
-      return undefined;
-    }
   }
 
   // -- the plan ------------------------------------------------------------------------------------
@@ -325,9 +216,9 @@ export class Client {
     const out: CampaignPlan[] = [];
     const state = await this.o.store.read((s) => structuredClone(s) as StateData);
     for (const [name, row] of Object.entries(state.plans).sort(([a], [b]) => (a < b ? -1 : 1))) {
-      const campaign = await this.onDevice(name);
+      const campaign = await this.configs.onDevice(name);
       const schedule = campaign?.schedule ?? null;
-      const base = { campaign: name, pinned: this.pinned.has(name), budget: row.budget, epsilon: row.epsilon };
+      const base = { campaign: name, pinned: this.configs.pinned.has(name), budget: row.budget, epsilon: row.epsilon };
       if (schedule === null || row.slots === null) {
         out.push({ ...base, reports: row.reports, periods: null, reported: reportsMade(state, name), forfeited: 0 });
         continue;
@@ -352,7 +243,7 @@ export class Client {
     if (this.closed) return "unavailable";
     let campaign: Campaign | undefined;
     try {
-      campaign = await this.campaignForReport(campaignName);
+      campaign = await this.configs.forReport(campaignName);
     } catch (error) {
       this.o.log("warn", `chorus: campaign ${JSON.stringify(campaignName)} unavailable (${(error as Error).name})`);
     }
@@ -495,7 +386,7 @@ export class Client {
 
   /** Fetches the configs that are due, then sends the due reports in batches of one campaign until none is left or the collector cannot take more. */
   async flush(): Promise<FlushResult> {
-    if (!this.closed) await this.fetchDueConfigs();
+    if (!this.closed) await this.configs.fetchDueConfigs();
     return this.sender.flush();
   }
 

@@ -18,8 +18,8 @@ function make(transport: ScriptedTransport, options: Partial<Omit<ClientOptions,
   const { clock, ...rest } = options;
   return Client.create({
     url: "http://collector.test", store: new MemoryStore(), transport, sendDelay: 0, sleep: noSleep, log: quiet,
-    clock: (clock ?? new Clock()).read, campaigns: { theme, font }, lifetimeBudget: undefined, ...rest, caps: { lifetimeBudget: 1000, ...rest.caps },
-  } as ClientOptions);
+    clock: (clock ?? new Clock()).read, campaigns: { theme, font }, ...rest, caps: { lifetimeBudget: 1000, ...rest.caps },
+  });
 }
 
 const PROBLEM = { "Content-Type": "application/problem+json" };
