@@ -204,3 +204,55 @@ test("configs: a shipped config that fails the checks throws, one above the caps
   await assert.rejects(make({ rng: seededRandomForTests(1) }), /CSPRNG/);
   assert.ok(await make({ caps: { maxEpsilon: 3 }, campaigns: { loose } }));
 });
+
+test("an unpinned campaign draws from its own allowance and never takes a pinned campaign's reports", async () => {
+  const clock = new Clock();
+  const hostile = krrConfig("hostile", { epsilon: 1, privacy: { unit: "day", budget: f(1e6), max_reports: 1_000_000 } });
+  const { canonicalJson } = await import("../src/index.js");
+  const transport = new ScriptedTransport([], { hostile: canonicalJson(hostile) });
+  const pinned = krrConfig("pinned", { epsilon: 0.5, privacy: { unit: "day", budget: f(0.5), max_reports: 1 } });
+  const client = await make({ clock, transport, allowUnpinned: true, campaigns: { pinned } });
+  const counts = { pinned: 0, hostile: 0 };
+  for (let day = 0; day < 30; day++, clock.now += DAY) {
+    for (let i = 0; i < 5; i++) if ((await client.report("hostile", "dark")) === "queued") counts.hostile++;
+    if ((await client.report("pinned", "dark")) === "queued") counts.pinned++;
+  }
+  // The unpinned allowance is 1/8 of 8: one report at ε 1; the pinned campaign keeps 7: 14 at 0.5.
+  assert.deepEqual(counts, { pinned: 14, hostile: 1 });
+  assert.equal(await client.spent(), 8);
+});
+
+test("a config version with another ε draws again only what the share has left, after the latest period asked", async () => {
+  const clock = new Clock(NOW + 3 * DAY + 60);
+  const store = new MemoryStore();
+  const v1 = daily(30);
+  const first = await make({ clock, store, rng: seededRandomForTests(11), allowInsecureRng: true, campaigns: { daily: v1 } });
+  const [plan1] = await first.plan();
+  // Report on every day until the first drawn report is made.
+  let reportedOn = -1;
+  for (let day = 3; day < 30 && reportedOn < 0; day++) {
+    clock.now = NOW + day * DAY + 60;
+    if ((await first.report("daily", "dark")) === "queued") reportedOn = day;
+  }
+  assert.ok(reportedOn >= 0 && plan1 !== undefined);
+  // The collector's next version halves ε (and doubles the count): the plan is drawn again.
+  const v2 = krrConfig("daily", { epsilon: 0.5, privacy: { unit: "lifetime", budget: f(4), max_reports: 8 }, schedule: { cadence: "day", start: "2026-01-01", periods: 30 } });
+  const second = await make({ clock, store, rng: seededRandomForTests(12), allowInsecureRng: true, campaigns: { daily: v2 } });
+  const [plan2] = await second.plan();
+  assert.ok(plan2 !== undefined);
+  assert.equal(plan2.epsilon, 0.5);
+  // The share (all 8: one pinned campaign) less what was spent (1) pays for 14 at 0.5; the policy
+  // allows 8, drawn in periods after the one asked in. The campaign's own lifetime budget (4)
+  // still holds in the ledger: 1 + 6 · 0.5.
+  assert.equal(plan2.reports, 8);
+  assert.ok((plan2.periods as string[]).every((d) => Date.parse(d) / 1000 > NOW + reportedOn * DAY));
+  let queued = 0;
+  for (let day = 0; day < 31; day++) {
+    clock.now = NOW + day * DAY + 120;
+    if ((await second.report("daily", "dark")) === "queued") queued++;
+  }
+  assert.equal(queued, 6);
+  assert.equal(await second.spent(), 4);
+  await second.close();
+  assert.equal(await second.report("daily", "dark"), "unavailable"); // closed
+});
