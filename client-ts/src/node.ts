@@ -1,0 +1,2 @@
+/** The Node-only parts: `import { FileStore } from "@chorus-ldp/client/node"`. */
+export * from "./file-store.js";
