@@ -24,6 +24,7 @@ from chorus_collector.http.alert_routes import alert_api
 from chorus_collector.http.annotations import annotation_routes
 from chorus_collector.http.api import api
 from chorus_collector.http.auth import TokenVerifier
+from chorus_collector.http.cors import install_cors, policy_from_setting
 from chorus_collector.http.design import design_routes
 from chorus_collector.http.handlers import register_error_handlers, register_request_log
 from chorus_collector.http.metrics import Metrics
@@ -102,6 +103,7 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     init_dashboard(app, verifier, settings)
     register_error_handlers(app)
     register_request_log(app)
+    install_cors(app, policy_from_setting(settings["CORS_ORIGINS"]))
     return app
 
 

@@ -76,6 +76,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Report requests per second allowed per client address (0: no limit); each "
             "worker process counts separately."),
     Setting("RATE_BURST", int, 50, "Requests a client address may send at once above the rate."),
+    Setting("CORS_ORIGINS", str, "*",
+            "Origins whose web pages may read the answers of the client routes (a campaign's "
+            "config, reports) from a browser: * (any; no credentials are ever allowed), a "
+            "comma-separated list (https://app.example.com), or empty (none)."),
     Setting("PROXY_HOPS", int, 0,
             "Reverse proxies in front of the collector whose X-Forwarded-For is trusted for "
             "the client address (rate limiting only)."),

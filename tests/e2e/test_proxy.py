@@ -258,6 +258,8 @@ def test_no_collector_behind_nginx_is_a_problem_document(site: str) -> None:
     assert reply.headers["Content-Type"] == "application/problem+json"
     assert reply.json()["type"] == PROBLEM_BASE + "collector-unavailable"
     assert reply.status_code == 502
+    # Readable by a browser client on another origin, which then keeps its reports.
+    assert reply.headers["Access-Control-Allow-Origin"] == "*"
 
 
 @pytest.mark.parametrize("site", ["nginx.conf", "nginx-shuffler.conf"])

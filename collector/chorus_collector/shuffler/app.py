@@ -36,6 +36,7 @@ from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from chorus_collector.http.api import report_body
 from chorus_collector.http.auth import TokenVerifier
+from chorus_collector.http.cors import install_cors, policy_from_setting
 from chorus_collector.http.handlers import register_error_handlers
 from chorus_collector.problems import Problem
 from chorus_collector.shuffler.forward import (
@@ -103,6 +104,7 @@ def create_shuffler_app(config: Mapping[str, Any] | None = None, *,
         settings["CAMPAIGN_CACHE_SECONDS"], clock)
     app.register_blueprint(shuffler_api)
     register_error_handlers(app)
+    install_cors(app, policy_from_setting(settings["CORS_ORIGINS"]))
     return app
 
 

@@ -62,6 +62,10 @@ SHUFFLER_SETTINGS: tuple[Setting, ...] = (
     Setting("MAX_REPORTS_PER_REQUEST", int, 10_000, "Most reports in one request; more get 413."),
     Setting("MAX_PAYLOAD_BYTES", int, 8192,
             "Largest payload of one report (canonical JSON bytes); larger ones are rejected."),
+    Setting("CORS_ORIGINS", str, "*",
+            "Origins whose web pages may read the answers of the client routes (a campaign's "
+            "config, reports) from a browser: * (any; no credentials are ever allowed), a "
+            "comma-separated list (https://app.example.com), or empty (none)."),
     Setting("BIND", str, "127.0.0.1:8001", "Address the shuffler listens on."),
     Setting("WORKERS", int, 2, "Server worker processes."),
     Setting("THREADS", int, 8, "Threads per worker process."),
