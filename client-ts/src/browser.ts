@@ -3,3 +3,4 @@
 // platform, so one would fail the build) and within the size budget test/bundle.test.ts
 // checks.
 export * from "./index.js";
+export * from "./idb-store.js";
