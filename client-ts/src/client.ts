@@ -408,11 +408,11 @@ export class Client {
     };
     const refused = refusal(draft, name, period, campaign.epsilon, limits);
     if (refused !== null) return done(refused);
-    // Only now is the value looked at.
-    const { payload, substituted } = this.randomize(campaign, value);
-    const time = truncateTime(now, campaign.timePrecision);
-    const report = buildReport(campaign.digest, time, payload, this.o.rng);
+    // When it leaves is drawn before the value is looked at (and never from it).
     const due = dueTime(now, campaign.timePrecision, this.o.sendDelay, uniform01(this.o.rng));
+    const time = truncateTime(now, campaign.timePrecision);
+    const { payload, substituted } = this.randomize(campaign, value);
+    const report = buildReport(campaign.digest, time, payload, this.o.rng);
     chargeAndQueue(draft, { campaign: name, wire: reportWire(report), bucket: time, due, epsilon: campaign.epsilon }, period, slot);
     return substituted ? "substituted" : "queued";
   }

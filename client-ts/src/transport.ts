@@ -30,8 +30,9 @@ export class TransportError extends Error {
 /**
  * The default transport: the platform's `fetch` with `credentials: "omit"` (no cookie is sent,
  * and none set by the collector is stored), no cache, no referrer, and redirects refused (a
- * redirect could carry the reports to another origin). The only headers are the request's own
- * `Content-Type` and `Accept`, the same for every install.
+ * redirect could carry the reports to another origin), a new connection per request. The only
+ * headers are the request's own `Content-Type` and `Accept` and the platform's generic ones,
+ * the same for every install.
  */
 export const fetchTransport: Transport = {
   async request(method, url, options) {
@@ -40,7 +41,9 @@ export const fetchTransport: Transport = {
       response = await globalThis.fetch(url, {
         method,
         body: options.body,
-        headers: options.headers,
+        // No connection reuse, which would link one install's requests (Node honours it; a
+        // browser drops this forbidden header silently and pools as it likes).
+        headers: { ...options.headers, Connection: "close" },
         credentials: "omit",
         cache: "no-store",
         redirect: "error",
