@@ -1,16 +1,23 @@
 // The browser's core bundle (dist/browser/chorus.min.js, built by `npm run bundle`): what a web
-// page imports, with the common mechanisms (mechanisms/common-set.ts); chorus-full.min.js
-// (browser-full.ts) adds every other one. Named exports only, so that the bundle keeps what a
-// page can use and no more. It must stay free of Node's modules (the bundle is built for the
-// browser platform, so one would fail the build) and within the size budget that
-// test/bundle.test.ts checks.
+// page imports: the client, its IndexedDB store, config checks and the common mechanisms
+// (mechanisms/common-set.ts); chorus-full.min.js (browser-full.ts) adds every other mechanism.
+// Named exports only, so that the bundle keeps what a page can use and no more. It must stay
+// free of Node's modules (the bundle is built for the browser platform, so one would fail the
+// build) and within the size budget that test/bundle.test.ts checks.
 import "./mechanisms/common-set.js";
 
+export { Client } from "./client.js";
+export type { CampaignPlan, ClientOptions, Outcome } from "./client.js";
 export { ConfigError, configDigest, recomputeEpsilon, verifyConfig } from "./config.js";
 export type { VerifiedConfig, VerifyOptions } from "./config.js";
-export { canonicalJson, parseJsonExact } from "./json.js";
+export { IndexedDBStore } from "./idb-store.js";
+export type { IndexedDBStoreOptions } from "./idb-store.js";
 export { COMMON_MECHANISMS } from "./mechanisms/common-set.js";
-export { encodeForReport, mechanismFor, registeredMechanisms, PayloadError, ValueDomainError } from "./mechanisms/index.js";
-export type { Mechanism } from "./mechanisms/index.js";
-export { cryptoRandom } from "./random.js";
-export { buildReport, ReportError, reportWire, truncateTime } from "./report.js";
+export { mechanismFor, registeredMechanisms, ValueDomainError } from "./mechanisms/index.js";
+export { PlanError } from "./plan.js";
+export type { PrivacyPlanOptions } from "./plan.js";
+export type { FlushResult } from "./sender.js";
+export type { SentLog } from "./sent-log.js";
+export { MemoryStore, StoreError } from "./store.js";
+export type { Store } from "./store.js";
+export type { Waiting } from "./waiting.js";

@@ -5,7 +5,7 @@
  */
 import { ConfigError, configDigest, configOf, typeConfigFloats, verifyConfig } from "./config.js";
 import { canonicalJson, JsonFloat, parseJsonExact, type Json } from "./json.js";
-import { mechanismFor, type Mechanism } from "./mechanisms.js";
+import { mechanismFor, type Mechanism } from "./mechanisms/index.js";
 import { scheduleOf, type Schedule } from "./schedule.js";
 
 type JsonObject = { [key: string]: Json };
@@ -144,18 +144,20 @@ export async function adoptCampaign(
   const schedule = scheduleOf(config, precision);
   if (schedule !== null && policy.unit !== "lifetime") throw new ConfigError("a campaign with a schedule has a lifetime privacy unit");
   const mechanism = mechanismFor(config, verified.epsilon);
-  substituteDomain(config); // a campaign whose values cannot be substituted is refused now, not per value
+  if (mechanism.groupWeights !== undefined) checkGroups(mechanism.groupWeights);
   return new Campaign(name, verified.digest, publicConfig, config, verified.epsilon, mechanism, precision, policy, schedule);
 }
 
-/** The domain a substitute is drawn from; a config without one cannot be reported value-independently. */
-export function substituteDomain(config: JsonObject): { kind: "categories"; size: number } | { kind: "numeric"; lo: number; hi: number } {
-  const d = config.domain as JsonObject | undefined;
-  if (d?.kind === "categories" && Array.isArray(d.values) && d.values.length > 0) return { kind: "categories", size: d.values.length };
-  if (d?.kind === "numeric") {
-    const lo = number(d.lo);
-    const hi = number(d.hi);
-    if (lo !== undefined && hi !== undefined && lo < hi) return { kind: "numeric", lo, hi };
+/** Most groups a discovery campaign may split installs into, and the smallest share one may
+ * hold: one group then tells at most 7 bits about an install (docs/protocol.md, "The discovery
+ * group"). */
+export const MAX_GROUPS = 64;
+export const MIN_GROUP_SHARE = 1 / 128;
+
+function checkGroups(weights: number[]): void {
+  const total = weights.reduce((a, b) => a + b, 0);
+  if (weights.length > MAX_GROUPS || Math.min(...weights) < MIN_GROUP_SHARE * total) {
+    throw new ConfigError(`the campaign splits installs into ${weights.length} groups, one of them under 1/128 `
+      + `of the installs: at most ${MAX_GROUPS}, none that small`);
   }
-  throw new ConfigError("this client cannot draw a substitute value for the campaign's domain");
 }

@@ -15,16 +15,17 @@
  * await client.close();                          // sends what is due; the rest waits
  * ```
  */
-import { DEFAULT_CAPS, substituteDomain, type Campaign, type Caps, type Pin } from "./campaign.js";
+import { DEFAULT_CAPS, type Campaign, type Caps, type Pin } from "./campaign.js";
 import { Configs } from "./configs.js";
 import type { Json } from "./json.js";
 import { chargeAndQueue, EXHAUSTED, refusal, reportsMade, reservedByOthers, slotUsed, spentOn, totalSpent, type Exhausted } from "./ledger.js";
 import { drawPlan, resolvePlan, shareOf, type PrivacyPlanOptions, type Shares } from "./plan.js";
-import { cryptoRandom, uniformInt, type RandomSource } from "./random.js";
+import { encodeForReport } from "./mechanisms/index.js";
+import { cryptoRandom, randomHex, uniform01, type RandomSource } from "./random.js";
 import { buildReport, reportWire, truncateTime } from "./report.js";
 import { consoleLog, Sender, type FlushResult, type Log } from "./sender.js";
 import { unchanged, type PlanRow, type SentEntry, type StateData, type Store } from "./store.js";
-import { dueTime, uniform01 } from "./timing.js";
+import { dueTime } from "./timing.js";
 import { DEFAULT_RETRY, fetchTransport, realSleep, type RetryPolicy, type Sleep, type Transport } from "./transport.js";
 import { Waiting, type CampaignWaiting } from "./waiting.js";
 import { SentLog } from "./sent-log.js";
@@ -255,7 +256,11 @@ export class Client {
     const now = this.o.clock();
     let outcome: Decided;
     try {
-      outcome = await this.o.store.update((draft) => this.decideAndQueue(draft, campaignName, c, value, now));
+      // A discovery campaign's group: from the install's key, the campaign, its version and the
+      // period, never the value (computed out here: the store's transaction cannot await).
+      const group = c.mechanism.assignGroup === undefined ? undefined
+        : await c.mechanism.assignGroup(await this.assignmentKey(), campaignName, c.digest, c.period(now));
+      outcome = await this.o.store.update((draft) => this.decideAndQueue(draft, campaignName, c, value, now, group));
     } catch (error) {
       // A store that cannot write (closed, locked, disk full): nothing was charged or queued.
       this.o.log("warn", `chorus: no report made for ${JSON.stringify(campaignName)}: ${(error as Error).name}: ${(error as Error).message}`);
@@ -279,7 +284,8 @@ export class Client {
    * and queued. A skip or a refusal writes only what the plan needs (a first draw, the latest
    * time asked), never a charge.
    */
-  private decideAndQueue(draft: StateData, name: string, campaign: Campaign, value: unknown, now: number) {
+  private decideAndQueue(draft: StateData, name: string, campaign: Campaign, value: unknown, now: number,
+    group: number | undefined) {
     type R = Decided;
     const settled = this.settlePlan(draft, name, campaign, now);
     const plan = settled.plan;
@@ -311,30 +317,33 @@ export class Client {
     // When it leaves is drawn before the value is looked at (and never from it).
     const due = dueTime(now, campaign.timePrecision, this.o.sendDelay, uniform01(this.o.rng));
     const time = truncateTime(now, campaign.timePrecision);
-    const { payload, substituted } = this.randomize(campaign, value);
+    const { payload, substituted } = this.randomize(campaign, value, group);
     const report = buildReport(campaign.digest, time, payload, this.o.rng);
     chargeAndQueue(draft, { campaign: name, wire: reportWire(report), bucket: time, due, epsilon: campaign.epsilon }, period, slot);
     return substituted ? "substituted" : "queued";
   }
 
-  /** The payload for the value, or for a substitute drawn uniformly from the domain when the value has no encoding. */
-  private randomize(campaign: Campaign, value: unknown): { payload: Json; substituted: boolean } {
-    const mechanism = campaign.mechanism;
-    let x: number;
-    let substituted = false;
-    try {
-      x = mechanism.encode(value);
-    } catch {
-      // Any failure (outside the domain, NaN, a type encode() did not foresee): a substitute,
-      // so that no value can make the report raise or go missing. The error is dropped: it may
-      // describe the value.
-      substituted = true;
-      const domain = substituteDomain(campaign.config);
-      x = domain.kind === "categories"
-        ? uniformInt(this.o.rng, domain.size)
-        : mechanism.encode(domain.lo + uniform01(this.o.rng) * (domain.hi - domain.lo));
-    }
-    return { payload: mechanism.randomize(x, this.o.rng), substituted };
+  /** The install's secret assignment key (32 bytes from the CSPRNG, drawn once and kept in the
+   * state): it places the install in a discovery campaign's group. Never sent anywhere. */
+  private async assignmentKey(): Promise<Uint8Array<ArrayBuffer>> {
+    const hex = await this.o.store.update((draft) => {
+      if (draft.assignmentKey === undefined) {
+        draft.assignmentKey = randomHex(this.o.rng, 32);
+        return draft.assignmentKey;
+      }
+      return unchanged(draft.assignmentKey);
+    });
+    return Uint8Array.from(hex.match(/../g) ?? [], (byte) => parseInt(byte, 16));
+  }
+
+  /** The payload for the value, or for a substitute drawn uniformly from the domain when the
+   * value has no encoding (docs/protocol.md, step 4); a discovery campaign's keyed group. */
+  private randomize(campaign: Campaign, value: unknown, group: number | undefined): { payload: Json; substituted: boolean } {
+    // Any failure (outside the domain, NaN, a type encode() did not foresee) gives a substitute,
+    // so that no value can make the report raise or go missing; the reason is dropped: it may
+    // describe the value.
+    const { input, substituted } = encodeForReport(campaign.mechanism, value, this.o.rng);
+    return { payload: campaign.mechanism.randomize(input, this.o.rng, group === undefined ? undefined : { group }), substituted };
   }
 
   // -- what was spent, what waits, what left -------------------------------------------------------

@@ -12,10 +12,9 @@
  */
 import { adoptCampaign, DIGEST, type Campaign, type Caps, type Pin } from "./campaign.js";
 import { ConfigError } from "./config.js";
-import type { RandomSource } from "./random.js";
+import { uniform01, type RandomSource } from "./random.js";
 import type { Log } from "./sender.js";
 import type { Store } from "./store.js";
-import { uniform01 } from "./timing.js";
 import { DEFAULT_RETRY, sendWithRetries, type RetryPolicy, type Sleep, type Transport } from "./transport.js";
 
 /** A campaign whose config could not be had is not asked for again before this many seconds. */

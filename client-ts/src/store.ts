@@ -82,6 +82,8 @@ export interface StateData {
   nextSeq: number;
   sentLog: SentEntry[];
   configs: { [campaign: string]: HeldConfig };
+  /** 32 random bytes (hex), drawn once: the install's discovery groups (docs/protocol.md). */
+  assignmentKey?: string;
 }
 
 export function emptyState(): StateData {

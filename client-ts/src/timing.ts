@@ -3,12 +3,6 @@
  * time bucket after its own, drawn from the CSPRNG, never from the value. So the moment it
  * reaches the collector says nothing about when in its bucket it was made.
  */
-import { randomBits, type RandomSource } from "./random.js";
-
-/** A uniform number in [0, 1) from 53 random bits. */
-export function uniform01(rng: RandomSource): number {
-  return randomBits(rng, 53) * 2 ** -53;
-}
 
 /**
  * The due time of a report made at `now` in a campaign of `precision`-second buckets:

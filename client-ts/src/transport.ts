@@ -2,8 +2,7 @@
  * How the client sends bytes: `fetch` without credentials, with generic headers only, and
  * retries that resend the identical body (docs/client.md, "What the client sends").
  */
-import { uniform01 } from "./timing.js";
-import { cryptoRandom, type RandomSource } from "./random.js";
+import { cryptoRandom, uniform01, type RandomSource } from "./random.js";
 
 export interface HttpResponse {
   status: number;

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -255,4 +255,35 @@ test("a config version with another ε draws again only what the share has left,
   assert.equal(await second.spent(), 4);
   await second.close();
   assert.equal(await second.report("daily", "dark"), "unavailable"); // closed
+});
+
+test("a discovery campaign's group comes from the install's key, not from the value or the report", async () => {
+  const { keyedGroup, mechanismFor, recomputeEpsilon, typeConfigFloats } = await import("../src/index.js");
+  const campaigns = (JSON.parse(readFileSync(new URL("../../../docs/vectors/campaigns.json", import.meta.url), "utf8")) as {
+    campaigns: { name: string; public_config: Obj }[];
+  }).campaigns;
+  const pem = typeConfigFloats(campaigns.find((c) => c.name === "pem-0")!.public_config) as Obj;
+  const mechanism = mechanismFor(pem, recomputeEpsilon(pem));
+  const weights = mechanism.groupWeights!;
+  const total = weights.reduce((a, b) => a + b, 0);
+  const counts = weights.map(() => 0);
+  const installs = 600;
+  for (let i = 0; i < installs; i++) {
+    const store = new MemoryStore();
+    const transport = new ScriptedTransport();
+    const client = await make({ store, transport, campaigns: { "pem-0": pem } });
+    assert.equal(await client.report("pem-0", i % 2 === 0 ? "a" : "z"), "queued");
+    await client.flush();
+    const body = JSON.parse(transport.sent.find((s) => s.method === "POST")!.body!) as { reports: { digest: string; payload: { g: number } }[] };
+    const report = body.reports[0]!;
+    // The very group keyedGroup gives for this install's stored key, campaign, version and period.
+    const hex = await store.read((s) => s.assignmentKey!);
+    const key = Uint8Array.from(hex.match(/../g)!, (b) => parseInt(b, 16));
+    assert.equal(report.payload.g, await keyedGroup(mechanism as never, key, "pem-0", report.digest, "lifetime"));
+    counts[report.payload.g]! += 1;
+    await client.close();
+  }
+  // Installs fall in the groups by their weights (χ², α = 1e-6, 2 degrees of freedom).
+  const chi2 = counts.reduce((s, o, g) => s + (o - (installs * weights[g]!) / total) ** 2 / ((installs * weights[g]!) / total), 0);
+  assert.ok(chi2 < 27.63, `groups ${counts} against weights ${weights}: χ² = ${chi2}`);
 });

@@ -1,9 +1,12 @@
-"""The TypeScript client (client-ts/) from pytest: built from its sources into a temporary
-folder (never a stale build), and driven through ``client-ts/tools/drive.ts`` by a JSON script
-(its steps are documented there). Fails, never skips, when Node.js or npm is missing."""
+"""The TypeScript client (client-ts/) from pytest: its dev dependencies installed once from the
+committed lockfile (under a lock: pytest-xdist workers share the folder), built from its
+sources into a test's own folder (never a stale build), bundled for the browser, and driven
+through ``client-ts/tools/drive.ts`` by a JSON script (its steps are documented there). Fails,
+never skips, when Node.js or npm is missing."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 import subprocess
@@ -15,10 +18,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "client-ts"
 
-__all__ = ["PACKAGE", "build_client_ts", "drive", "tool"]
+__all__ = ["PACKAGE", "browser_bundles", "build_client_ts", "drive", "installed", "tool"]
 
 
 def tool(name: str) -> str:
+    """``node`` or ``npm``; fails (never skips) when the machine lacks it."""
     path = shutil.which(name)
     if path is None:
         pytest.fail(f"{name} is not installed: the client-ts tests need Node.js 20+ and npm "
@@ -26,14 +30,37 @@ def tool(name: str) -> str:
     return path
 
 
+def installed() -> Path:
+    """client-ts's node_modules, installed by ``npm ci`` if missing (``make test`` has already)."""
+    modules = PACKAGE / "node_modules"
+    with open(PACKAGE / "package-lock.json") as lockfile:
+        fcntl.flock(lockfile, fcntl.LOCK_EX)
+        try:
+            if not (modules / "typescript").is_dir() or not (modules / "esbuild").is_dir():
+                subprocess.run([tool("npm"), "ci", "--no-audit", "--no-fund",
+                                "--loglevel=error"], cwd=PACKAGE, check=True)
+        finally:
+            fcntl.flock(lockfile, fcntl.LOCK_UN)
+    return modules
+
+
 def build_client_ts(out: Path) -> Path:
-    """client-ts compiled into ``out``; returns ``out``."""
-    if not (PACKAGE / "node_modules" / "typescript").is_dir():
-        subprocess.run([tool("npm"), "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                       cwd=PACKAGE, check=True)
-    subprocess.run([tool("node"), str(PACKAGE / "node_modules" / "typescript" / "bin" / "tsc"),
+    """client-ts compiled by tsc into ``out`` (its src/, test/ and tools/ as .js); returns it."""
+    modules = installed()
+    subprocess.run([tool("node"), str(modules / "typescript" / "bin" / "tsc"),
                     "-p", str(PACKAGE / "tsconfig.json"), "--outDir", str(out)],
                    cwd=PACKAGE, check=True)
+    return out
+
+
+def browser_bundles(out: Path) -> Path:
+    """The browser bundles (chorus.min.js, chorus-full.min.js) exactly as ``npm run bundle``
+    builds them (its arguments read from package.json), written to ``out`` instead of dist/."""
+    modules = installed()
+    script = json.loads((PACKAGE / "package.json").read_text())["scripts"]["bundle"].split()
+    assert script[0] == "esbuild", script
+    arguments = [a if not a.startswith("--outdir=") else f"--outdir={out}" for a in script[1:]]
+    subprocess.run([str(modules / ".bin" / "esbuild"), *arguments], cwd=PACKAGE, check=True)
     return out
 
 

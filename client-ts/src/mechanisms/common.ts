@@ -37,6 +37,11 @@ export interface Mechanism {
   checkPayload(payload: Json): Json;
   /** [low, high], inclusive, when a payload is one integer in that range; null otherwise. */
   payloadBounds(): [number, number] | null;
+  /** A discovery mechanism's group shares (installs split between prefix lengths). */
+  readonly groupWeights?: number[];
+  /** A discovery mechanism's group for an install: from its secret key, the campaign, its
+   * config version and the privacy period, never a value (docs/protocol.md). */
+  assignGroup?(key: Uint8Array<ArrayBuffer>, campaign: string, digest: string, period: string): Promise<number>;
 }
 
 export const isInt = (v: Json | undefined): v is number => typeof v === "number" && Number.isSafeInteger(v);

@@ -84,6 +84,10 @@ export abstract class PrefixDiscovery implements Mechanism {
   get totalWeight(): number {
     return this.groupWeights.reduce((a, b) => a + b, 0);
   }
+  /** The install's group for one campaign, version and period ({@link keyedGroup}). */
+  assignGroup(key: Uint8Array<ArrayBuffer>, campaign: string, digest: string, period: string): Promise<number> {
+    return keyedGroup(this, key, campaign, digest, period);
+  }
   /** The group a unit drawn uniformly from [0, totalWeight) falls in. */
   groupOf(unit: number): number {
     let rest = unit;
