@@ -43,3 +43,21 @@ test("the core bundle reports with the common mechanisms, the full one with all 
   assert.throws(() => core.mechanismFor(rappor, 1), /not in this build.*chorus-full\.min\.js/);
   assert.equal(full.mechanismFor(rappor, 1).name, "rappor");
 });
+
+test("a shipped campaign whose mechanism the core bundle lacks is refused at start, naming the full bundle", async () => {
+  const vectors = JSON.parse(readFileSync(fileURLToPath(new URL("../../../docs/vectors/campaigns.json", import.meta.url)), "utf8")) as {
+    campaigns: { name: string; config: { mechanism: string }; public_config: object }[];
+  };
+  const entry = vectors.campaigns.find((c) => c.config.mechanism === "rappor")!;
+  const options = (bundle: { MemoryStore: new () => object }) => ({
+    url: "http://127.0.0.1:9", store: new bundle.MemoryStore(), campaigns: { [entry.name]: entry.public_config },
+    caps: { maxEpsilon: 8 }, sendDelay: 0, clock: () => 1_767_225_600, log: () => undefined,
+    transport: { request: async () => ({ status: 503, body: "", header: () => null }) },
+  });
+  const core = await import(CORE.href);
+  await assert.rejects(core.Client.create(options(core)), /not in this build.*chorus-full\.min\.js/);
+  const full = await import(FULL.href);
+  const client = await full.Client.create(options(full));
+  assert.equal(await client.report(entry.name, "a value"), "queued");
+  await client.close();
+});
