@@ -31,7 +31,7 @@ from helpers.live import LiveCollector, SeededCampaign, seed_campaigns, serving
 from helpers.support import FakeClock
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Browser, BrowserContext, Page
 
 _HERE = Path(__file__).parent
 _RECORDER = pytest.StashKey[RequestRecorder]()
@@ -150,3 +150,21 @@ def screenshot(screenshot_dir: Path) -> Callable[[Page, str], Path]:
         return path
 
     return take
+
+
+@pytest.fixture(scope="module")
+def ts_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A web app's own site on its own loopback origin, with the TypeScript client's browser
+    bundles and a page that loads the core one as ``window.chorus`` (helpers/ts_pages.py)."""
+    from helpers.ts_pages import app_site
+
+    with app_site(tmp_path_factory.mktemp("app-site")) as origin:
+        yield origin
+
+
+@pytest.fixture
+def ts_context(browser: Browser) -> Iterator[BrowserContext]:
+    """A fresh browser context (its own IndexedDB and cookies) for the app's pages."""
+    context = browser.new_context()
+    yield context
+    context.close()

@@ -15,13 +15,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 
-from helpers.client_ts import browser_bundles
 from helpers.live import LiveCollector
-from helpers.site import static_site
 from helpers.support import ANALYST, NOW, campaign_spec
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, BrowserContext, Page
+    from playwright.sync_api import BrowserContext, Page
 
 _PAGE = """<!doctype html><title>app</title>
 <script type="module">
@@ -55,31 +53,15 @@ SHARES = {"a": 0.5, "b": 0.3, "c": 0.15, "d": 0.05}
 INSTALLS = 400
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    folder = tmp_path_factory.mktemp("app-site")
-    browser_bundles(folder)
-    (folder / "index.html").write_text(_PAGE)
-    with static_site(folder) as origin:
-        yield origin
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    context = browser.new_context()
-    yield context
-    context.close()
-
-
-def _open(context: BrowserContext, site: str, allowed: tuple[str, ...]) -> Page:
+def _open(ts_context: BrowserContext, ts_site: str, allowed: tuple[str, ...]) -> Page:
     """A page of the app's site that fails the test on a script error or on a request to
     anywhere but the site itself and ``allowed``."""
-    page = context.new_page()
+    page = ts_context.new_page()
     strays: list[str] = []
     page.on("pageerror", lambda error: strays.append(f"script error: {error}"))
-    page.on("request", lambda r: None if r.url.startswith((site, *allowed))
+    page.on("request", lambda r: None if r.url.startswith((ts_site, *allowed))
             else strays.append(r.url))
-    page.goto(site + "/index.html")
+    page.goto(ts_site + "/index.html")
     page.wait_for_function("window.ready === true")
     page.strays = strays  # type: ignore[attr-defined]
     return page
@@ -93,12 +75,12 @@ def _values(count: int) -> list[str]:
 
 
 def test_installs_in_the_browser_report_and_the_estimates_come_out_right(
-        live_collector: LiveCollector, context: BrowserContext, site: str) -> None:
+        live_collector: LiveCollector, ts_context: BrowserContext, ts_site: str) -> None:
     status, config = live_collector.request(
         "POST", "/v1/campaigns", token=live_collector.admin_token,
         body=campaign_spec("survey", domain=list(SHARES), epsilon=2.0))
     assert status == 201, config
-    page = _open(context, site, (live_collector.url,))
+    page = _open(ts_context, ts_site, (live_collector.url,))
     result = page.evaluate(_INSTALLS, [live_collector.url, "survey", config,
                                        _values(INSTALLS), NOW, "install-"])
     assert result == {"outcomes": {"queued": INSTALLS},
@@ -116,13 +98,13 @@ def test_installs_in_the_browser_report_and_the_estimates_come_out_right(
 
 
 def test_a_reload_keeps_the_ledger_and_the_outbox(live_collector: LiveCollector,
-                                                  context: BrowserContext, site: str) -> None:
+                                                  ts_context: BrowserContext, ts_site: str) -> None:
     status, config = live_collector.request(
         "POST", "/v1/campaigns", token=live_collector.admin_token,
         body=campaign_spec("once", domain=["a", "b"], mechanism="rr", epsilon=1.0,
                            privacy={"unit": "lifetime", "budget": 1.0, "max_reports": 1}))
     assert status == 201, config
-    page = _open(context, site, (live_collector.url,))
+    page = _open(ts_context, ts_site, (live_collector.url,))
     make = """async ([url, config, now]) => {
       const store = await chorus.IndexedDBStore.open({name: "reloaded"});
       const client = await chorus.Client.create({url, store, campaigns: {once: config},
@@ -202,8 +184,8 @@ def hostile() -> Iterator[str]:
 
 
 def test_a_hostile_collector_gets_no_cookie_and_no_config_of_its_own(
-        live_collector: LiveCollector, hostile: str, context: BrowserContext,
-        site: str) -> None:
+        live_collector: LiveCollector, hostile: str, ts_context: BrowserContext,
+        ts_site: str) -> None:
     status, config = live_collector.request("POST", "/v1/campaigns",
                                             token=live_collector.admin_token,
                                             body=campaign_spec("survey", domain=list(SHARES)))
@@ -211,7 +193,7 @@ def test_a_hostile_collector_gets_no_cookie_and_no_config_of_its_own(
     # The hostile collector serves the campaign with a larger ε under another digest.
     inflated = {**config, "epsilon": config["epsilon"] * 4}
     _Hostile.config = inflated
-    page = _open(context, site, (hostile,))
+    page = _open(ts_context, ts_site, (hostile,))
     outcome = page.evaluate("""async ([url, config, now]) => {
       let at = now;
       const store = await chorus.IndexedDBStore.open({name: "hostile"});

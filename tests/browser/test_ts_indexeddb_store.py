@@ -6,46 +6,18 @@ again)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from helpers.client_ts import browser_bundles
-from helpers.site import static_site
+from helpers.ts_pages import open_app_page
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, BrowserContext, Page
+    from playwright.sync_api import BrowserContext, Page
 
-_PAGE = """<!doctype html><title>store</title>
-<script type="module">
-import * as chorus from "./chorus.min.js";
-window.chorus = chorus;
-window.ready = true;
-</script>"""
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    folder = tmp_path_factory.mktemp("app-site")
-    browser_bundles(folder)
-    (folder / "index.html").write_text(_PAGE)
-    with static_site(folder) as origin:
-        yield origin
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    context = browser.new_context()
-    yield context
-    context.close()
-
-
-def _open(context: BrowserContext, site: str) -> Page:
-    page = context.new_page()
+def _open(ts_context: BrowserContext, ts_site: str) -> Page:
+    page = open_app_page(ts_context, ts_site)
     page.on("pageerror", lambda error: pytest.fail(f"script error: {error}"))
-    page.goto(site + "/index.html")
-    page.wait_for_function("window.ready === true")
     return page
 
 
@@ -72,8 +44,9 @@ _READ = """async (name) => {
 }"""
 
 
-def test_a_transaction_is_durable_across_page_loads(context: BrowserContext, site: str) -> None:
-    page = _open(context, site)
+def test_a_transaction_is_durable_across_page_loads(ts_context: BrowserContext,
+                                                    ts_site: str) -> None:
+    page = _open(ts_context, ts_site)
     _run(page, """async () => {
       const store = await chorus.IndexedDBStore.open({name: "install"});
       await store.update(d => {
@@ -89,8 +62,8 @@ def test_a_transaction_is_durable_across_page_loads(context: BrowserContext, sit
     assert _run(page, _READ, "another") == {"nextSeq": 1, "outbox": 0}
 
 
-def test_a_transaction_that_throws_writes_nothing(context: BrowserContext, site: str) -> None:
-    page = _open(context, site)
+def test_a_transaction_that_throws_writes_nothing(ts_context: BrowserContext, ts_site: str) -> None:
+    page = _open(ts_context, ts_site)
     outcome = _run(page, """async () => {
       const store = await chorus.IndexedDBStore.open({name: "atomic"});
       await store.update(d => { d.nextSeq = 7; });
@@ -109,8 +82,8 @@ def test_a_transaction_that_throws_writes_nothing(context: BrowserContext, site:
     assert _run(page, _READ, "atomic") == {"nextSeq": 7, "outbox": 0}
 
 
-def test_two_tabs_updating_at_once_lose_nothing(context: BrowserContext, site: str) -> None:
-    first, second = _open(context, site), _open(context, site)
+def test_two_tabs_updating_at_once_lose_nothing(ts_context: BrowserContext, ts_site: str) -> None:
+    first, second = _open(ts_context, ts_site), _open(ts_context, ts_site)
     count = 150
     first.evaluate(f"window.bumping = ({_BUMP})(['tabs', {count}])")
     second.evaluate(f"window.bumping = ({_BUMP})(['tabs', {count}])")
@@ -119,9 +92,9 @@ def test_two_tabs_updating_at_once_lose_nothing(context: BrowserContext, site: s
     assert _run(first, _READ, "tabs") == {"nextSeq": 1 + 2 * count, "outbox": 0}
 
 
-def test_a_damaged_state_is_refused_not_read_as_empty(context: BrowserContext,
-                                                      site: str) -> None:
-    page = _open(context, site)
+def test_a_damaged_state_is_refused_not_read_as_empty(ts_context: BrowserContext,
+                                                      ts_site: str) -> None:
+    page = _open(ts_context, ts_site)
     _run(page, """async () => {
       const store = await chorus.IndexedDBStore.open({name: "damaged"});
       await store.update(d => { d.ledger.c = {lifetime: {epsilon: 3, reports: 3}}; });

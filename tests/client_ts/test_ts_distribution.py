@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Callable
@@ -41,11 +40,11 @@ import pytest
 
 from chorus_shared import Campaign, campaign_from_config
 from chorus_shared.mechanisms import REGISTRY, Rappor
+from helpers.client_ts import build_client_ts, tool
 from helpers.statcheck import assert_goodness_of_fit
 from helpers.statcheck import payload_key as _key
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "client-ts"
 CAMPAIGNS = ROOT / "docs" / "vectors" / "campaigns.json"
 #: Left out: OLH over the prime 2³¹ − 1 has too many outputs to enumerate, and at ε = 12 the
 #: lie of "weak-privacy" has an expected count of 0.12 in 20,000 draws, which no χ² can see.
@@ -59,26 +58,10 @@ Expected = dict[Any, float]
 Keyed = Callable[[Any], Any]
 
 
-def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(f"{name} is not installed: the client-ts tests need Node.js 20+ and npm "
-                    "(Debian: apt-get install nodejs npm)")
-    return path
-
-
 @pytest.fixture(scope="module")
 def sampler(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """client-ts compiled from its sources: the sampling script's path."""
-    node = _tool("node")
-    if not (PACKAGE / "node_modules" / "typescript").is_dir():
-        subprocess.run([_tool("npm"), "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                       cwd=PACKAGE, check=True)
-    out = tmp_path_factory.mktemp("client-ts-build")
-    subprocess.run([node, str(PACKAGE / "node_modules" / "typescript" / "bin" / "tsc"),
-                    "-p", str(PACKAGE / "tsconfig.json"), "--outDir", str(out)],
-                   cwd=PACKAGE, check=True)
-    return out / "tools" / "sample.js"
+    return build_client_ts(tmp_path_factory.mktemp("client-ts-build")) / "tools" / "sample.js"
 
 
 def _configs() -> dict[str, dict[str, Any]]:
@@ -121,7 +104,7 @@ def _sample(sampler: Path, tmp_path: Path, jobs: list[dict[str, Any]]) -> list[C
     """Per job, how often each canonical payload text was drawn."""
     jobs_file, out_file = tmp_path / "jobs.json", tmp_path / "samples.jsonl"
     jobs_file.write_text(json.dumps(jobs))
-    subprocess.run([_tool("node"), str(sampler), str(CAMPAIGNS), str(jobs_file), str(out_file)],
+    subprocess.run([tool("node"), str(sampler), str(CAMPAIGNS), str(jobs_file), str(out_file)],
                    check=True, timeout=300)
     lines = out_file.read_text().splitlines()
     assert len(lines) == len(jobs)
