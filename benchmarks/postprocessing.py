@@ -25,7 +25,7 @@ from helpers.postprocsim import campaign, paired_errors, populations  # noqa: E4
 
 D = 32
 SIZES = (1000, 100_000)
-MECHANISMS = "krr,oue,sue,olh,ss,basic_rappor,rr,hr,shist"
+MECHANISMS = "krr,oue,sue,olh,blh,ss,basic_rappor,dbitflip,rr,hr,shist"
 
 
 def _populations(mechanism: str) -> dict[str, np.ndarray]:

@@ -53,6 +53,22 @@ def _subset_counts(c: Campaign, held: np.ndarray, rng: np.random.Generator) -> n
     return chosen.sum(axis=0).astype(np.float64)
 
 
+def _dbitflip_state(c: Campaign, pi: np.ndarray, n: int, rng: np.random.Generator
+                    ) -> np.ndarray:
+    """dBitFlip's state [C_v, S_v] with b = 1, exactly: (held value, sampled bucket) pairs are
+    Multinomial(n, π ⊗ uniform); a bucket's bit is 1 with p_bit for its holders, 1 − p_bit for
+    the others."""
+    mechanism = c.mechanism
+    d = len(pi)
+    assert mechanism.b == 1  # type: ignore[attr-defined]
+    pairs = rng.multinomial(n, np.outer(pi, np.full(d, 1.0 / d)).ravel()).reshape(d, d)
+    sampled = pairs.sum(axis=0)
+    hot = np.diag(pairs)
+    p_bit = mechanism.p_bit  # type: ignore[attr-defined]
+    ones = rng.binomial(hot, p_bit) + rng.binomial(sampled - hot, 1 - p_bit)
+    return np.concatenate([ones, sampled]).astype(np.int64)
+
+
 def draw(c: Campaign, pi: np.ndarray, n: int, rng: np.random.Generator,
          options: Sequence[str]) -> dict[str, np.ndarray]:
     """One trial: each option's per-value frequencies, from one exactly drawn state."""
@@ -71,12 +87,17 @@ def draw(c: Campaign, pi: np.ndarray, n: int, rng: np.random.Generator,
         return {m: np.array([r.frequency for r in
                              estimator.finalize(c, n, state, Query(postprocessing=m)).rows])
                 for m in options}
+    if name == "dbitflip":
+        state = _dbitflip_state(c, pi, n, rng)
+        return {m: np.array([r.frequency for r in
+                             estimator.finalize(c, n, state, Query(postprocessing=m)).rows])
+                for m in options}
     held_counts = rng.multinomial(n, pi)
     if name == "ss":
         counts = _subset_counts(c, np.repeat(np.arange(d), held_counts), rng)
     else:
         # Independent support bits given the held value (unary encodings, basic RAPPOR; OLH
-        # with an ideal hash): C_v = Bin(n_v, p*) + Bin(n − n_v, q*).
+        # and BLH with an ideal hash): C_v = Bin(n_v, p*) + Bin(n − n_v, q*).
         p, q = mechanism.support_probabilities()  # type: ignore[attr-defined]
         counts = (rng.binomial(held_counts, p) + rng.binomial(n - held_counts, q)).astype(
             np.float64)

@@ -166,28 +166,31 @@ def test_structured_channels_equal_the_exact_output_table(spec: dict[str, Any]) 
         assert np.allclose(channel.backward(ratio), table.T @ ratio, rtol=1e-12, atol=1e-15)
 
 
-def test_composite_mle_satisfies_its_kkt_conditions() -> None:
+@pytest.mark.parametrize("per_value", [False, True], ids=["common-n", "per-value-trials"])
+def test_composite_mle_satisfies_its_kkt_conditions(per_value: bool) -> None:
     """At the optimum every positive share has the same marginal likelihood gain μ and every
-    zero share a gain of at most μ; the result lies on the simplex."""
+    zero share a gain of at most μ; the result lies on the simplex. With per-value trials n_v
+    (dBitFlip: the reports that sampled v), the same with n_v in place of n."""
     from chorus_collector.estimators.consistency import composite_mle
 
     rng = np.random.default_rng(8)
     p, q, n = 0.5, 0.2, 4000
     pi_true = rng.dirichlet(np.full(12, 0.3))
-    counts = rng.binomial(n, q + (p - q) * pi_true).astype(float)
-    pi = composite_mle(counts, n, p, q)
+    trials = rng.binomial(n, 1 / 12, size=12).astype(float) if per_value else np.full(12, n)
+    counts = rng.binomial(trials.astype(np.int64), q + (p - q) * pi_true).astype(float)
+    pi = composite_mle(counts, trials if per_value else n, p, q)
     assert pi.min() >= 0 and pi.sum() == pytest.approx(1.0)
     lam = q + (p - q) * pi
-    gain = (p - q) * (counts / lam - (n - counts) / (1 - lam))
+    gain = (p - q) * (counts / lam - (trials - counts) / (1 - lam))
     positive = pi > 1e-9
     assert np.ptp(gain[positive]) < 1e-6 * np.abs(gain[positive]).max() + 1e-6
     assert np.all(gain[~positive] <= gain[positive].min() + 1e-6)
 
     def loglik(x: np.ndarray) -> float:
         lam_x = q + (p - q) * x
-        return float(counts @ np.log(lam_x) + (n - counts) @ np.log(1 - lam_x))
+        return float(counts @ np.log(lam_x) + (trials - counts) @ np.log(1 - lam_x))
 
-    unbiased = (counts / n - q) / (p - q)
+    unbiased = (counts / trials - q) / (p - q)
     assert loglik(pi) >= loglik(norm_sub(unbiased)) - 1e-9
     assert loglik(pi) >= loglik(simplex_projection(unbiased)) - 1e-9
 

@@ -25,7 +25,7 @@ from helpers.postprocsim import campaign, paired_errors, populations
 from helpers.recordsim import draw_state
 
 D = 32
-FAST = ["oue", "sue", "olh", "ss", "basic_rappor"]
+FAST = ["oue", "sue", "olh", "ss", "basic_rappor", "blh", "dbitflip"]
 SLOW = ["krr", "hr", "shist"]  # IBU: 0.1–0.4 s a trial at n = 1000
 
 
@@ -63,7 +63,8 @@ def test_every_option_lowers_the_error_summed_over_all_values_ibu(mechanism: str
 
 
 @pytest.mark.parametrize(("mechanism", "option"), [("oue", "norm-sub"), ("olh", "mle"),
-                                                 ("krr", "projection")])
+                                                 ("krr", "projection"), ("blh", "norm-sub"),
+                                                 ("dbitflip", "mle")])
 def test_a_common_value_can_be_worse_as_the_answer_warns(mechanism: str, option: str) -> None:
     """What the warning says: with 24 of 32 categories empty the clipped mass is taken from
     the 8 present values, whose own MSE rises (pooled ratio 1.3–1.4 at n = 10⁵), below the
@@ -78,7 +79,18 @@ def test_a_common_value_can_be_worse_as_the_answer_warns(mechanism: str, option:
     assert 1.0 < ratio < 1.5, ratio
 
 
-@pytest.mark.parametrize("mechanism", [*FAST, *SLOW, "rr", "dbitflip"])
+def test_dbitflip_mle_fits_the_counts_given_the_sampled_buckets() -> None:
+    """dBitFlip's ``mle`` maximises the likelihood of C_v ~ Bin(S_v, (1 − p_bit) + (2p_bit −
+    1)f_v), given the S_v reports that sampled v. On the pure support counts out of n, which
+    ignore S_v as DKY's estimator does not, it raised the error summed over all values 1.23×
+    (z = +14.7 over 200 trials) on a flat population at n = 10⁵; now 0.91 (z = −14.0). 60
+    trials: below 0 by 3 SEs."""
+    c = campaign("dbitflip", D)
+    errors = paired_errors(c, populations(D)["flat"], 100_000, 60, 11, ("none", "mle"))
+    assert _z((errors["mle"] - errors["none"]).sum(axis=1)) < -3
+
+
+@pytest.mark.parametrize("mechanism", [*FAST, *SLOW, "rr"])
 def test_the_answer_says_what_post_processing_improves_and_may_harm(mechanism: str) -> None:
     c = campaign(mechanism, 2 if mechanism == "rr" else 8)
     estimator = estimator_for(mechanism)

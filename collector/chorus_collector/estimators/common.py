@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -33,6 +33,16 @@ from chorus_shared.mechanisms import Mechanism
 VARIANCE_MODEL_IID = "iid-sampling: plug-in binomial variance of the reported shares"
 
 
+class BinomialCounts(NamedTuple):
+    """Counts C_v ~ Bin(trials_v, q + (p − q)·π_v), independent across v to first order: the
+    composite likelihood that ``postprocessing=mle`` maximises on the simplex."""
+
+    counts: np.ndarray
+    trials: int | np.ndarray
+    p: float
+    q: float
+
+
 def pure_frequencies(support_counts: np.ndarray, n: int, p_star: float,
                      q_star: float) -> tuple[np.ndarray, np.ndarray]:
     """Unbiased frequencies and their standard errors for any pure protocol (§0.1)."""
@@ -55,8 +65,11 @@ def frequency_estimate(campaign: Campaign, n: int, frequency: np.ndarray,
                        std_error: np.ndarray, query: Query, extra: dict[str, Any],
                        channel: Callable[[], Channel] | None = None,
                        output_counts: np.ndarray | None = None,
-                       support_counts: np.ndarray | None = None) -> FrequencyEstimate:
-    """Rows for categorical estimates, post-processed as the query asks."""
+                       support_counts: np.ndarray | None = None,
+                       likelihood: BinomialCounts | None = None) -> FrequencyEstimate:
+    """Rows for categorical estimates, post-processed as the query asks. ``mle`` maximises
+    the composite likelihood of ``likelihood`` where the estimator gives one (dBitFlip's,
+    given the sampled buckets), else of the support counts, Bin(n, q* + (p* − q*)π_v)."""
     mechanism = campaign.mechanism
     labels = mechanism.domain.values  # type: ignore[union-attr]
     rows = frequency_rows(labels, frequency, std_error, n)
@@ -76,10 +89,13 @@ def frequency_estimate(campaign: Campaign, n: int, frequency: np.ndarray,
             extra = {**extra, "ibu_iterations": fitted.iterations,
                      "ibu_converged": fitted.converged, "ibu_tolerance": IBU_TOLERANCE}
         elif method == "mle":
-            p_star, q_star = mechanism.support_probabilities()  # type: ignore[attr-defined]
-            counts = support_counts if support_counts is not None else \
-                n * (q_star + (p_star - q_star) * frequency)
-            adjusted = composite_mle(counts, n, p_star, q_star)
+            if likelihood is None:
+                p_star, q_star = mechanism.support_probabilities()  # type: ignore[attr-defined]
+                counts = support_counts if support_counts is not None else \
+                    n * (q_star + (p_star - q_star) * frequency)
+                likelihood = BinomialCounts(counts, n, p_star, q_star)
+            adjusted = composite_mle(likelihood.counts, likelihood.trials, likelihood.p,
+                                     likelihood.q)
         elif method == "norm-sub":
             adjusted = norm_sub(frequency)
         else:

@@ -210,24 +210,30 @@ def ibu(counts: np.ndarray, channel: Channel | np.ndarray, max_steps: int = IBU_
     return IBUResult(last, steps, bool(np.max(np.abs(last - pi)) < tolerance))
 
 
-def composite_mle(counts: np.ndarray, n: int, p_star: float, q_star: float) -> np.ndarray:
-    """argmax over the simplex of Σ_v C_v ln λ_v + (n − C_v) ln(1 − λ_v), λ_v = q + (p − q)π_v.
+def composite_mle(counts: np.ndarray, n: int | np.ndarray, p_star: float,
+                  q_star: float) -> np.ndarray:
+    """argmax over the simplex of Σ_v C_v ln λ_v + (n_v − C_v) ln(1 − λ_v), λ_v = q + (p − q)π_v,
+    with n_v = ``n`` for every v, or per value when ``n`` is an array (dBitFlip: the reports
+    that sampled v, given which C_v is Bin(n_v, λ_v)).
 
     The objective is separable and concave, so the KKT conditions give π_v(μ) = max(0,
-    (λ_v(μ) − q)/(p − q)) with λ_v(μ) the root in (0, 1) of (p − q)(C_v/λ − (n − C_v)/(1 − λ))
+    (λ_v(μ) − q)/(p − q)) with λ_v(μ) the root in (0, 1) of (p − q)(C_v/λ − (n_v − C_v)/(1 − λ))
     = μ, i.e. λ = 2aC/((μ + an) + √((μ + an)² − 4μaC)), a = p − q; Σ_v π_v(μ) is decreasing
     in μ, and a bisection finds the μ where it is 1.
     """
-    counts = np.clip(np.asarray(counts, dtype=np.float64), 0.0, float(n))
+    trials = np.broadcast_to(np.asarray(n, dtype=np.float64), np.shape(counts))
+    counts = np.clip(np.asarray(counts, dtype=np.float64), 0.0, trials)
     a = p_star - q_star
-    if n <= 0 or not counts.any():  # no information: the symmetric optimum
+    if not trials.any() or not counts.any():  # no information: the symmetric optimum
         return np.full(len(counts), 1.0 / len(counts))
 
     def shares(mu: float) -> np.ndarray:
-        b = mu + a * n
+        b = mu + a * trials
         root = np.sqrt(np.maximum(b * b - 4 * mu * a * counts, 0.0))
-        # The same root in its two cancellation-free forms, by the sign of b.
-        lam = 2 * a * counts / (b + root) if b > 0 else (b - root) / (2 * mu)
+        # The same root in its two cancellation-free forms, by the sign of b (a value no
+        # report sampled has b = μ: its share is 0 for μ > 0).
+        lam = np.where(b > 0, 2 * a * counts / np.where(b > 0, b + root, 1.0),
+                       (b - root) / (2 * mu if mu != 0 else 1.0))
         pi: np.ndarray = np.clip((lam - q_star) / a, 0.0, None)
         return pi
 

@@ -13,7 +13,11 @@ from typing import ClassVar, TypeVar
 import numpy as np
 
 from chorus_collector.estimators.base import Estimator, MechanismTypes, Query
-from chorus_collector.estimators.common import frequency_estimate, pure_frequencies
+from chorus_collector.estimators.common import (
+    BinomialCounts,
+    frequency_estimate,
+    pure_frequencies,
+)
 from chorus_collector.estimators.consistency import Channel
 from chorus_collector.results.estimates import FrequencyEstimate
 from chorus_shared.campaign import Campaign
@@ -40,12 +44,18 @@ class PureEstimator(Estimator[P]):
                                   {"variance_per_user": mechanism.approximate_variance()},
                                   channel=lambda: self.channel(mechanism),
                                   output_counts=self.output_counts(mechanism, state),
-                                  support_counts=counts)
+                                  support_counts=counts,
+                                  likelihood=self.likelihood(mechanism, state, counts))
 
     def frequencies(self, mechanism: P, n: int, state: np.ndarray,
                     counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The unbiased estimate and its standard error (the pure-protocol one by default)."""
         return pure_frequencies(counts, n, *mechanism.support_probabilities())
+
+    def likelihood(self, mechanism: P, state: np.ndarray,
+                   counts: np.ndarray) -> BinomialCounts | None:
+        """The counts ``mle`` fits, where they are not the support counts out of n reports."""
+        return None
 
     def channel(self, mechanism: P) -> Channel:
         """A[y, v] = P(output y | input v) when the output histogram is sufficient (IBU)."""

@@ -779,10 +779,10 @@ def _kkt_step(hessian: np.ndarray, gradient: np.ndarray, x: np.ndarray, free: np
     return step
 
 
-def wald_independence(table: Table) -> IndependenceTest:
+def wald_independence(table: Table, *, with_power: bool = True) -> IndependenceTest:
     """Wald's test of independence for an unbiased two-attribute joint with its propagated
-    covariance, calibrated by simulation (``independence``)."""
-    return calibrated_wald(table.f, table.v, table.u)
+    covariance, calibrated by simulation, its power simulated too (``independence``)."""
+    return calibrated_wald(table.f, table.v, table.u, with_power=with_power)
 
 
 def with_power(test: IndependenceTest, table: Table) -> IndependenceTest:

@@ -98,9 +98,10 @@ class Conditional:
 
 @dataclass(frozen=True, slots=True)
 class Power:
-    """The least chance that the test rejects at the 0.05 level, at this sample size, when the
-    attributes are associated with strength Cohen's w = ``effect`` (w² = Σ (π − π₁⊗π₂)²/π₁⊗π₂,
-    whatever the association's shape; estimated margins, non-central χ²)."""
+    """The chance that the test rejects at the 0.05 level, at this sample size, when the
+    attributes are associated with strength Cohen's w = ``effect`` (w² = Σ (π − π₁⊗π₂)²/π₁⊗π₂),
+    averaged over the association's directions; estimated margins and covariance (simulated
+    for the Wald test, the non-central χ² for Pearson's: ``estimators/independence.py``)."""
 
     effect: float
     power: float
