@@ -23,13 +23,14 @@ export class RollingWindow {
 
   /**
    * ε charged in the window of `days` UTC days that ends with day number `day`; charges dated
-   * later (the clock went back) count in every window. A damaged entry (not a number ≥ 0)
-   * counts as everything: a damaged state must not hand out budget.
+   * later (the clock went back) count in every window. A damaged entry (not a number ≥ 0, on
+   * any day) spends everything: a damaged state must not hand out budget.
    */
   spentIn(state: Readonly<StateData>, day: number): number {
     let spent = 0;
     for (const [d, e] of Object.entries(state.dailySpend ?? {})) {
-      if (!(Number(d) <= day - this.days)) spent += typeof e === "number" && e >= 0 ? e : Infinity;
+      if (!(typeof e === "number" && e >= 0)) return Infinity;
+      if (!(Number(d) <= day - this.days)) spent += e;
     }
     return spent;
   }
