@@ -56,7 +56,10 @@ test("a rolling window is an explicit rate and says it is weaker than a lifetime
 test("the rolling window holds across restarts, and a damaged day's entry spends it all", async () => {
   const path = tmp("state.json");
   const clock = new Clock(NOW + 3600);
-  const open = async () => make({ clock, store: await FileStore.open(path), campaigns: { daily }, rollingWindow: new RollingWindow(2, 7) });
+  // No lifetime budget: the plan's part is ∞, and must stay ∞ in the state file (JSON has no ∞).
+  const open = async () => make({
+    clock, store: await FileStore.open(path), campaigns: { daily }, caps: { lifetimeBudget: Infinity }, rollingWindow: new RollingWindow(2, 7),
+  });
   for (let day = 0; day < 2; day++) {
     const client = await open();
     clock.now = NOW + day * DAY + 3600;
@@ -71,8 +74,9 @@ test("the rolling window holds across restarts, and a damaged day's entry spends
   client = await open();
   assert.equal(await client.report("daily", "dark"), "queued");
   await client.close();
-  const state = JSON.parse(readFileSync(path, "utf8")) as { dailySpend: Record<string, unknown> };
+  const state = JSON.parse(readFileSync(path, "utf8")) as { dailySpend: Record<string, unknown>; plans: Record<string, { budget: unknown }> };
   assert.deepEqual(Object.values(state.dailySpend), [1, 1, 1]);
+  assert.equal(state.plans.daily?.budget, "Infinity");
   state.dailySpend[String(Math.floor(NOW / DAY) - 400)] = "lots"; // long ago, but unreadable
   writeFileSync(path, JSON.stringify(state));
   clock.now += DAY;

@@ -15,6 +15,7 @@
  *         {"op": "advance", "seconds"}    {"op": "spent", "campaign"?}    {"op": "plan"}    {"op": "waiting"}
  *         {"op": "worstCase", "campaign"?} → the bound (one campaign, or the install's)
  *         {"op": "sentLog"} → {text, html, reports}
+ *         {"op": "untilSent", "ms"?} → what is left in the outbox once empty or after `ms` (no flush: autoSend's timer)
  *         {"op": "loop", "times", "advance", "steps"} → counts of the outcomes of its reports
  *         {"op": "installs", "installs": [[[campaign, value], ...], ...], "flushAfter", "parallel"}:
  *           one client (a new install, in memory) per entry, reporting its values, then flushing
@@ -106,6 +107,13 @@ async function run(step: Step, counts?: Map<string, number>): Promise<unknown> {
       return client.spent(step.campaign as string | undefined);
     case "plan":
       return client.plan();
+    case "untilSent": {
+      // The automatic sender's work, awaited: polls the outbox (every 20 ms, at most `ms`).
+      for (let waited = 0; waited < ((step.ms as number | undefined) ?? 5000) && (await client.pending()) > 0; waited += 20) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      return client.pending();
+    }
     case "worstCase":
       return step.campaign === undefined ? worstCase(client) : worstCase(client, step.campaign as string);
     case "sentLog": {
