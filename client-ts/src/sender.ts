@@ -153,7 +153,9 @@ export class Sender {
         settled.push([(rows[i] as OutboxEntry).seq, status === "accepted" || status === "duplicate" ? status : "refused"]);
       }
       await this.settle(settled);
-      return settled.length === rows.length ? "done" : "kept";
+      if (settled.length === rows.length) return "done";
+      this.holdOff(); // an answer for part of the batch: the rest waits, so no timer spins on it
+      return "kept";
     }
     if (response.status === 413 && rows.length > 1) return "split"; // over a request limit: halves
     const kind = problemKind(response);

@@ -117,6 +117,24 @@ test("after a refusal the timer waits for Retry-After or the backoff, then sends
   await client.close();
 });
 
+test("a collector that answers for part of a batch is not asked again at once", async () => {
+  const clock = new Clock(NOW);
+  const timers = new FakeTimers(clock);
+  const partial = answer(200, { results: [{ status: "accepted" }] }, { "Content-Type": "application/json" });
+  const transport = new ScriptedTransport([partial]);
+  const client = await make(transport, clock, timers, { sendDelay: 0 });
+  await client.report("theme", "dark");
+  await client.report("theme", "light");
+  await timers.run(NOW);
+  assert.equal(transport.posts().length, 1);
+  assert.equal(await client.pending(), 1);
+  assert.ok((timers.earliest as number) > NOW, String(timers.earliest)); // held off, not a timer at 0 ms
+  await timers.run(NOW + 3600);
+  assert.equal(transport.posts().length, 2);
+  assert.equal(await client.pending(), 0);
+  await client.close();
+});
+
 test("a closed client schedules nothing, and autoSend: false never sets a timer", async () => {
   const clock = new Clock(NOW);
   const timers = new FakeTimers(clock);
