@@ -79,8 +79,8 @@ function bound(caps: Caps, f: CampaignFacts, persistent: boolean, window: string
  * one its policy within its part of the plan and the caps; for an unpinned one only the caps
  * and the unpinned allowance, since the collector may serve another policy tomorrow), or in
  * total over every pinned campaign and the unpinned allowance, in numbers and in `words`.
- * Its own module (exported by the package and chorus-full.min.js), so that the core browser
- * bundle stays small.
+ * Its own module (exported by the package, chorus-extras.min.js and chorus-full.min.js), so
+ * that the core browser bundle stays small.
  */
 export async function worstCase(client: Client, campaignName: string): Promise<PrivacyBound>;
 export async function worstCase(client: Client): Promise<InstallWorstCase>;
