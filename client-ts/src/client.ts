@@ -11,16 +11,16 @@
  *   campaigns: { browser: SHIPPED_PUBLIC_CONFIG },                     // or { browser: "<digest>" }
  * });
  * await client.report("browser", "firefox");   // "queued": randomized, charged, stored
- * await client.flush();                          // sends what is due
+ * // it leaves by itself when due (a timer; autoSend: false leaves it to flush())
  * await client.close();                          // sends what is due; the rest waits
  * ```
  */
-import { DEFAULT_CAPS, type Campaign, type Caps, type Pin } from "./campaign.js";
+import { DEFAULT_CAPS, fits, type Campaign, type Caps, type Pin } from "./campaign.js";
 import { Configs } from "./configs.js";
 import type { Json } from "./json.js";
 import { chargeAndQueue, EXHAUSTED, refusal, reportsMade, reservedByOthers, slotUsed, spentOn, totalSpent, type Exhausted } from "./ledger.js";
 import { drawPlan, resolvePlan, shareOf, type PrivacyPlanOptions, type Shares } from "./plan.js";
-import { encodeForReport } from "./mechanisms/index.js";
+import { encodeForReport, ValueDomainError } from "./mechanisms/index.js";
 import { cryptoRandom, randomHex, uniform01, type RandomSource } from "./random.js";
 import { buildReport, reportWire, truncateTime } from "./report.js";
 import { consoleLog, Sender, type FlushResult, type Log } from "./sender.js";
@@ -29,6 +29,8 @@ import { dueTime } from "./timing.js";
 import { DEFAULT_RETRY, fetchTransport, realSleep, type RetryPolicy, type Sleep, type Transport } from "./transport.js";
 import { Waiting, type CampaignWaiting } from "./waiting.js";
 import { SentLog } from "./sent-log.js";
+import type { RollingWindow } from "./window.js";
+import { platformTimers, type SpendCounter, type Timers } from "./policy.js";
 
 /**
  * What {@link Client.report} did: `queued` (randomized, charged, stored; it leaves after its
@@ -68,10 +70,49 @@ export interface ClientOptions {
   clock?: () => number;
   sleep?: Sleep;
   log?: Log;
+  /**
+   * Send due reports without flush() (default true): a timer set to the next time a report or
+   * a config fetch is due (never earlier; after a failure, not before the backoff or
+   * Retry-After), `unref()`ed in Node so that it never keeps a process alive, stopped by
+   * close(). In a browser it also tries once when the page is hidden. When it wakes depends
+   * on due times only, never on a value.
+   */
+  autoSend?: boolean;
+  /** The automatic sender's timers (default: the platform's setTimeout); tests pass fake ones. */
+  timers?: Timers;
+  /** Sent as `Authorization: Bearer <key>` with report uploads only; the same for every install, so it identifies the app, not the user. */
+  ingestKey?: string;
+  /** Throw {@link BudgetExceededError}, {@link CampaignUnavailableError} and `ValueDomainError` (after queuing the substitute) from report() instead of answering "suppressed", "unavailable" or "substituted". */
+  strict?: boolean;
+  /** A weaker unit on the app's explicit request: at most so much ε in any so many UTC days, on top of the lifetime budget (which it replaces only with `caps.lifetimeBudget: Infinity`). */
+  rollingWindow?: RollingWindow;
+  /**
+   * A second lifetime counter the app keeps where backups do not restore it (see
+   * {@link SpendCounter}): every report is charged there too, before it is stored, so that
+   * restoring an old copy of the state cannot renew the lifetime budget.
+   */
+  spendCounter?: SpendCounter;
 }
 
-/** What one report transaction decided. */
-type Decided = "queued" | "skipped" | "substituted" | Exhausted;
+/** What one report transaction decided ("ok": every check passed, nothing written yet). */
+type Decided = "queued" | "skipped" | "substituted" | "ok" | Exhausted;
+
+/** What report() throws in strict mode instead of answering "suppressed" or "unavailable"; `reason` says why (never the value). */
+export class ReportRefusedError extends Error {
+  constructor(readonly campaign: string, readonly reason: string) {
+    super(`no report made for ${JSON.stringify(campaign)}: ${reason}`);
+  }
+}
+
+/** A budget or cap is spent (`reason`: its key in EXHAUSTED, the log line says it in words). */
+export class BudgetExceededError extends ReportRefusedError {
+  override name = "BudgetExceededError";
+}
+
+/** The campaign is not pinned, its config is not on the device or failed the checks, or the client is closed. */
+export class CampaignUnavailableError extends ReportRefusedError {
+  override name = "CampaignUnavailableError";
+}
 
 
 /** One campaign's part of the plan, as {@link Client.plan} shows it. */
@@ -92,28 +133,32 @@ export interface CampaignPlan {
 
 export class Client {
   readonly caps: Caps;
-  private readonly shares: Shares;
-  private readonly sender: Sender;
-  private configs!: Configs;
-  private readonly warned = new Set<string>();
-  private closed = false;
+  /** @internal The plan's parts (worst-case.ts reads them). */
+  readonly shares: Shares;
+  readonly #sender: Sender;
+  /** @internal The campaigns pinned and on the device (worst-case.ts reads them). */
+  configs!: Configs;
+  readonly #warned = new Set<string>();
+  #closed = false;
+  /** The automatic sender's timer and the clock time it is set for. */
+  #timer: { handle: unknown; at: number } | null = null;
+  #onHidden: (() => void) | undefined;
   /** Reports not made, by reason. */
   readonly suppressed = new Map<string, number>();
   substituted = 0;
   skipped = 0;
 
   private constructor(
-    private readonly o: Required<Omit<ClientOptions, "campaigns" | "caps" | "plan" | "sendDelay">> & { sendDelay: number | undefined },
+    /** @internal The options as resolved (worst-case.ts reads the store and the rolling window). */
+    readonly o: Required<Omit<ClientOptions, "campaigns" | "caps" | "plan" | "sendDelay" | "ingestKey" | "rollingWindow" | "spendCounter">>
+      & Pick<ClientOptions, "ingestKey" | "rollingWindow" | "spendCounter"> & { sendDelay: number | undefined },
     caps: Caps,
     pinned: string[],
     plan: PrivacyPlanOptions,
   ) {
     this.caps = caps;
     this.shares = resolvePlan(plan, caps.lifetimeBudget, [...pinned].sort(), o.allowUnpinned);
-    this.sender = new Sender({
-      url: o.url, transport: o.transport, store: o.store, retry: o.retry, sleep: o.sleep, clock: o.clock,
-      rng: o.rng, batchSize: o.batchSize, timeoutMs: o.timeoutMs, sentLogSize: o.sentLogSize, log: o.log,
-    });
+    this.#sender = new Sender(o); // the options it needs, as resolved
   }
 
   /** A client; verifies every shipped config now (a shipped config that fails the checks throws {@link ConfigError}). */
@@ -122,6 +167,11 @@ export class Client {
     for (const key of ["maxEpsilon", "lifetimeBudget", "campaignBudget", "minTimePrecision"] as const) {
       if (!(caps[key] > 0)) throw new RangeError(`${key} must be positive`);
     }
+    if (caps.lifetimeBudget === Infinity && options.rollingWindow === undefined) {
+      throw new RangeError("lifetimeBudget: Infinity needs a rollingWindow");
+    }
+    // A bearer token: printable ASCII, no spaces (a line break would split the header).
+    if (options.ingestKey !== undefined && !/^[!-~]+$/.test(options.ingestKey)) throw new RangeError("ingestKey must be printable ASCII");
     if (options.rng !== undefined && options.rng !== cryptoRandom && !options.allowInsecureRng) {
       throw new RangeError("rng is not the platform CSPRNG: predictable coins undo the randomization. Pass allowInsecureRng in tests only.");
     }
@@ -147,6 +197,12 @@ export class Client {
         clock: options.clock ?? (() => Date.now() / 1000),
         sleep: options.sleep ?? realSleep,
         log: options.log ?? consoleLog,
+        autoSend: options.autoSend ?? true,
+        timers: options.timers ?? platformTimers,
+        strict: options.strict ?? false,
+        ingestKey: options.ingestKey,
+        rollingWindow: options.rollingWindow,
+        spendCounter: options.spendCounter,
       },
       caps,
       Object.keys(campaigns),
@@ -154,16 +210,20 @@ export class Client {
     );
     const o = client.o;
     client.configs = await Configs.create({
-      url: o.url, store: o.store, transport: o.transport, caps, allowUnpinned: o.allowUnpinned, sendDelay: o.sendDelay,
-      timeoutMs: o.timeoutMs, rng: o.rng, clock: o.clock, sleep: o.sleep, log: o.log,
-      warnOnce: (campaign, reason, message) => client.warnOnce(campaign, reason, message),
+      ...o, caps, warnOnce: (campaign, reason, message) => client.#warnOnce(campaign, reason, message),
     }, campaigns);
     // A pinned campaign's part of the plan is fixed when it is first seen: now, if on the device.
     const now = o.clock();
     for (const name of [...client.configs.pinned].sort()) {
       const campaign = await client.configs.onDevice(name);
-      if (campaign !== undefined) await o.store.update((draft) => client.settlePlan(draft, name, campaign, now).plan);
+      if (campaign !== undefined) await o.store.update((draft) => client.#settlePlan(draft, name, campaign, now).plan);
     }
+    if (o.autoSend && typeof document !== "undefined") {
+      // A page being hidden may be the last chance to send: one try, of what is due anyway.
+      client.#onHidden = () => void (document.visibilityState === "hidden" && client.flush().catch(() => undefined));
+      document.addEventListener("visibilitychange", client.#onHidden);
+    }
+    await client.#schedule(); // what an earlier run left in the outbox
     return client;
   }
 
@@ -193,7 +253,7 @@ export class Client {
       }
       if (campaign !== undefined) {
         const c = campaign;
-        await this.o.store.update((draft) => this.settlePlan(draft, name, c, now).plan);
+        await this.o.store.update((draft) => this.#settlePlan(draft, name, c, now).plan);
       }
       ready[name] = campaign !== undefined;
     }
@@ -203,7 +263,7 @@ export class Client {
   // -- the plan ------------------------------------------------------------------------------------
 
   /** The campaign's part of the plan in `draft`: the one held for this basis, or one drawn now (stored by the same transaction). */
-  private settlePlan(draft: StateData, name: string, campaign: Campaign, now: number): { plan: PlanRow; drawn: boolean } {
+  #settlePlan(draft: StateData, name: string, campaign: Campaign, now: number): { plan: PlanRow; drawn: boolean } {
     const held = draft.plans[name];
     if (held !== undefined && held.basis === campaign.basis) return { plan: held, drawn: false };
     const { pool, budget } = shareOf(this.shares, name);
@@ -241,16 +301,18 @@ export class Client {
    * message or log line it writes holds the value.
    */
   async report(campaignName: string, value: unknown): Promise<Outcome> {
-    if (this.closed) return "unavailable";
+    if (this.#closed) return this.#unavailable(campaignName, "closed");
     let campaign: Campaign | undefined;
+    let why = "config-pending";
     try {
       campaign = await this.configs.forReport(campaignName);
     } catch (error) {
-      this.o.log("warn", `chorus: campaign ${JSON.stringify(campaignName)} unavailable (${(error as Error).name})`);
+      why = (error as Error).name;
+      this.o.log("warn", `chorus: campaign ${JSON.stringify(campaignName)} unavailable (${why})`);
     }
     if (campaign === undefined) {
-      this.count(this.suppressed, "unavailable");
-      return "unavailable";
+      this.#count(this.suppressed, "unavailable");
+      return this.#unavailable(campaignName, why);
     }
     const c = campaign;
     const now = this.o.clock();
@@ -259,23 +321,52 @@ export class Client {
       // A discovery campaign's group: from the install's key, the campaign, its version and the
       // period, never the value (computed out here: the store's transaction cannot await).
       const group = c.mechanism.assignGroup === undefined ? undefined
-        : await c.mechanism.assignGroup(await this.assignmentKey(), campaignName, c.digest, c.period(now));
-      outcome = await this.o.store.update((draft) => this.decideAndQueue(draft, campaignName, c, value, now, group));
+        : await c.mechanism.assignGroup(await this.#assignmentKey(), campaignName, c.digest, c.period(now));
+      const decide = (commit: boolean) => this.o.store.update((draft) => this.#decideAndQueue(draft, campaignName, c, value, now, group, commit));
+      // With the app's spend counter: every check first, then the counter's charge (durable
+      // before the report exists), then the report, checked again (a crash or a race in
+      // between over-counts there, never under-counts).
+      outcome = await decide(this.o.spendCounter === undefined);
+      if (outcome === "ok") outcome = (await this.#chargeCounter(c.epsilon)) ?? (await decide(true));
     } catch (error) {
       // A store that cannot write (closed, locked, disk full): nothing was charged or queued.
       this.o.log("warn", `chorus: no report made for ${JSON.stringify(campaignName)}: ${(error as Error).name}: ${(error as Error).message}`);
+      if (this.o.strict) throw error;
       return "unavailable";
     }
     if (outcome === "skipped") this.skipped++;
     else if (outcome === "substituted") {
       this.substituted++;
-      this.warnOnce(campaignName, "substituted", `chorus: a value for ${JSON.stringify(campaignName)} is outside the campaign's domain; a substitute report was queued instead`);
+      this.#warnOnce(campaignName, "substituted", `chorus: a value for ${JSON.stringify(campaignName)} is outside the campaign's domain; a substitute report was queued instead`);
     } else if (outcome !== "queued") {
-      this.count(this.suppressed, outcome);
-      this.warnOnce(campaignName, outcome, `chorus: no more reports for ${JSON.stringify(campaignName)}: ${EXHAUSTED[outcome]}`);
+      const reason = outcome as Exhausted;
+      this.#count(this.suppressed, reason);
+      this.#warnOnce(campaignName, reason, `chorus: no more reports for ${JSON.stringify(campaignName)}: ${EXHAUSTED[reason]}`);
+      if (this.o.strict) throw new BudgetExceededError(campaignName, reason);
       return "suppressed";
     }
+    if (outcome !== "skipped") await this.#schedule().catch(() => undefined);
+    // A fresh error, which holds no value: the substitute is queued already.
+    if (outcome === "substituted" && this.o.strict) throw new ValueDomainError("outside the campaign's domain: a substitute was queued");
     return outcome as Outcome;
+  }
+
+  #unavailable(campaignName: string, kind: string): Outcome {
+    if (this.o.strict) throw new CampaignUnavailableError(campaignName, kind);
+    return "unavailable";
+  }
+
+  /** The app's spend counter: checked against the lifetime budget, then charged; a failure refuses the report (never throws: it is the app's code). */
+  async #chargeCounter(cost: number): Promise<Exhausted | null> {
+    const counter = this.o.spendCounter as SpendCounter;
+    try {
+      if (!fits(await counter.spent(), cost, this.caps.lifetimeBudget)) return "lifetime-budget";
+      await counter.charge(cost);
+      return null;
+    } catch (error) {
+      this.o.log("warn", `chorus: spendCounter failed (${(error as Error)?.name})`);
+      return "spend-counter";
+    }
   }
 
   /**
@@ -284,10 +375,10 @@ export class Client {
    * and queued. A skip or a refusal writes only what the plan needs (a first draw, the latest
    * time asked), never a charge.
    */
-  private decideAndQueue(draft: StateData, name: string, campaign: Campaign, value: unknown, now: number,
-    group: number | undefined) {
+  #decideAndQueue(draft: StateData, name: string, campaign: Campaign, value: unknown, now: number,
+    group: number | undefined, commit: boolean) {
     type R = Decided;
-    const settled = this.settlePlan(draft, name, campaign, now);
+    const settled = this.#settlePlan(draft, name, campaign, now);
     const plan = settled.plan;
     let changed = settled.drawn;
     const done = (result: R) => (changed ? result : unchanged(result));
@@ -314,18 +405,23 @@ export class Client {
     };
     const refused = refusal(draft, name, period, campaign.epsilon, limits);
     if (refused !== null) return done(refused);
+    const day = Math.floor(now / 86400);
+    const window = this.o.rollingWindow;
+    if (window?.refuses(draft, day, campaign.epsilon)) return done("window-budget");
+    if (!commit) return done("ok");
     // When it leaves is drawn before the value is looked at (and never from it).
     const due = dueTime(now, campaign.timePrecision, this.o.sendDelay, uniform01(this.o.rng));
     const time = truncateTime(now, campaign.timePrecision);
-    const { payload, substituted } = this.randomize(campaign, value, group);
+    const { payload, substituted } = this.#randomize(campaign, value, group);
     const report = buildReport(campaign.digest, time, payload, this.o.rng);
     chargeAndQueue(draft, { campaign: name, wire: reportWire(report), bucket: time, due, epsilon: campaign.epsilon }, period, slot);
+    window?.charge(draft, day, campaign.epsilon);
     return substituted ? "substituted" : "queued";
   }
 
   /** The install's secret assignment key (32 bytes from the CSPRNG, drawn once and kept in the
    * state): it places the install in a discovery campaign's group. Never sent anywhere. */
-  private async assignmentKey(): Promise<Uint8Array<ArrayBuffer>> {
+  async #assignmentKey(): Promise<Uint8Array<ArrayBuffer>> {
     const hex = await this.o.store.update((draft) => {
       if (draft.assignmentKey === undefined) {
         draft.assignmentKey = randomHex(this.o.rng, 32);
@@ -338,7 +434,7 @@ export class Client {
 
   /** The payload for the value, or for a substitute drawn uniformly from the domain when the
    * value has no encoding (docs/protocol.md, step 4); a discovery campaign's keyed group. */
-  private randomize(campaign: Campaign, value: unknown, group: number | undefined): { payload: Json; substituted: boolean } {
+  #randomize(campaign: Campaign, value: unknown, group: number | undefined): { payload: Json; substituted: boolean } {
     // Any failure (outside the domain, NaN, a type encode() did not foresee) gives a substitute,
     // so that no value can make the report raise or go missing; the reason is dropped: it may
     // describe the value.
@@ -349,9 +445,18 @@ export class Client {
   // -- what was spent, what waits, what left -------------------------------------------------------
 
   /** ε this install has spent, on one campaign (all periods and versions) or in total. */
-  spent(campaignName?: string): Promise<number> {
-    return this.o.store.read((s) => (campaignName === undefined ? totalSpent(s) : spentOn(s, campaignName)));
+  async spent(campaignName?: string): Promise<number> {
+    const ledger = await this.o.store.read((s) => (campaignName === undefined ? totalSpent(s) : spentOn(s, campaignName)));
+    const counter = this.o.spendCounter;
+    if (campaignName !== undefined || counter === undefined) return ledger;
+    try {
+      return Math.max(ledger, await counter.spent());
+    } catch {
+      return Infinity; // as report() does: an unreadable counter spends nothing more
+    }
   }
+
+
 
   /** ε left of the lifetime budget. */
   async remaining(): Promise<number> {
@@ -375,7 +480,7 @@ export class Client {
       return out;
     });
     const now = this.o.clock();
-    return new Waiting(now, campaigns, this.sender.holdUntil > now ? this.sender.holdUntil : null);
+    return new Waiting(now, campaigns, this.#sender.holdUntil > now ? this.#sender.holdUntil : null);
   }
 
   /** What this device sent, newest first: each report as it left, its ε, the collector's answer, and the budget spent and left. It holds nothing the collector does not get. */
@@ -388,15 +493,51 @@ export class Client {
 
   /** Everything acknowledged over this client's life. */
   get totals(): FlushResult {
-    return { ...this.sender.totals };
+    return { ...this.#sender.totals };
   }
 
   // -- sending -------------------------------------------------------------------------------------
 
   /** Fetches the configs that are due, then sends the due reports in batches of one campaign until none is left or the collector cannot take more. */
   async flush(): Promise<FlushResult> {
-    if (!this.closed) await this.configs.fetchDueConfigs();
-    return this.sender.flush();
+    if (!this.#closed) await this.configs.fetchDueConfigs();
+    const result = await this.#sender.flush();
+    await this.#schedule().catch(() => undefined);
+    return result;
+  }
+
+  /**
+   * Sets the automatic sender's timer for the next time something may leave: the earliest due
+   * report or config fetch, not before a hold-off. A timer set earlier is kept (it sets the
+   * next one when it fires); a closed client sets none.
+   */
+  async #schedule(): Promise<void> {
+    if (this.#closed || !this.o.autoSend) return;
+    const due = await this.o.store.read((s) => s.outbox.reduce((m, r) => Math.min(m, r.due), Infinity));
+    const at = Math.max(Math.min(due, this.configs.nextFetch()), this.#sender.holdUntil);
+    if (this.#closed || at === Infinity || this.#timer?.at as number <= at) return;
+    this.#stopTimer();
+    // Whole milliseconds, rounded up: never before the due time (and the sender sends only
+    // what is due when it wakes); at most the platform's longest timer (~24 days).
+    const ms = Math.min(Math.max(0, Math.ceil((at - this.o.clock()) * 1000)), 2 ** 31 - 1);
+    this.#timer = { at, handle: this.o.timers.set(() => this.#wake(), ms) };
+  }
+
+  async #wake(): Promise<void> {
+    this.#timer = null;
+    try {
+      await this.flush();
+    } catch (error) {
+      // The sender must outlive any surprise (a store that cannot be read): back off, retry later.
+      this.o.log("warn", `chorus: automatic send failed (${(error as Error)?.name})`);
+      this.#sender.holdOff();
+      await this.#schedule().catch(() => undefined);
+    }
+  }
+
+  #stopTimer(): void {
+    if (this.#timer !== null) this.o.timers.clear(this.#timer.handle);
+    this.#timer = null;
   }
 
   /**
@@ -405,27 +546,29 @@ export class Client {
    * the log says when they leave. Closing again does nothing.
    */
   async close(): Promise<{ result: FlushResult; waiting: Waiting }> {
-    if (this.closed) return { result: { accepted: 0, duplicate: 0, rejected: 0, pending: 0 }, waiting: new Waiting(this.o.clock(), new Map(), null) };
-    this.closed = true;
-    this.sender.release();
-    const result = await this.sender.flush(!this.o.store.persistent);
+    if (this.#closed) return { result: { accepted: 0, duplicate: 0, rejected: 0, pending: 0 }, waiting: new Waiting(this.o.clock(), new Map(), null) };
+    this.#closed = true;
+    this.#stopTimer();
+    if (this.#onHidden !== undefined) document.removeEventListener("visibilitychange", this.#onHidden);
+    this.#sender.release();
+    const result = await this.#sender.flush(!this.o.store.persistent);
     const waiting = await this.waiting();
     if (result.pending > 0) {
-      this.o.log(this.sender.totals.accepted === 0 ? "warn" : "info", `chorus: closing with ${waiting.explained()}`);
+      this.o.log(this.#sender.totals.accepted === 0 ? "warn" : "info", `chorus: closing with ${waiting.explained()}`);
     }
     await this.o.store.close();
     return { result, waiting };
   }
 
-  private count(counter: Map<string, number>, key: string): void {
+  #count(counter: Map<string, number>, key: string): void {
     counter.set(key, (counter.get(key) ?? 0) + 1);
   }
 
   /** A warning the first time per campaign and reason, so that an app reporting in a loop does not flood its log. */
-  private warnOnce(campaign: string, reason: string, message: string): void {
+  #warnOnce(campaign: string, reason: string, message: string): void {
     const key = `${campaign}\0${reason}`;
-    if (this.warned.has(key)) return;
-    this.warned.add(key);
+    if (this.#warned.has(key)) return;
+    this.#warned.add(key);
     this.o.log("warn", message);
   }
 }

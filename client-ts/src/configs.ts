@@ -117,6 +117,11 @@ export class Configs {
     return this.campaigns.get(name) as Campaign;
   }
 
+  /** When the next config fetch is due (Infinity: none): the automatic sender wakes for it too. */
+  nextFetch(): number {
+    return Math.min(...this.fetchDue.values(), ...this.refreshDue.values());
+  }
+
   /** The sender's round: the fetches whose time has come (held unpinned configs refreshed a day later). */
   async fetchDueConfigs(): Promise<void> {
     const now = this.o.clock();

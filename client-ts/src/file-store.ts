@@ -30,6 +30,12 @@ import { dirname } from "node:path";
 
 import { checkState, emptyState, Serial, StoreError, Unchanged, type StateData, type Store } from "./store.js";
 
+// A plan row's budget is ∞ without a lifetime budget (a rolling window's app): JSON has no ∞
+// and would write null, which reads back as a budget of 0. Only that field is mapped, so no
+// other value (a campaign named "Infinity") can turn into a number.
+const boundlessBudget = (key: string, value: unknown): unknown => (key === "budget" && value === Infinity ? "Infinity" : value);
+const unboundedBudget = (key: string, value: unknown): unknown => (key === "budget" && value === "Infinity" ? Infinity : value);
+
 export class StoreLockedError extends StoreError {
   override name = "StoreLockedError";
 }
@@ -67,7 +73,7 @@ export class FileStore implements Store {
       await rm(`${path}.tmp`, { force: true }); // a commit that never reached its rename
       let state: StateData;
       try {
-        state = checkState(JSON.parse(await readFile(path, "utf8")));
+        state = checkState(JSON.parse(await readFile(path, "utf8"), unboundedBudget));
       } catch (error) {
         if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
         state = emptyState();
@@ -115,7 +121,7 @@ export class FileStore implements Store {
     const temporary = `${this.path}.tmp`;
     const handle = await open(temporary, "w", 0o600);
     try {
-      await handle.writeFile(JSON.stringify(state), "utf8");
+      await handle.writeFile(JSON.stringify(state, boundlessBudget), "utf8");
       await handle.sync();
     } finally {
       await handle.close();

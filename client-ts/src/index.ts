@@ -19,4 +19,8 @@ export * from "./sender.js";
 export * from "./waiting.js";
 export * from "./sent-log.js";
 export * from "./client.js";
+export * from "./policy.js";
+export * from "./window.js";
+export * from "./worst-case.js";
+export * from "./sent-log-view.js";
 export { COMMON_MECHANISMS } from "./mechanisms/common-set.js";

@@ -28,6 +28,8 @@ export const EXHAUSTED = {
   budget: "the campaign's privacy.budget for this period is spent",
   "campaign-budget": "the campaign's part of the app's privacy plan (plan, campaignBudget) is spent",
   "lifetime-budget": "this install's lifetimeBudget (all campaigns) is spent",
+  "spend-counter": "the app's spendCounter failed",
+  "window-budget": "the app's rollingWindow is spent",
 } as const;
 export type Exhausted = keyof typeof EXHAUSTED;
 

@@ -44,9 +44,9 @@ export interface SenderOptions {
   timeoutMs: number;
   sentLogSize: number;
   log: Log;
+  /** Sent as `Authorization: Bearer` with report uploads (never with config fetches): the same for every install. */
+  ingestKey?: string | undefined;
 }
-
-const HEADERS = { "Content-Type": "application/json", Accept: "application/json" };
 
 function problemKind(response: HttpResponse): string | null {
   const type = (response.header("Content-Type") ?? "").split(";")[0]?.trim().toLowerCase();
@@ -66,8 +66,12 @@ export class Sender {
   private failures = 0;
   private flushing: Promise<FlushResult> | null = null;
   readonly totals: FlushResult = { accepted: 0, duplicate: 0, rejected: 0, pending: 0 };
+  private readonly headers: Record<string, string>;
 
-  constructor(private readonly o: SenderOptions) {}
+  constructor(private readonly o: SenderOptions) {
+    this.headers = { "Content-Type": "application/json", Accept: "application/json" };
+    if (o.ingestKey !== undefined) this.headers.Authorization = `Bearer ${o.ingestKey}`;
+  }
 
   /** Sends the due reports (all of them with `everything`) until none is left or the collector cannot take more. One flush at a time. */
   flush(everything = false): Promise<FlushResult> {
@@ -106,7 +110,8 @@ export class Sender {
     return result;
   }
 
-  private holdOff(ms: number): void {
+  /** Holds sending off for `ms` (default: the backoff after this many failures in a row). */
+  holdOff(ms = backoffMs(this.o.retry, Math.min(this.failures, 10), this.o.rng)): void {
     this.failures += 1;
     this.holdUntil = this.o.clock() + ms / 1000;
   }
@@ -117,12 +122,12 @@ export class Sender {
     try {
       response = await sendWithRetries(
         this.o.transport, "POST", `${this.o.url}/v1/reports`,
-        { body, headers: HEADERS, timeoutMs: this.o.timeoutMs }, this.o.retry, this.o.sleep, this.o.rng,
+        { body, headers: this.headers, timeoutMs: this.o.timeoutMs }, this.o.retry, this.o.sleep, this.o.rng,
       );
     } catch (error) {
       if (!(error instanceof TransportError)) throw error;
       this.o.log("warn", `chorus: collector unreachable, ${rows.length} reports kept: ${error.message}`);
-      this.holdOff(backoffMs(this.o.retry, Math.min(this.failures, 10), this.o.rng));
+      this.holdOff();
       return "kept";
     }
     if (response.status === 200) {
@@ -148,7 +153,9 @@ export class Sender {
         settled.push([(rows[i] as OutboxEntry).seq, status === "accepted" || status === "duplicate" ? status : "refused"]);
       }
       await this.settle(settled);
-      return settled.length === rows.length ? "done" : "kept";
+      if (settled.length === rows.length) return "done";
+      this.holdOff(); // an answer for part of the batch: the rest waits, so no timer spins on it
+      return "kept";
     }
     if (response.status === 413 && rows.length > 1) return "split"; // over a request limit: halves
     const kind = problemKind(response);

@@ -1,7 +1,8 @@
 /**
  * What this device sent ({@link Client.sentLog}), for the app to show its user: each report as
  * it left, with the ε it was charged and the collector's answer, and the budget spent and left.
- * It holds nothing the collector does not already get: never a true value.
+ * It holds nothing the collector does not already get: never a true value. `sentLogText` and
+ * `sentLogHtml` (sent-log-view.ts, outside the core browser bundle) render it.
  */
 import { parseJsonExact, type Json } from "./json.js";
 import type { SentEntry, SentStatus } from "./store.js";
@@ -41,22 +42,4 @@ export class SentLog {
   get remaining(): number {
     return Math.max(0, this.lifetimeBudget - this.spent);
   }
-
-  /** Plain text, newest first. */
-  text(): string {
-    const lines = [
-      "What this device sent, newest first.",
-      "Each report holds a value randomized on this device before it left (local differential privacy).",
-      `ε spent: ${fmt(this.spent)} of ${fmt(this.lifetimeBudget)} (${fmt(this.remaining)} left)`,
-    ];
-    for (const r of this.reports) {
-      const bucket = new Date(r.bucket * 1000).toISOString();
-      lines.push(`${r.day}  ${r.campaign}  ε ${fmt(r.epsilon)}  ${r.status}  bucket ${bucket.slice(0, 10)} ${bucket.slice(11, 16)} UTC  payload ${JSON.stringify(r.payload, (_k, v: unknown) => (typeof v === "object" && v !== null && "value" in v && Object.keys(v).length === 1 ? (v as { value: number }).value : v))}`);
-    }
-    return lines.join("\n");
-  }
-}
-
-function fmt(x: number): string {
-  return Number.isFinite(x) ? String(Number(x.toPrecision(6))) : "∞";
 }

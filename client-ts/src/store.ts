@@ -84,6 +84,8 @@ export interface StateData {
   configs: { [campaign: string]: HeldConfig };
   /** 32 random bytes (hex), drawn once: the install's discovery groups (docs/protocol.md). */
   assignmentKey?: string;
+  /** UTC day number → ε charged that day: kept only for an app that set a rolling window (window.ts). */
+  dailySpend?: { [day: string]: number };
 }
 
 export function emptyState(): StateData {

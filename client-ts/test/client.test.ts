@@ -15,7 +15,7 @@ function make(options: Partial<Omit<ClientOptions, "clock">> & { clock?: Clock }
   const { clock, ...rest } = options;
   return Client.create({
     url: "http://collector.test", store: new MemoryStore(), transport: new ScriptedTransport(), sendDelay: 0,
-    sleep: noSleep, log: quiet, clock: (clock ?? new Clock()).read, ...rest,
+    sleep: noSleep, log: quiet, autoSend: false, clock: (clock ?? new Clock()).read, ...rest,
   });
 }
 

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { Client, configDigest, configOf, fetchTransport, JsonFloat, MemoryStore, seededRandomForTests, type ClientOptions, type Json } from "../src/index.js";
+import { Client, configDigest, configOf, fetchTransport, JsonFloat, MemoryStore, seededRandomForTests, sentLogText, type ClientOptions, type Json } from "../src/index.js";
 import { FileStore } from "../src/node.js";
 import { answer, Clock, krrConfig, noSleep, NOW, quiet, ScriptedTransport } from "./support.js";
 
@@ -17,7 +17,7 @@ const font = krrConfig("font", { privacy: many, values: ["serif", "sans"] });
 function make(transport: ScriptedTransport, options: Partial<Omit<ClientOptions, "clock">> & { clock?: Clock } = {}): Promise<Client> {
   const { clock, ...rest } = options;
   return Client.create({
-    url: "http://collector.test", store: new MemoryStore(), transport, sendDelay: 0, sleep: noSleep, log: quiet,
+    url: "http://collector.test", store: new MemoryStore(), transport, sendDelay: 0, sleep: noSleep, log: quiet, autoSend: false,
     clock: (clock ?? new Clock()).read, campaigns: { theme, font }, ...rest, caps: { lifetimeBudget: 1000, ...rest.caps },
   });
 }
@@ -156,7 +156,7 @@ test("the sent log shows what left, with ε and the budget, and never a true val
   const log = await client.sentLog();
   assert.equal(log.reports.length, 2);
   assert.equal(log.spent, 2);
-  const text = log.text();
+  const text = sentLogText(log);
   assert.match(text, /ε spent: 2 of 8 \(6 left\)/);
   assert.match(text, /theme {2}ε 1 {2}accepted {2}bucket 2026-01-01 00:00 UTC {2}payload \d/);
   assert.ok(!text.includes("sepia") && !text.includes("secret"));
@@ -189,7 +189,7 @@ test("fetch sends no cookie, keeps none the collector sets, reuses no connection
   try {
     for (let start = 0; start < 2; start++) {
       const client = await Client.create({
-        url: server.url, store: new MemoryStore(), transport: fetchTransport, campaigns: { theme: digest }, sendDelay: 0, log: quiet,
+        url: server.url, store: new MemoryStore(), transport: fetchTransport, campaigns: { theme: digest }, sendDelay: 0, log: quiet, autoSend: false,
       });
       assert.deepEqual(await client.prepare(), { theme: true });
       for (let i = 0; i < 3; i++) {

@@ -13,16 +13,21 @@
  *         {"op": "campaign", "campaign"} → its digest (the app fetches it at start-up)
  *         {"op": "restart"} (close, then a new client on the same state)
  *         {"op": "advance", "seconds"}    {"op": "spent", "campaign"?}    {"op": "plan"}    {"op": "waiting"}
+ *         {"op": "worstCase", "campaign"?} → the bound (one campaign, or the install's)
+ *         {"op": "sentLog"} → {text, html, reports}
+ *         {"op": "untilSent", "ms"?} → what is left in the outbox once empty or after `ms` (no flush: autoSend's timer)
  *         {"op": "loop", "times", "advance", "steps"} → counts of the outcomes of its reports
  *         {"op": "installs", "installs": [[[campaign, value], ...], ...], "flushAfter", "parallel"}:
  *           one client (a new install, in memory) per entry, reporting its values, then flushing
  *           `flushAfter` seconds later → counts of outcomes and the summed FlushResult
  * out:    {"results": [...], "log": [lines the client logged]}
- * `caps.lifetimeBudget: null` means no lifetime budget (JSON has no ∞).
+ * `caps.lifetimeBudget: null` means no lifetime budget (JSON has no ∞; allowed with `rollingWindow`).
+ * `rollingWindow: {budget, days}` sets one; `ingestKey` and `strict` pass through (a strict
+ * report that throws answers "error: <name>: <reason>").
  */
 import { readFileSync, writeFileSync } from "node:fs";
 
-import { Client, MemoryStore, seededRandomForTests, type ClientOptions, type FlushResult, type Store } from "../src/index.js";
+import { Client, MemoryStore, RollingWindow, seededRandomForTests, sentLogHtml, sentLogText, worstCase, type ClientOptions, type FlushResult, type Store } from "../src/index.js";
 import { FileStore } from "../src/node.js";
 
 type Step = { op: string; [key: string]: unknown };
@@ -41,12 +46,15 @@ const log: string[] = [];
 const results: unknown[] = [];
 
 function options(store: Store): ClientOptions {
-  const { seed, caps, ...rest } = script.client;
+  const { seed, caps, rollingWindow, ...rest } = script.client;
+  const window = rollingWindow as { budget: number; days: number } | undefined;
   const fixedCaps = Object.fromEntries(Object.entries(caps ?? {}).map(([k, v]) => [k, v === null ? Infinity : v]));
   return {
-    url: script.url, store, clock: () => now, log: (level, message) => log.push(`${level}: ${message}`),
+    // Flushes are the script's steps (autoSend: true in the script turns the timer on).
+    url: script.url, store, clock: () => now, log: (level, message) => log.push(`${level}: ${message}`), autoSend: false,
     ...(seed === undefined ? {} : { rng: seededRandomForTests(seed), allowInsecureRng: true }),
     ...rest, caps: fixedCaps,
+    ...(window === undefined ? {} : { rollingWindow: new RollingWindow(window.budget, window.days) }),
   } as ClientOptions;
 }
 
@@ -76,7 +84,7 @@ async function install(index: number, pairs: [string, unknown][], flushAfter: nu
 async function run(step: Step, counts?: Map<string, number>): Promise<unknown> {
   switch (step.op) {
     case "report": {
-      const outcome = await client.report(step.campaign as string, step.value);
+      const outcome = await client.report(step.campaign as string, step.value).catch((e: Error & { reason?: string }) => `error: ${e.name}: ${e.reason ?? e.message}`);
       counts?.set(outcome, (counts.get(outcome) ?? 0) + 1);
       return outcome;
     }
@@ -99,6 +107,19 @@ async function run(step: Step, counts?: Map<string, number>): Promise<unknown> {
       return client.spent(step.campaign as string | undefined);
     case "plan":
       return client.plan();
+    case "untilSent": {
+      // The automatic sender's work, awaited: polls the outbox (every 20 ms, at most `ms`).
+      for (let waited = 0; waited < ((step.ms as number | undefined) ?? 5000) && (await client.pending()) > 0; waited += 20) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      return client.pending();
+    }
+    case "worstCase":
+      return step.campaign === undefined ? worstCase(client) : worstCase(client, step.campaign as string);
+    case "sentLog": {
+      const sent = await client.sentLog();
+      return { text: sentLogText(sent), html: sentLogHtml(sent), reports: sent.reports };
+    }
     case "waiting":
       return String(await client.waiting());
     case "loop": {

@@ -68,10 +68,11 @@ def test_node_installs_report_through_the_ts_client_and_estimates_hold(
                 for i in range(0, USERS, PER_INSTALL)]
     out = drive(build, tmp_path / "drive", {
         "url": live.url, "state": None, "now": NOW + 1234,
-        # Shipped public configs, as an app pins them; the default send delay; no lifetime cap
-        # (each install stands for 25 users).
+        # Shipped public configs, as an app pins them; the default send delay; a lifetime cap
+        # far above what 25 users spend (each install stands for 25 users; no cap at all needs
+        # a rolling window).
         "client": {"campaigns": {"ts-krr": krr, "ts-mean": mean}, "seed": 36,
-                   "caps": {"lifetimeBudget": None}},
+                   "caps": {"lifetimeBudget": 1e6}},
         "steps": [
             # Made at NOW + 1234; flushed two hours later, when every report is due.
             {"op": "installs", "installs": installs, "flushAfter": 7200, "parallel": 8},
