@@ -6,37 +6,22 @@ worst case and sent log an app shows its user."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from chorus_collector import create_app
-from helpers.client_ts import build_client_ts, drive
-from helpers.live import LiveCollector, serving
-from helpers.support import ADMIN, ANALYST, NOW, FakeClock
+from helpers.client_ts import drive
+from helpers.live import LiveCollector
+from helpers.support import NOW
 
 KEY = "app-ingest-key-7"
 DAY = 86400
 
 
-@pytest.fixture(scope="module")
-def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_client_ts(tmp_path_factory.mktemp("client-ts-build"))
-
-
 @pytest.fixture
-def live(tmp_path: Path) -> Iterator[LiveCollector]:
-    with pytest.MonkeyPatch.context() as patch:
-        for key in [key for key in os.environ if key.startswith("CHORUS_")]:
-            patch.delenv(key)
-        clock = FakeClock()
-        app = create_app({"DATABASE": str(tmp_path / "chorus.db"), "ADMIN_TOKEN": ADMIN,
-                          "ANALYST_TOKEN": ANALYST, "INGEST_KEY": KEY}, clock=clock)
-        with serving(app, clock) as collector:
-            yield collector
+def live_config() -> dict[str, Any]:
+    return {"INGEST_KEY": KEY}
 
 
 def _create(live: LiveCollector, spec: dict[str, Any]) -> dict[str, Any]:

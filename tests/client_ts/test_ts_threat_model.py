@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from chorus_shared import campaign_from_spec
-from helpers.client_ts import build_client_ts, drive
+from helpers.client_ts import drive
 from helpers.support import NOW
 
 DAY = 86400
@@ -119,11 +119,6 @@ def serve() -> Iterator[Any]:
         server.shutdown()
         server.server_close()
         thread.join(5)
-
-
-@pytest.fixture(scope="module")
-def build(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_client_ts(tmp_path_factory.mktemp("client-ts-build"))
 
 
 def run(build: Path, work: Path, hostile: Hostile, steps: list[dict[str, Any]], *,
