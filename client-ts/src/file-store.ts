@@ -28,7 +28,7 @@ import { mkdir, open, readFile, rename, rm, unlink } from "node:fs/promises";
 import { hostname } from "node:os";
 import { dirname } from "node:path";
 
-import { checkState, emptyState, Serial, StoreError, Unchanged, type StateData, type Store } from "./store.js";
+import { checkState, emptyState, MemoryStore, StoreError, type StateData } from "./store.js";
 
 // A plan row's budget is ∞ without a lifetime budget (a rolling window's app): JSON has no ∞
 // and would write null, which reads back as a budget of 0. Only that field is mapped, so no
@@ -52,17 +52,17 @@ interface LockOwner {
   token: string;
 }
 
-export class FileStore implements Store {
-  readonly persistent = true;
-  private closed = false;
-  private readonly serial = new Serial();
+export class FileStore extends MemoryStore {
+  override readonly persistent = true;
 
   private constructor(
     readonly path: string,
-    private state: StateData,
+    state: StateData,
     private readonly token: string,
     private readonly faults: FileStoreFaults,
-  ) {}
+  ) {
+    super(state);
+  }
 
   /** Opens (or creates) the state file, taking its lock. */
   static async open(path: string, options: { faults?: FileStoreFaults } = {}): Promise<FileStore> {
@@ -85,26 +85,7 @@ export class FileStore implements Store {
     }
   }
 
-  read<T>(fn: (state: Readonly<StateData>) => T): Promise<T> {
-    return this.serial.run(async () => {
-      this.checkOpen();
-      return fn(this.state);
-    });
-  }
-
-  update<T>(fn: (draft: StateData) => T | Unchanged<T>): Promise<T> {
-    return this.serial.run(async () => {
-      this.checkOpen();
-      const draft = structuredClone(this.state);
-      const out = fn(draft);
-      if (out instanceof Unchanged) return out.result;
-      await this.commit(draft);
-      this.state = draft; // visible to readers (the sender) only once it is on disk
-      return out;
-    });
-  }
-
-  async close(): Promise<void> {
+  override async close(): Promise<void> {
     await this.serial.run(async () => {
       if (this.closed) return;
       this.closed = true;
@@ -112,11 +93,7 @@ export class FileStore implements Store {
     });
   }
 
-  private checkOpen(): void {
-    if (this.closed) throw new StoreError("the store is closed");
-  }
-
-  private async commit(state: StateData): Promise<void> {
+  protected override async commit(state: StateData): Promise<void> {
     await this.checkLock();
     const temporary = `${this.path}.tmp`;
     const handle = await open(temporary, "w", 0o600);

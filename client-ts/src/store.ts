@@ -153,12 +153,15 @@ export class Serial {
   }
 }
 
-/** State in memory, lost at exit: every process start is a new install (the Python client's `ephemeral=True`). */
+/** State in memory, lost at exit: every process start is a new install (the Python client's
+ * `ephemeral=True`). The transaction logic every store shares: a durable store overrides
+ * {@link MemoryStore.commit} to write the draft before it becomes the state. */
 export class MemoryStore implements Store {
-  readonly persistent = false;
-  private state: StateData = emptyState();
-  private closed = false;
-  private readonly serial = new Serial();
+  readonly persistent: boolean = false;
+  protected closed?: boolean;
+  protected readonly serial = new Serial();
+
+  constructor(protected state: StateData = emptyState()) {}
 
   read<T>(fn: (state: Readonly<StateData>) => T): Promise<T> {
     return this.serial.run(async () => {
@@ -173,7 +176,8 @@ export class MemoryStore implements Store {
       const draft = structuredClone(this.state);
       const out = fn(draft);
       if (out instanceof Unchanged) return out.result;
-      this.state = draft;
+      await this.commit(draft);
+      this.state = draft; // visible to readers (the sender) only once committed
       return out;
     });
   }
@@ -182,7 +186,10 @@ export class MemoryStore implements Store {
     this.closed = true;
   }
 
-  private checkOpen(): void {
+  /** Makes the draft durable (nothing to do in memory). */
+  protected commit(_draft: StateData): Promise<void> | void {}
+
+  protected checkOpen(): void {
     if (this.closed) throw new StoreError("the store is closed");
   }
 }
