@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page
 
-from helpers.browser import RequestRecorder
+from helpers.browser import SCREENSHOT_MAX_HEIGHT, RequestRecorder
 from helpers.live import DAY, LiveCollector, SeededCampaign, seed_campaigns
 from helpers.support import z_threshold
 
@@ -35,7 +35,25 @@ def test_chromium_reads_the_openapi_document(page: Page, live_collector: LiveCol
     document = reply.json()
     assert document["openapi"].startswith("3.1")
     assert "/v1/campaigns/{name}/estimates" in document["paths"]
-    screenshot(page, "smoke-openapi")
+    page_height = page.evaluate("document.documentElement.scrollHeight")
+    assert page_height > SCREENSHOT_MAX_HEIGHT      # the long page the cap is for
+    path = screenshot(page, "smoke-openapi")
+    assert png_size(path) == (page.evaluate("document.documentElement.scrollWidth"),
+                              SCREENSHOT_MAX_HEIGHT)
+
+
+def test_a_short_page_is_captured_whole(page: Page, live_collector: LiveCollector,
+                                        screenshot: Callable[[Page, str], Path]) -> None:
+    page.set_content("<body style='margin:0'><div style='height:1500px'>tall</div></body>")
+    path = screenshot(page, "smoke-short-page")
+    assert png_size(path)[1] == 1500
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR chunk (bytes 16-24)."""
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
 def test_a_request_to_another_host_is_recorded_and_blocked(
