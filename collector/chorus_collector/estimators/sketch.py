@@ -20,7 +20,10 @@ estimate's mean is m/(m − 1)·(θ − 1/m), not f_v: the collisions add a bias
 with n. Over random hash functions that bias has mean 0 and variance Σ_{x≠v} f_x²/(k(m − 1)),
 which the standard error adds, with F₂ = Σ_x f_x² estimated unbiasedly from the squared cell
 totals of each row (``sum_of_squares``), less f̂_v², clipped at 0; so the intervals cover f_v
-over the draw of the hashes (docs/mechanisms/strings.md, "Exact variances").
+over the draw of the hashes (docs/mechanisms/strings.md, "Exact variances"). That bias is a
+sum of rare positive jumps, right-skewed, so the interval is equal-tailed under a normal plus a
+gamma with the collisions' variance and third cumulant, from F₃ = Σ_x f_x³ estimated like F₂
+(``sum_of_cubes``; estimators/skewed_interval.py).
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from chorus_collector.estimators.common import (
     unpack_bits,
     walsh_hadamard,
 )
-from chorus_collector.results.estimates import FrequencyEstimate, FrequencyRow
+from chorus_collector.estimators.skewed_interval import normal_plus_gamma_interval
+from chorus_collector.results.estimates import Z95, FrequencyEstimate, FrequencyRow
 from chorus_shared.campaign import Campaign
 from chorus_shared.mechanisms import CountMeanSketch, HadamardCountMeanSketch
 
@@ -49,7 +53,8 @@ MAX_HASHED_CELLS = 2_000_000  # candidates × hash functions per query (mmh3 cal
 VARIANCE_MODEL = ("iid-sampling plus hash collisions: the exact variance of the sketch "
                   "contributions for the campaign's fixed hashes, evaluated at the estimate, plus "
                   "the variance over random hashes of the other values' collisions, "
-                  "(sum_of_squared_shares - f^2)/(k(m - 1)), estimated from the sketch")
+                  "(sum_of_squared_shares - f^2)/(k(m - 1)), estimated from the sketch; the "
+                  "interval is equal-tailed under the collisions' skew (sum_of_cubed_shares)")
 
 
 class CountMeanSketchEstimator(Estimator[CountMeanSketch]):
@@ -108,6 +113,39 @@ class CountMeanSketchEstimator(Estimator[CountMeanSketch]):
         m = mechanism.m
         return float(np.clip(((m * squares - 1) / (m - 1)).mean(), 0.0, 1.0))
 
+    def two_point(self, mechanism: CountMeanSketch) -> tuple[float, float]:
+        """A report's contribution Z_i to a cell takes two values: the lower one L and the
+        spacing d to the upper. CMS: Z = c·bit − (c − 1)/2."""
+        return -(mechanism.c - 1) / 2, mechanism.c
+
+    def sum_of_cubes(self, mechanism: CountMeanSketch, table: np.ndarray,
+                     squares: float) -> float:
+        """An estimate of F₃ = Σ_x f_x³, for the skew of the collision term; unbiased over
+        users and random hashes.
+
+        In row j, the N_j reports' contributions to cell i are i.i.d. two-point, L or L + d,
+        the upper with chance r_i, so their count U_i = (T[j, i] − N_j·L)/d is Bin(N_j, r_i)
+        and g_i = L + d·r_i. g_i³ is a cubic in r_i, and r_i^a has the unbiased estimate
+        U(U − 1)…(U − a + 1)/(N(N − 1)…(N − a + 1)). Over random hashes
+        E_h[Σ_i g_i³] = F₃ + 3(F₂ − F₃)/m + (1 − 3F₂ + 2F₃)/m², solved for F₃ with F₂ from
+        ``sum_of_squares``. Averaged over the rows with three reports."""
+        sizes = table[:, 0]
+        used = sizes >= 3
+        if not used.any():
+            return 0.0
+        size = sizes[used, None]
+        lower, spacing = self.two_point(mechanism)
+        upper = (self.cell_totals(mechanism, table)[used] - size * lower) / spacing
+        powers = [upper / size,
+                  upper * (upper - 1) / (size * (size - 1)),
+                  upper * (upper - 1) * (upper - 2) / (size * (size - 1) * (size - 2))]
+        cubes = (lower**3 + 3 * lower**2 * spacing * powers[0] +
+                 3 * lower * spacing**2 * powers[1] + spacing**3 * powers[2]).sum(axis=1)
+        m = mechanism.m
+        cubes_of_values = (cubes.mean() - 3 * squares / m - (1 - 3 * squares) / m**2) / \
+            ((1 - 1 / m) * (1 - 2 / m))
+        return float(np.clip(cubes_of_values, 0.0, squares))
+
     def finalize(self, campaign: Campaign, n: int, state: np.ndarray,
                  query: Query) -> FrequencyEstimate:
         mechanism = self.mechanism_of(campaign)
@@ -127,17 +165,34 @@ class CountMeanSketchEstimator(Estimator[CountMeanSketch]):
         # Over random hashes the other values' collisions add Σ_{x≠v} f_x²/(k(m − 1)), which
         # does not shrink with n: F₂ from the sketch's rows, less the candidate's own share.
         squares = self.sum_of_squares(mechanism, table)
-        others = np.maximum(squares - np.clip(frequency, 0.0, 1.0)**2, 0.0)
+        cubes = self.sum_of_cubes(mechanism, table, squares)
+        own = np.clip(frequency, 0.0, 1.0)
+        others = np.maximum(squares - own**2, 0.0)
         collision = others / (mechanism.k * (m - 1))
-        std_error = np.sqrt(factor**2 * self.report_variance(mechanism, theta) / n + collision) \
-            if n else np.full(len(candidates), math.inf)
-        rows = [FrequencyRow.from_frequency(v, float(f), float(se), n)
-                for v, f, se in zip(candidates, frequency, std_error, strict=True)]
+        if not n:
+            infinite = np.full(len(candidates), math.inf)
+            std_error, low, high = infinite, -infinite, infinite
+        else:
+            sampling = np.sqrt(factor**2 * self.report_variance(mechanism, theta) / n)
+            std_error = np.sqrt(sampling**2 + collision)
+            # The collisions are rare positive jumps: their third cumulant over random hashes,
+            # (m/(m − 1))³·Σ_{x≠v} f_x³·p(1 − p)(1 − 2p)/k² with p = 1/m, skews the error, and
+            # the interval follows it (estimators/skewed_interval.py).
+            p = 1 / m
+            third = factor**3 * np.maximum(cubes - own**3, 0.0) * p * (1 - p) * (1 - 2 * p) \
+                / mechanism.k**2
+            low, high = normal_plus_gamma_interval(frequency, sampling, np.sqrt(collision),
+                                                   third, Z95)
+        rows = [FrequencyRow.from_frequency(v, float(f), float(se), n,
+                                            interval=(float(lo), float(hi)))
+                for v, f, se, lo, hi in zip(candidates, frequency, std_error, low, high,
+                                            strict=True)]
         return FrequencyEstimate(
             campaign=campaign.name, mechanism=mechanism.name, epsilon=mechanism.epsilon, n=n,
             rows=rows, variance_model=VARIANCE_MODEL, window=query.window,
             extra={"hash_functions": mechanism.k, "sketch_width": m,
-                   "sum_of_squared_shares": squares})
+                   "sum_of_squared_shares": squares,
+                   "sum_of_cubed_shares": cubes})
 
 
 class HadamardCountMeanSketchEstimator(CountMeanSketchEstimator):
@@ -170,3 +225,7 @@ class HadamardCountMeanSketchEstimator(CountMeanSketchEstimator):
     def cell_noise(self, mechanism: CountMeanSketch) -> float:
         """HCMS: Var[Z_i] = c² − g_i², so A = m·c²."""
         return mechanism.m * mechanism.c**2
+
+    def two_point(self, mechanism: CountMeanSketch) -> tuple[float, float]:
+        """HCMS: Z_i = ±c."""
+        return -mechanism.c, 2 * mechanism.c

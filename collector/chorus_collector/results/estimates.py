@@ -57,8 +57,12 @@ class FrequencyRow:
 
     @classmethod
     def from_frequency(cls, value: str, frequency: float, std_error: float, n: int,
-                       detected: bool | None = None) -> FrequencyRow:
-        low, high = frequency - Z95 * std_error, frequency + Z95 * std_error
+                       detected: bool | None = None, interval: tuple[float, float] | None = None,
+                       ) -> FrequencyRow:
+        """A row with the interval ``frequency ± Z95·std_error``, or ``interval`` where the
+        estimator's error is not symmetric (the sketches' hash collisions)."""
+        low, high = interval if interval is not None else \
+            (frequency - Z95 * std_error, frequency + Z95 * std_error)
         return cls(value=value, count=n * frequency, count_std_error=n * std_error,
                    count_ci_low=n * low, count_ci_high=n * high, frequency=frequency,
                    frequency_std_error=std_error, frequency_ci_low=low, frequency_ci_high=high,
