@@ -43,9 +43,9 @@ _BLAS_LIMITS: list[Any] = []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # On PostgreSQL only the storage-facing suites run, minus the tests that read the SQLite
-    # file itself (marked sqlite_only): the rest does not touch storage. Tests of what only
-    # PostgreSQL does (postgresql_only) run in that pass only.
+    # On PostgreSQL only the tests whose storage follows --backend run, minus the tests that
+    # read the SQLite file itself (marked sqlite_only). Tests of what only PostgreSQL does
+    # (postgresql_only) run in that pass only.
     if config.getoption("--backend") != "postgresql":
         only_postgres = [item for item in items if item.get_closest_marker("postgresql_only")]
         if only_postgres:
@@ -54,14 +54,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     selected, deselected = [], []
     for item in items:
-        path = item.path.as_posix()
-        relevant = "/tests/collector/" in path or "/tests/e2e/" in path
-        if relevant and item.get_closest_marker("sqlite_only") is None:
+        if _runs_on_the_backend(item) and item.get_closest_marker("sqlite_only") is None:
             selected.append(item)
         else:
             deselected.append(item)
     config.hook.pytest_deselected(items=deselected)
     items[:] = selected
+
+
+def _runs_on_the_backend(item: pytest.Item) -> bool:
+    """Whether a test's storage follows ``--backend``: it asks for ``database`` or ``backend``
+    (directly or through another fixture), or tests what only PostgreSQL does. The rest runs
+    the same in either pass (the tests that take both engines as parameters run both in the
+    SQLite pass), so the PostgreSQL pass leaves it out rather than run it twice."""
+    names = set(getattr(item, "fixturenames", ()))
+    return bool(names & {"database", "backend"}) or \
+        item.get_closest_marker("postgresql_only") is not None
 
 
 @pytest.fixture(scope="session")
@@ -73,7 +81,7 @@ def postgres(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield server
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.config.getoption("--backend"))
 

@@ -48,7 +48,7 @@ class Generated:
 
 
 @pytest.fixture(scope="module")
-def generated(request: pytest.FixtureRequest,
+def generated(request: pytest.FixtureRequest, backend: str,
               tmp_path_factory: pytest.TempPathFactory) -> Iterator[Generated]:
     """A collector on 127.0.0.1 (the suite's tokens; background folding off, so answers
     change only when the test folds) and the client generated from its /openapi.json,
@@ -57,7 +57,7 @@ def generated(request: pytest.FixtureRequest,
     with pytest.MonkeyPatch.context() as patch:
         for key in [key for key in os.environ if key.startswith("CHORUS_")]:
             patch.delenv(key)
-        if request.config.getoption("--backend") == "postgresql":
+        if backend == "postgresql":
             database = str(request.getfixturevalue("postgres").new_schema())
         else:
             database = str(folder / "chorus.db")

@@ -43,11 +43,11 @@ ANALYST_HEADERS = {"Authorization": f"Bearer {ANALYST}"}
 
 
 @pytest.fixture(scope="module")
-def server(request: pytest.FixtureRequest,
+def server(request: pytest.FixtureRequest, backend: str,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[CollectorProcess]:
     """2 workers × 4 threads: each admits 2 queries (QUERY_THREADS: half its threads), and
     computes one at a time."""
-    if request.config.getoption("--backend") == "postgresql":
+    if backend == "postgresql":
         database = str(request.getfixturevalue("postgres").new_schema())
     else:
         database = str(tmp_path_factory.mktemp("queries") / "chorus.db")

@@ -332,8 +332,8 @@ def test_over_random_hashes_sketch_estimates_are_unbiased_with_the_collision_var
     def draw() -> np.ndarray:
         positions = rng.integers(m, size=(len(VALUES), k))
         table = sketch_table(mechanism, positions, ZIPF, n, rng).reshape(k, m + 1)
-        totals = estimator.contributions(mechanism, table.astype(np.float64),
-                                         positions[:CANDIDATES])
+        cells = estimator.cell_totals(mechanism, table.astype(np.float64))
+        totals = estimator.contributions(mechanism, cells, positions[:CANDIDATES])
         result: np.ndarray = factor * (totals / n - 1 / m)
         return result
 

@@ -79,12 +79,11 @@ class CountMeanSketchEstimator(Estimator[CountMeanSketch]):
         result: np.ndarray = mechanism.c * table[:, 1:] - (mechanism.c - 1) / 2 * table[:, :1]
         return result
 
-    def contributions(self, mechanism: CountMeanSketch, table: np.ndarray,
+    def contributions(self, mechanism: CountMeanSketch, cells: np.ndarray,
                       positions: np.ndarray) -> np.ndarray:
-        """Σ_u Z_u for every candidate; positions[s, j] = h_j(candidate s)."""
+        """Σ_u Z_u for every candidate, from the ``cell_totals``; positions[s, j] = h_j(s)."""
         rows = np.arange(mechanism.k)
-        result: np.ndarray = self.cell_totals(mechanism, table)[rows[None, :], positions] \
-            .sum(axis=1)
+        result: np.ndarray = cells[rows[None, :], positions].sum(axis=1)
         return result
 
     def report_variance(self, mechanism: CountMeanSketch, theta: np.ndarray) -> np.ndarray:
@@ -97,17 +96,18 @@ class CountMeanSketchEstimator(Estimator[CountMeanSketch]):
         CMS: Var[Z_i] = (c² − 1)/4 + g_i(1 − g_i) and Σ_i g_i = 1, so A = m(c² − 1)/4 + 1."""
         return mechanism.m * (mechanism.c**2 - 1) / 4 + 1
 
-    def sum_of_squares(self, mechanism: CountMeanSketch, table: np.ndarray) -> float:
+    def sum_of_squares(self, mechanism: CountMeanSketch, cells: np.ndarray,
+                       sizes: np.ndarray) -> float:
         """An estimate of F₂ = Σ_x f_x² over every value, unbiased over random hashes.
 
         In row j, y_i = T[j, i]/N_j estimates the share g_i of the values landing on cell i, with
         E[Σ_i y_i²] = G(1 − 1/N_j) + A/N_j for G = Σ_i g_i² (``cell_noise``), and
-        E_h[G] = F₂ + (1 − F₂)/m over random hashes. Averaged over the rows with two reports."""
-        sizes = table[:, 0]
+        E_h[G] = F₂ + (1 − F₂)/m over random hashes. Averaged over the rows with two reports
+        (``sizes``: each row's number of reports N_j)."""
         used = sizes >= 2
         if not used.any():
             return 0.0
-        shares = self.cell_totals(mechanism, table)[used] / sizes[used, None]
+        shares = cells[used] / sizes[used, None]
         sizes = sizes[used]
         squares = ((shares**2).sum(axis=1) - self.cell_noise(mechanism) / sizes) / (1 - 1 / sizes)
         m = mechanism.m
@@ -118,7 +118,7 @@ class CountMeanSketchEstimator(Estimator[CountMeanSketch]):
         spacing d to the upper. CMS: Z = c·bit − (c − 1)/2."""
         return -(mechanism.c - 1) / 2, mechanism.c
 
-    def sum_of_cubes(self, mechanism: CountMeanSketch, table: np.ndarray,
+    def sum_of_cubes(self, mechanism: CountMeanSketch, cells: np.ndarray, sizes: np.ndarray,
                      squares: float) -> float:
         """An estimate of F₃ = Σ_x f_x³, for the skew of the collision term; unbiased over
         users and random hashes.
@@ -129,13 +129,12 @@ class CountMeanSketchEstimator(Estimator[CountMeanSketch]):
         U(U − 1)…(U − a + 1)/(N(N − 1)…(N − a + 1)). Over random hashes
         E_h[Σ_i g_i³] = F₃ + 3(F₂ − F₃)/m + (1 − 3F₂ + 2F₃)/m², solved for F₃ with F₂ from
         ``sum_of_squares``. Averaged over the rows with three reports."""
-        sizes = table[:, 0]
         used = sizes >= 3
         if not used.any():
             return 0.0
         size = sizes[used, None]
         lower, spacing = self.two_point(mechanism)
-        upper = (self.cell_totals(mechanism, table)[used] - size * lower) / spacing
+        upper = (cells[used] - size * lower) / spacing
         powers = [upper / size,
                   upper * (upper - 1) / (size * (size - 1)),
                   upper * (upper - 1) * (upper - 2) / (size * (size - 1) * (size - 2))]
@@ -157,15 +156,16 @@ class CountMeanSketchEstimator(Estimator[CountMeanSketch]):
         table = state.reshape(mechanism.k, mechanism.m + 1).astype(np.float64)
         positions = np.array([[mechanism.position(v, j) for j in range(mechanism.k)]
                               for v in candidates], dtype=np.int64).reshape(-1, mechanism.k)
-        totals = self.contributions(mechanism, table, positions)
+        cells, sizes = self.cell_totals(mechanism, table), table[:, 0]
+        totals = self.contributions(mechanism, cells, positions)
         m = mechanism.m
         factor = m / (m - 1)
         frequency = factor * (totals / max(n, 1) - 1 / m)
         theta = np.clip(totals / max(n, 1), 0.0, 1.0)
         # Over random hashes the other values' collisions add Σ_{x≠v} f_x²/(k(m − 1)), which
         # does not shrink with n: F₂ from the sketch's rows, less the candidate's own share.
-        squares = self.sum_of_squares(mechanism, table)
-        cubes = self.sum_of_cubes(mechanism, table, squares)
+        squares = self.sum_of_squares(mechanism, cells, sizes)
+        cubes = self.sum_of_cubes(mechanism, cells, sizes, squares)
         own = np.clip(frequency, 0.0, 1.0)
         others = np.maximum(squares - own**2, 0.0)
         collision = others / (mechanism.k * (m - 1))
