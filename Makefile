@@ -79,9 +79,10 @@ client-ts: $(TS_STAMP)
 # schemathesis's do, every one).
 XDIST := -n logical --dist worksteal
 
-# Everything on SQLite and, at the same time, the storage-facing suites (collector, end to
-# end) on PostgreSQL: that pass waits on the server's fsyncs, the SQLite pass fills the cores
-# meanwhile (docs/development.md has the figures). The PostgreSQL pass prints when both end.
+# Everything on SQLite and, at the same time, the tests whose storage follows --backend on
+# PostgreSQL (tests/conftest.py picks them): that pass waits on the server's fsyncs, the
+# SQLite pass fills the cores meanwhile (docs/development.md has the figures). The
+# PostgreSQL pass prints when both end.
 test: lint services client-ts
 	@pg_log=$$(mktemp); \
 	$(BIN)/pytest -q $(XDIST) --backend postgresql >"$$pg_log" 2>&1 & pg_pid=$$!; \
