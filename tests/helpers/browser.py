@@ -101,26 +101,22 @@ class RequestRecorder:
         return found
 
 
-# A full-page capture of a very long page (the OpenAPI document shown as text is tens of
-# thousands of pixels tall) can take Chromium past Playwright's 30 s on a loaded machine;
-# the top of such a page is all a reviewer looks at, so the capture stops here.
+# A full-page capture makes Chromium lay out and paint the whole page at once: for a very long
+# one (the OpenAPI document shown as text is tens of thousands of pixels tall) that took past
+# Playwright's 30 s on a loaded machine, even clipped. The top of such a page is all a
+# reviewer looks at, so a page taller than this is captured as its viewport only.
 SCREENSHOT_MAX_HEIGHT = 6000
 
 
 def save_screenshot(page: Page, directory: Path, name: str) -> Path:
-    """A full-page PNG of ``page`` as ``directory/name.png``, at most
-    ``SCREENSHOT_MAX_HEIGHT`` pixels tall; returns its path."""
+    """A full-page PNG of ``page`` as ``directory/name.png`` (the viewport only where the page
+    is taller than ``SCREENSHOT_MAX_HEIGHT``); returns its path."""
     if not _SCREENSHOT_NAME.fullmatch(name):
         raise ValueError(f"screenshot name {name!r}: use lowercase letters, digits, _ . -")
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.png"
-    width, height = page.evaluate(
-        "[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
-    if height > SCREENSHOT_MAX_HEIGHT:
-        page.screenshot(path=str(path), full_page=True,
-                        clip={"x": 0, "y": 0, "width": width, "height": SCREENSHOT_MAX_HEIGHT})
-    else:
-        page.screenshot(path=str(path), full_page=True)
+    height = page.evaluate("document.documentElement.scrollHeight")
+    page.screenshot(path=str(path), full_page=height <= SCREENSHOT_MAX_HEIGHT)
     return path
 
 
