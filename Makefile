@@ -82,11 +82,11 @@ XDIST := -n logical --dist worksteal
 # Everything on SQLite and, at the same time, the tests whose storage follows --backend on
 # PostgreSQL (tests/conftest.py picks them): that pass waits on the server's fsyncs, the
 # SQLite pass fills the cores meanwhile (docs/development.md has the figures). The
-# PostgreSQL pass prints when both end.
+# PostgreSQL pass prints when both end; each prints its slowest tests (where the time goes).
 test: lint services client-ts
 	@pg_log=$$(mktemp); \
-	$(BIN)/pytest -q $(XDIST) --backend postgresql >"$$pg_log" 2>&1 & pg_pid=$$!; \
-	$(BIN)/pytest $(XDIST); sqlite=$$?; \
+	$(BIN)/pytest -q $(XDIST) --durations=10 --backend postgresql >"$$pg_log" 2>&1 & pg_pid=$$!; \
+	$(BIN)/pytest $(XDIST) --durations=15; sqlite=$$?; \
 	wait $$pg_pid; postgresql=$$?; \
 	echo "=== the PostgreSQL pass (pytest --backend postgresql)"; cat "$$pg_log"; rm -f "$$pg_log"; \
 	test $$sqlite -eq 0 && test $$postgresql -eq 0

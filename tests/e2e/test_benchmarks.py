@@ -142,6 +142,28 @@ def test_dask_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_sketch_interval_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/sketch_intervals.py --reps 20: every setting, both intervals, each side's
+    miss rates and the coverage adding up per candidate."""
+    out = tmp_path / "sketch.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sketch_intervals.py"),
+                          "--reps", "20", "--out", str(out)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    settings = json.loads(out.read_text())["settings"]
+    assert {(s["mechanism"], s["k"], s["m"]) for s in settings} == {
+        ("cms", 32, 1024), ("hcms", 32, 1024), ("cms", 8, 16), ("hcms", 8, 16)}
+    for setting in settings:
+        assert setting["reps"] == 20 and len(setting["truth"]) == 7
+        for label in ("chorus", "symmetric"):
+            row = setting[label]
+            for below, above, covered in zip(row["truth_below"], row["truth_above"],
+                                             row["coverage"], strict=True):
+                assert below + above + covered == pytest.approx(1, abs=1e-3)
+    assert "truth below" in run.stdout
+
+
+@pytest.mark.slow
 def test_distribution_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
     """benchmarks/distributions.py --quick: every method on every shape at n = 10⁴, ε = 1, and
     the coverage loop (4 runs)."""

@@ -6,123 +6,22 @@ b_v has mean 0 and variance Σ_{x≠v} f_x²/(k(m − 1)), which the standard er
 F₂ = Σ_x f_x² estimated from the sketch's rows (docs/mechanisms/strings.md, "Hash collisions in
 the standard error").
 
-Every repetition names the population's values afresh ("r<rep>-v<i>"), so the campaign's real
-murmur3 hashes place them anew, as a new campaign's values would be placed; the statistic is
-drawn from its exact distribution under i.i.d. sampling of users, and decoded by the real
-estimator. The populations here (a geometric head over a flat tail, with an absent candidate)
-are not the Zipf populations the method was measured on.
+The draws (helpers/sketchsim.py) place the values afresh in every repetition, through the
+campaign's real hashes, and decode with the real estimator. The populations here (a geometric
+head over a flat tail, with an absent candidate) are not the Zipf populations the method was
+measured on.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 import pytest
 
-from chorus_collector.estimators import Query, estimator_for
-from chorus_collector.estimators.common import walsh_hadamard
 from chorus_collector.results.estimates import Z95
-from chorus_shared import Campaign, campaign_from_spec
-from chorus_shared.mechanisms import CountMeanSketch, HadamardCountMeanSketch
+from helpers.sketchsim import CANDIDATES, GEOMETRIC, draws
 from helpers.support import z_threshold
 
 ALPHA = 1e-4
-
-
-def _population(head: int, ratio: float, tail: int, tail_mass: float) -> np.ndarray:
-    shares = np.concatenate([ratio ** np.arange(head), np.zeros(tail)])
-    shares *= (1 - tail_mass) / shares.sum()
-    shares[head:] = tail_mass / tail
-    return shares
-
-
-# A geometric head (the largest share about 0.17) over a flat tail holding 30% of the users.
-GEOMETRIC = _population(40, 0.75, 300, 0.3)
-CANDIDATES = 6  # the six largest, and one value nobody holds
-
-
-def _campaign(name: str, epsilon: float, k: int, m: int) -> tuple[Campaign, CountMeanSketch]:
-    campaign = campaign_from_spec({"name": "s", "mechanism": name, "epsilon": epsilon,
-                                   "domain": {"kind": "strings"}, "params": {"k": k, "m": m}})
-    mechanism = campaign.mechanism
-    assert isinstance(mechanism, CountMeanSketch)
-    return campaign, mechanism
-
-
-def sketch_statistic(mechanism: CountMeanSketch, positions: np.ndarray, pi: np.ndarray, n: int,
-                     rng: np.random.Generator) -> np.ndarray:
-    """One draw of the k × (m + 1) statistic for n users drawn i.i.d. from π, with
-    ``positions[value, row]``. CMS: holders of each value per row are multinomial, and a cell's
-    count is Bin(#hot, 1 − flip) + Bin(#cold, flip). HCMS: a report is (j, l, ±1) i.i.d., with
-    P(+1 | j, l) = 1/2 + (keep − 1/2)·(H_m g_j)_l for g_j row j's cell shares."""
-    k, m = mechanism.k, mechanism.m
-    if isinstance(mechanism, HadamardCountMeanSketch):
-        cells = np.zeros((k, m))
-        for j in range(k):
-            cells[j] = np.bincount(positions[:, j], weights=pi, minlength=m)
-        plus = 0.5 + (mechanism.keep - 0.5) * walsh_hadamard(cells)
-        probabilities = np.stack([plus, 1 - plus], axis=-1).ravel() / (k * m)
-        counts = rng.multinomial(n, probabilities / probabilities.sum()).reshape(k, m, 2)
-        return np.column_stack([counts.sum(axis=(1, 2)), counts[..., 0] - counts[..., 1]]).ravel()
-    holders = rng.multinomial(n, np.outer(np.full(k, 1 / k), pi).ravel()).reshape(k, -1)
-    hot = np.zeros((k, m), dtype=np.int64)
-    np.add.at(hot, (np.arange(k)[:, None], positions.T), holders)
-    reports = holders.sum(axis=1)
-    ones = rng.binomial(hot, 1 - mechanism.flip) + \
-        rng.binomial(reports[:, None] - hot, mechanism.flip)
-    return np.column_stack([reports, ones]).ravel()
-
-
-def fixed_hash_std_error(mechanism: CountMeanSketch, frequency: np.ndarray,
-                         n: int) -> np.ndarray:
-    """The standard error for the campaign's fixed hashes alone (the one before the collision
-    term), from its formula at θ̂ = f̂(m − 1)/m + 1/m."""
-    m, c = mechanism.m, mechanism.c
-    theta = np.clip(frequency * (m - 1) / m + 1 / m, 0.0, 1.0)
-    per_report = c**2 - theta**2 if isinstance(mechanism, HadamardCountMeanSketch) \
-        else (c**2 - 1) / 4 + theta * (1 - theta)
-    result: np.ndarray = m / (m - 1) * np.sqrt(per_report / n)
-    return result
-
-
-class Draws(NamedTuple):
-    """Per repetition (rows) and candidate (columns), each repetition with its own hash
-    placement; F̂₂ and F̂₃ per repetition."""
-
-    frequency: np.ndarray
-    std_error: np.ndarray
-    fixed_std_error: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-    squares: np.ndarray
-    cubes: np.ndarray
-
-
-def draws(name: str, epsilon: float, k: int, m: int, n: int, pi: np.ndarray, reps: int,
-          seed: int) -> Draws:
-    """The estimator's answers over ``reps`` fresh hash placements and user samples."""
-    campaign, mechanism = _campaign(name, epsilon, k, m)
-    estimator = estimator_for(name)
-    rng = np.random.default_rng(seed)
-    picked = [*range(CANDIDATES), len(pi)]  # the last one is held by nobody
-    estimates, errors, lows, highs, squares, cubes = [], [], [], [], [], []
-    for rep in range(reps):
-        names = [f"r{rep}-v{i}" for i in range(len(pi) + 1)]
-        positions = np.array([[mechanism.position(v, j) for j in range(k)]
-                              for v in names[:-1]])
-        result = estimator.finalize(campaign, n, sketch_statistic(mechanism, positions, pi, n,
-                                                                  rng),
-                                    Query(candidates=tuple(names[i] for i in picked)))
-        estimates.append([r.frequency for r in result.rows])
-        errors.append([r.frequency_std_error for r in result.rows])
-        lows.append([r.frequency_ci_low for r in result.rows])
-        highs.append([r.frequency_ci_high for r in result.rows])
-        squares.append(result.extra["sum_of_squared_shares"])
-        cubes.append(result.extra["sum_of_cubed_shares"])
-    frequency = np.array(estimates)
-    return Draws(frequency, np.array(errors), fixed_hash_std_error(mechanism, frequency, n),
-                 np.array(lows), np.array(highs), np.array(squares), np.array(cubes))
 
 
 def assert_covers_the_true_share(name: str, epsilon: float, k: int, m: int, n: int,
