@@ -99,6 +99,8 @@ export interface FileStoreFaults {
   afterRename?: () => void;
   /** Compaction: the new snapshot durable, before the journal is truncated. */
   beforeTruncate?: () => void;
+  /** A journal line written, before its fsync. */
+  afterAppendWrite?: () => void;
   /** A journal line appended and fsynced, before the commit resolves. */
   afterAppend?: () => void;
 }
@@ -275,6 +277,7 @@ export class FileStore extends MemoryStore {
     try {
       this.journal ??= await open(`${this.path}.journal`, "a", 0o600);
       await this.journal.writeFile(line);
+      this.options.faults?.afterAppendWrite?.();
       await this.journal.sync();
     } catch (error) {
       // Part of the line may be on disk: the next commit writes a snapshot, which makes it stale.

@@ -201,6 +201,31 @@ test("a process killed once its journal line is fsynced keeps that commit", asyn
   await reopened.close();
 });
 
+test("after a journal write that failed, the next commit writes a snapshot, so the failed line is never replayed", async () => {
+  const path = fresh();
+  let fail = false;
+  let store = await FileStore.open(path, {
+    faults: {
+      afterAppendWrite: () => {
+        if (fail) throw new Error("disk full");
+      },
+    },
+  });
+  await queue(store);
+  await queue(store);
+  fail = true;
+  await assert.rejects(queue(store), /disk full/); // its line is in the journal all the same
+  fail = false;
+  assert.equal(lines(path).length, 2);
+  const inode = statSync(path).ino;
+  await queue(store);
+  assert.notEqual(statSync(path).ino, inode, "a snapshot, not a line after the failed one");
+  await store.close();
+  store = await FileStore.open(path);
+  assert.deepEqual(await store.read((s) => [s.outbox.map((e) => e.seq), s.ledger.c?.lifetime?.reports]), [[1, 2, 3], 3]);
+  await store.close();
+});
+
 test("the journal is compacted into a new snapshot when it would pass its bound", async () => {
   // An explicit bound: equal-sized lines, so the commit that compacts is known in advance.
   const path = fresh();
