@@ -7,7 +7,7 @@
  *
  * A {@link Store} runs one synchronous callback per transaction over the whole document and
  * commits what it changed atomically and durably before its promise resolves. That shape is
- * what both targets give cheaply: in Node one file replaced by rename (see `file-store.ts`);
+ * what both targets give cheaply: in Node one journal line appended and fsynced (see `file-store.ts`);
  * in the browser one IndexedDB `readwrite` transaction (`durability: "strict"`), whose
  * callbacks cannot await anything but IndexedDB itself, which is why the callback is
  * synchronous. A transaction is the durability boundary: a report's charge and its place in

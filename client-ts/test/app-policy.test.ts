@@ -57,8 +57,10 @@ test("the rolling window holds across restarts, and a damaged day's entry spends
   const path = tmp("state.json");
   const clock = new Clock(NOW + 3600);
   // No lifetime budget: the plan's part is ∞, and must stay ∞ in the state file (JSON has no ∞).
+  // Every commit writes the whole state (journalLimit 0), so the snapshot can be read and edited
+  // here; file-store.test.ts shows ∞ kept through the journal too.
   const open = async () => make({
-    clock, store: await FileStore.open(path), campaigns: { daily }, caps: { lifetimeBudget: Infinity }, rollingWindow: new RollingWindow(2, 7),
+    clock, store: await FileStore.open(path, { journalLimit: 0 }), campaigns: { daily }, caps: { lifetimeBudget: Infinity }, rollingWindow: new RollingWindow(2, 7),
   });
   for (let day = 0; day < 2; day++) {
     const client = await open();
@@ -74,11 +76,12 @@ test("the rolling window holds across restarts, and a damaged day's entry spends
   client = await open();
   assert.equal(await client.report("daily", "dark"), "queued");
   await client.close();
-  const state = JSON.parse(readFileSync(path, "utf8")) as { dailySpend: Record<string, unknown>; plans: Record<string, { budget: unknown }> };
+  const snapshot = JSON.parse(readFileSync(path, "utf8")) as { state: { dailySpend: Record<string, unknown>; plans: Record<string, { budget: unknown }> } };
+  const state = snapshot.state;
   assert.deepEqual(Object.values(state.dailySpend), [1, 1, 1]);
   assert.equal(state.plans.daily?.budget, "Infinity");
   state.dailySpend[String(Math.floor(NOW / DAY) - 400)] = "lots"; // long ago, but unreadable
-  writeFileSync(path, JSON.stringify(state));
+  writeFileSync(path, JSON.stringify(snapshot));
   clock.now += DAY;
   client = await open();
   assert.equal(await client.report("daily", "dark"), "suppressed");
@@ -134,14 +137,18 @@ test("restoring an old copy of the state does not renew the budget when the app 
     await client.close();
     return outcomes;
   };
+  // A backup holds the state's files: the snapshot and its journal.
+  const files = [path, `${path}.journal`];
+  const backup = () => files.forEach((file, i) => copyFileSync(file, join(dir, `backup-${i}`)));
+  const restore = () => files.forEach((file, i) => copyFileSync(join(dir, `backup-${i}`), file));
   await run(new FileSpendCounter(counterPath), 0); // the state as a backup would hold it: nothing spent
-  copyFileSync(path, join(dir, "backup.json"));
+  backup();
   assert.deepEqual(await run(new FileSpendCounter(counterPath), 3), ["queued", "queued", "suppressed"]);
-  copyFileSync(join(dir, "backup.json"), path); // the backup restored: the ledger forgets
+  restore(); // the backup restored: the ledger forgets
   assert.deepEqual(await run(new FileSpendCounter(counterPath), 1), ["suppressed"]);
   assert.equal(readFileSync(counterPath, "ascii"), "2");
   // The negative control: without the counter the restored install spends its budget again.
-  copyFileSync(join(dir, "backup.json"), path);
+  restore();
   assert.deepEqual(await run(undefined, 1), ["queued"]);
 });
 

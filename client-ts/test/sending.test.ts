@@ -135,7 +135,10 @@ test("one campaign per request", async () => {
 test("a charge that could not be made durable queues and sends nothing", async () => {
   const path = join(mkdtempSync(join(tmpdir(), "chorus-fault-")), "state.json");
   let fail = false;
-  const store = await FileStore.open(path, { faults: { afterTempWrite: () => { if (fail) throw new Error("disk full"); } } });
+  const disk = () => {
+    if (fail) throw new Error("disk full");
+  };
+  const store = await FileStore.open(path, { faults: { afterTempWrite: disk, afterAppendWrite: disk } });
   const transport = new ScriptedTransport();
   const client = await make(transport, { store });
   fail = true;

@@ -7,6 +7,9 @@
  *   die-holding           open it and die (SIGKILL) without closing: a stale lock
  *   crash-before-rename   charge 1 ε and die (SIGKILL) after writing the temporary file
  *   crash-after-rename    charge 1 ε and die (SIGKILL) after the rename, before the directory fsync
+ *   crash-before-truncate charge 1 ε and die (SIGKILL) after a compaction's snapshot is durable, before the journal is truncated
+ *   crash-after-append    charge 1 ε and die (SIGKILL) once its journal line is fsynced, before the commit resolves
+ * The crash-before-/after-rename and -truncate modes compact at every commit (journalLimit 0).
  */
 import { FileStore, StoreLockedError } from "../src/node.js";
 
@@ -14,10 +17,16 @@ const [path, mode] = process.argv.slice(2) as [string, string];
 const die = () => {
   process.kill(process.pid, "SIGKILL");
 };
-const faults = mode === "crash-before-rename" ? { afterTempWrite: die } : mode === "crash-after-rename" ? { afterRename: die } : {};
+const faults = {
+  "crash-before-rename": { afterTempWrite: die },
+  "crash-after-rename": { afterRename: die },
+  "crash-before-truncate": { beforeTruncate: die },
+  "crash-after-append": { afterAppend: die },
+}[mode] ?? {};
+const journalLimit = mode === "crash-after-append" ? undefined : 0;
 let store: FileStore;
 try {
-  store = await FileStore.open(path, { faults });
+  store = await FileStore.open(path, { faults, journalLimit });
 } catch (error) {
   if (error instanceof StoreLockedError) {
     process.stdout.write("locked\n");

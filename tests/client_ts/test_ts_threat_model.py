@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from chorus_shared import campaign_from_spec
-from helpers.client_ts import drive
+from helpers.client_ts import drive, stored_state
 from helpers.support import NOW
 
 DAY = 86400
@@ -277,7 +277,7 @@ def test_arrival_times_do_not_reveal_when_in_its_bucket_a_report_was_made(
               sendDelay=None, seed=4, caps={"lifetimeBudget": 1e4})
     assert set(out["results"][3::4]) == {"queued"}
     assert evil.posts() == []  # nothing leaves before the bucket ends
-    outbox = json.loads(state.read_text())["outbox"]
+    outbox = stored_state(build, state)["outbox"]
     assert {row["bucket"] for row in outbox} == {NOW}  # the file keeps the bucket, not the moment
     assert all(set(row) == {"seq", "campaign", "wire", "bucket", "due", "epsilon"}
                for row in outbox)
@@ -333,8 +333,11 @@ def test_the_state_file_holds_no_value(build: Path, tmp_path: Path, serve: Any) 
                                       {"op": "flush"}, report("x", "light")],
               state=state, allowUnpinned=True, sendDelay=None)
     assert out["results"][1] == "substituted"
-    text = state.read_text()
+    # Every file the store keeps: the snapshot and the journal of the commits since.
+    files = [state, state.with_name(state.name + ".journal")]
+    assert files[1].stat().st_size > 0  # the last report's commit is in the journal
+    text = "".join(file.read_text() for file in files)
     assert "hiv" not in text and '"dark"' not in text and '"light"' not in text
-    held = json.loads(text)
+    held = stored_state(build, state)
     assert set(held) == {"format", "ledger", "plans", "slotsUsed", "outbox", "nextSeq",
                          "sentLog", "configs"}

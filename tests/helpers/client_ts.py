@@ -18,7 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "client-ts"
 
-__all__ = ["PACKAGE", "browser_bundles", "build_client_ts", "drive", "installed", "tool"]
+__all__ = ["PACKAGE", "browser_bundles", "build_client_ts", "drive", "installed", "stored_state",
+           "tool"]
 
 
 def tool(name: str) -> str:
@@ -75,3 +76,23 @@ def drive(build: Path, work: Path, script: dict[str, Any], *,
     assert run.returncode == 0, run.stderr[-4000:]
     result: dict[str, Any] = json.loads(out_file.read_text())
     return result
+
+
+# Opens the state with the client's own FileStore (the snapshot with its journal replayed) and
+# prints it as JSON: what a restarted client would hold.
+_READ_STATE = """
+const { FileStore } = await import(process.argv[1]);
+const store = await FileStore.open(process.argv[2]);
+process.stdout.write(JSON.stringify(await store.read((state) => state)));
+await store.close();
+"""
+
+
+def stored_state(build: Path, path: Path) -> dict[str, Any]:
+    """The client state a FileStore at ``path`` holds (its snapshot and journal together)."""
+    run = subprocess.run([tool("node"), "--input-type=module", "-e", _READ_STATE,
+                          str(build / "src" / "node.js"), str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-4000:]
+    state: dict[str, Any] = json.loads(run.stdout)
+    return state
