@@ -63,10 +63,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _runs_on_the_backend(item: pytest.Item) -> bool:
-    """Whether a test's storage follows ``--backend``: it asks for ``database`` or ``backend``
-    (directly or through another fixture), or tests what only PostgreSQL does. The rest runs
-    the same in either pass (the tests that take both engines as parameters run both in the
-    SQLite pass), so the PostgreSQL pass leaves it out rather than run it twice."""
+    """Whether a test of the storage-facing suites (collector, end to end) has storage that
+    follows ``--backend``: it asks for ``database`` or ``backend`` (directly or through another
+    fixture), or tests what only PostgreSQL does. The rest runs the same in either pass (the
+    tests that take both engines as parameters run both in the SQLite pass), so the PostgreSQL
+    pass leaves it out rather than run it twice. The browser, client and statistics suites run
+    on SQLite only: what they test is not the storage."""
+    path = item.path.as_posix()
+    if "/tests/collector/" not in path and "/tests/e2e/" not in path:
+        return False
     names = set(getattr(item, "fixturenames", ()))
     return bool(names & {"database", "backend"}) or \
         item.get_closest_marker("postgresql_only") is not None
