@@ -35,6 +35,7 @@ from chorus_shared.mechanisms import (
     OpenRR,
     Rappor,
 )
+from helpers.sketchsim import sketch_statistic
 from helpers.statcheck import identifiable_candidates
 from helpers.support import chi2_band, z_threshold
 
@@ -237,7 +238,8 @@ def sketch_table(mechanism: CountMeanSketch, positions: np.ndarray, pi: np.ndarr
                  rng: np.random.Generator) -> np.ndarray:
     """One draw of the k × (m + 1) statistic for users drawn from π, with the hash positions
     ``positions[value, row]``. CMS: given how many users of each value drew each row, each
-    cell's count is Bin(#hot, 1 − flip) + Bin(#cold, flip). HCMS: user by user."""
+    cell's count is Bin(#hot, 1 − flip) + Bin(#cold, flip) (helpers/sketchsim.py). HCMS: user by
+    user, not through the aggregate draw the coverage test uses."""
     k, m = mechanism.k, mechanism.m
     if isinstance(mechanism, HadamardCountMeanSketch):
         values, rows = rng.choice(len(pi), n, p=pi), rng.integers(k, size=n)
@@ -254,13 +256,7 @@ def sketch_table(mechanism: CountMeanSketch, positions: np.ndarray, pi: np.ndarr
         table += np.rint(np.bincount(rows * width + 1 + hadamard_rows, weights=sign,
                                      minlength=k * width)).astype(np.int64)
         return table
-    holders = rng.multinomial(n, np.outer(np.full(k, 1 / k), pi).ravel()).reshape(k, -1)
-    hot = np.zeros((k, m), dtype=np.int64)
-    np.add.at(hot, (np.arange(k)[:, None], positions.T), holders)
-    reports = holders.sum(axis=1)
-    ones = rng.binomial(hot, 1 - mechanism.flip) + \
-        rng.binomial(reports[:, None] - hot, mechanism.flip)
-    return np.column_stack([reports, ones]).ravel()
+    return sketch_statistic(mechanism, positions, pi, n, rng)
 
 
 def _sketch(name: str, epsilon: float, k: int, m: int) -> tuple[Campaign, CountMeanSketch]:
