@@ -16,6 +16,7 @@ from typing import Any
 
 from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
+from werkzeug.routing import Rule
 
 from chorus_collector.alerts import AlertWork
 from chorus_collector.dashboard import init_dashboard
@@ -37,6 +38,23 @@ from chorus_collector.storage import open_storage
 __all__ = ["create_app", "start_background_work", "stop_background_work"]
 
 
+class _LazyRule(Rule):
+    """A URL rule that compiles its URL builders (``url_for``'s code) when first asked to
+    build: werkzeug compiles two per rule, from an AST, as the rule is added, which was two
+    thirds of building the app (50-odd rules), and most rules never build a URL."""
+
+    def _compile_builder(self, append_unknown: bool = True) -> Callable[..., tuple[str, str]]:
+        compiled: Callable[..., tuple[str, str]] | None = None
+
+        def build(rule: Rule, **values: Any) -> tuple[str, str]:
+            nonlocal compiled
+            if compiled is None:  # two threads may both compile: the same code, harmless
+                compiled = Rule._compile_builder(rule, append_unknown)
+            return compiled(rule, **values)
+
+        return build
+
+
 class _App(Flask):
     """Flask, deciding once per function whether it is a coroutine: it asked ``inspect`` six
     times on every request (each before, after and teardown function), and every one of the
@@ -44,6 +62,7 @@ class _App(Flask):
     made per request, as ``after_this_request`` takes, is asked about as before)."""
 
     KNOWN = 256
+    url_rule_class = _LazyRule
 
     def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
         plain: dict[Callable[..., Any], bool] = self.__dict__.setdefault("_chorus_plain", {})
