@@ -14,11 +14,13 @@ measured on.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
 from chorus_collector.results.estimates import Z95
-from helpers.sketchsim import CANDIDATES, GEOMETRIC, draws
+from helpers.sketchsim import CANDIDATES, GEOMETRIC, draws, shares_draws
 from helpers.support import z_threshold
 
 ALPHA = 1e-4
@@ -79,10 +81,19 @@ def test_default_sketch_intervals_cover_the_true_share_at_a_million(name: str) -
                                  reps=1500)
 
 
+@functools.cache
+def _shares(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """F̂₂ and F̂₃ from the same 800 draws (ε = 1, k = 16, m = 64, n = 20,000), shared by the
+    two tests below: each checks its own statistic's mean, so one simulation serves both
+    (helpers/sketchsim.py, ``shares_draws``: the estimator's own steps, checked against
+    ``finalize``; the intervals are the tests above)."""
+    return shares_draws(name, 1.0, 16, 64, 20_000, GEOMETRIC, 800, seed=7)
+
+
 @pytest.mark.parametrize("name", ["cms", "hcms"])
 def test_the_sum_of_squared_shares_is_unbiased_over_hashes(name: str) -> None:
     """E[F̂₂] = Σ_x f_x² over hash placements and users, within z·s/√R."""
-    squares = draws(name, 1.0, 16, 64, 20_000, GEOMETRIC, 800, seed=7).squares
+    squares = _shares(name)[0]
     target = float(np.sum(GEOMETRIC**2))
     z = (squares.mean() - target) / (squares.std(ddof=1) / np.sqrt(len(squares)))
     assert abs(z) < z_threshold(ALPHA), (squares.mean(), target, z)
@@ -94,7 +105,7 @@ def test_the_sum_of_cubed_shares_is_unbiased_over_hashes(name: str) -> None:
     """E[F̂₃] = Σ_x f_x³ (the collisions' skew) over hash placements and users, within z·s/√R,
     at ε = 1 and 1,250 reports a row, where the noise's own terms in Σ_i y_i³ (about
     3·c²/N_j for CMS) are larger than F₃ itself."""
-    cubes = draws(name, 1.0, 16, 64, 20_000, GEOMETRIC, 800, seed=8).cubes
+    cubes = _shares(name)[1]
     target = float(np.sum(GEOMETRIC**3))
     z = (cubes.mean() - target) / (cubes.std(ddof=1) / np.sqrt(len(cubes)))
     assert abs(z) < z_threshold(ALPHA), (cubes.mean(), target, z)
