@@ -4,7 +4,9 @@
 Every repetition names the population's values afresh ("r<rep>-v<i>"), so the campaign's real
 murmur3 hashes place them anew, as a new campaign's values would be placed; the statistic is
 drawn from its exact distribution under i.i.d. sampling of users and decoded by the real
-estimator.
+estimator. The placements are the mechanism's own h_j, computed for all values and rows at once
+(``hash_positions``: murmur3 in numpy, bit for bit, checked against ``mechanism.position`` in
+every repetition) rather than one Python call per value and row, which was most of the time.
 """
 
 from __future__ import annotations

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import functools
 
+import mmh3
 import numpy as np
 import pytest
 
 from chorus_collector.results.estimates import Z95
-from helpers.sketchsim import CANDIDATES, GEOMETRIC, draws, shares_draws
+from helpers.sketchsim import CANDIDATES, GEOMETRIC, draws, murmur3_32, shares_draws
 from helpers.support import z_threshold
 
 ALPHA = 1e-4
@@ -128,3 +129,15 @@ def test_the_collision_term_vanishes_where_collisions_are_negligible(name: str) 
     got = draws(name, 2.0, k, m, 10**6, GEOMETRIC, 3, seed=1)
     assert np.all(got.std_error / got.fixed_std_error > 1.2), \
         np.round(got.std_error / got.fixed_std_error, 3)
+
+
+def test_the_vectorised_hash_is_murmur3_bit_for_bit() -> None:
+    """The draws' placements (helpers/sketchsim.py) come from a numpy murmur3_x86_32: it must
+    equal ``mmh3.hash(..., signed=False)`` at every length (each tail of 0–3 bytes), on
+    arbitrary and non-ASCII bytes, and at seeds up to 2³² − 1."""
+    rng = np.random.default_rng(3)
+    data = [bytes(rng.integers(0, 256, size=size).tolist()) for size in range(25)
+            for _ in range(8)] + ["näive-☃".encode(), b""]
+    seeds = np.array([0, 1, 64, 64 * 31, 2**31, 2**32 - 1])
+    expected = [[mmh3.hash(d, int(s), signed=False) for s in seeds] for d in data]
+    assert murmur3_32(data, seeds).tolist() == expected
