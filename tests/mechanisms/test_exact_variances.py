@@ -3,7 +3,8 @@
 The formulas are derived in docs/mechanisms/strings.md ("Exact variances"). Model (S): users
 are an i.i.d. sample from π. Each simulation draws R independent copies of the collector's
 statistic from its exact distribution, decodes every copy with the real estimator
-(``finalize``), and checks, for every candidate:
+(``finalize``, or for the sketches its own decoding steps, checked against ``finalize``), and
+checks, for every candidate:
 
 * the sample variance s² of the R estimates against the exact σ² at the truth, computed here
   independently of the estimator: (R − 1)s²/σ² ~ χ²_{R−1} (the estimates are sums over
@@ -259,6 +260,25 @@ def sketch_table(mechanism: CountMeanSketch, positions: np.ndarray, pi: np.ndarr
     return sketch_statistic(mechanism, positions, pi, n, rng)
 
 
+def decode_sketches(estimator: CountMeanSketchEstimator, mechanism: CountMeanSketch,
+                    states: list[np.ndarray], positions: np.ndarray,
+                    n: int) -> tuple[np.ndarray, np.ndarray]:
+    """f̂ of the candidates at ``positions`` and F̂₂, per state, through the estimator's own
+    steps (``cell_totals``, ``contributions``, ``sum_of_squares``) without the intervals that
+    take most of ``finalize``'s time and that the fixed-hash test does not read; the test
+    checks them against ``finalize`` on a hundred states and on a hundred where a clip
+    acts."""
+    m = mechanism.m
+    estimates, squares = [], []
+    for state in states:
+        table = state.reshape(mechanism.k, m + 1).astype(np.float64)
+        cells = estimator.cell_totals(mechanism, table)
+        totals = estimator.contributions(mechanism, cells, positions)
+        estimates.append(m / (m - 1) * (totals / n - 1 / m))
+        squares.append(estimator.sum_of_squares(mechanism, cells, table[:, 0]))
+    return np.array(estimates), np.array(squares)
+
+
 def _sketch(name: str, epsilon: float, k: int, m: int) -> tuple[Campaign, CountMeanSketch]:
     campaign = _campaign(name, epsilon, k=k, m=m)
     mechanism = campaign.mechanism
@@ -275,7 +295,13 @@ def test_sketch_estimates_have_the_exact_fixed_hash_variance_and_their_intervals
     Var[f̂_v] = (m/(m − 1))²·Var[Z]/n; intervals from that variance at the estimate cover
     E[f̂_v]. The reported standard error adds the collision term (F̂₂ − f̂_v²)/(k(m − 1)), and
     for these fixed hashes E[F̂₂] = mean_j (m·G_j − 1)/(m − 1), G_j = Σ_i g_{j,i}² the squared
-    cell shares of row j (test_sketch_coverage.py checks it over random hashes)."""
+    cell shares of row j (test_sketch_coverage.py checks it over random hashes).
+
+    The R statistics are decoded by the estimator's own steps (``decode_sketches``), and the
+    answers ``finalize`` gives (f̂, its standard error, F̂₂) for a hundred of them and for a
+    hundred where a clip acts: they must be the same numbers. (Every copy went through
+    ``finalize`` before; its intervals, which this test does not read, were nine tenths of the
+    time. The intervals' coverage is test_sketch_coverage.py's.)"""
     campaign, mechanism = _sketch(name, epsilon, k, m)
     positions = np.array([[mechanism.position(v, j) for j in range(k)] for v in VALUES])
     share = (positions[:, None, :] == positions[None, :CANDIDATES, :]).mean(axis=2)
@@ -285,25 +311,34 @@ def test_sketch_estimates_have_the_exact_fixed_hash_variance_and_their_intervals
     expected = factor * (theta - 1 / m)
     exact = factor**2 * report_variance(mechanism, theta) / n
     estimator = estimator_for(name)
+    assert isinstance(estimator, CountMeanSketchEstimator)
     query = Query(candidates=tuple(VALUES[:CANDIDATES]))
     rng = np.random.default_rng(34)
-    results = [estimator.finalize(campaign, n, sketch_table(mechanism, positions, ZIPF, n, rng),
-                                  query) for _ in range(REPS)]
-    estimates, reported = (np.array([[getattr(r, field) for r in result.rows]
-                                     for result in results])
-                           for field in ("frequency", "frequency_std_error"))
+    states = [sketch_table(mechanism, positions, ZIPF, n, rng) for _ in range(REPS)]
+    estimates, squares = decode_sketches(estimator, mechanism, states, positions[:CANDIDATES], n)
     at_estimate = np.clip(estimates / factor + 1 / m, 0.0, 1.0)
     fixed = factor * np.sqrt(report_variance(mechanism, at_estimate) / n)
     assert_exact(estimates, estimates - Z95 * fixed, estimates + Z95 * fixed, expected, exact)
-    squares = np.array([result.extra["sum_of_squared_shares"] for result in results])
     cells = np.array([np.bincount(positions[:, j], weights=ZIPF, minlength=m)
                       for j in range(k)])
     target = np.mean((m * (cells**2).sum(axis=1) - 1) / (m - 1))
     z = (squares.mean() - target) / (squares.std(ddof=1) / np.sqrt(REPS))
     # F̂₂ is clipped at 0, which a few runs at ε = 0.8 reach; that raises the mean negligibly.
     assert abs(z) < z_threshold(ALPHA, 1), (squares.mean(), target, np.mean(squares == 0))
-    added = np.maximum(squares[:, None] - np.clip(estimates, 0, 1)**2, 0) / (k * (m - 1))
-    np.testing.assert_allclose(reported**2, fixed**2 + added, rtol=1e-9)
+    # The answers themselves, through ``finalize``: the first 100 repetitions, and the first
+    # 100 where a clip acts (F̂₂ at 0 or 1, or the collision term's max(F̂₂ − f̂_v², 0)).
+    own = np.clip(estimates, 0, 1)**2
+    clipped = (squares <= 0) | (squares >= 1) | np.any(squares[:, None] < own, axis=1)
+    checked = np.union1d(np.arange(100), np.flatnonzero(clipped)[:100])
+    results = [estimator.finalize(campaign, n, states[i], query) for i in checked]
+    answered, reported = (np.array([[getattr(r, field) for r in result.rows]
+                                    for result in results])
+                          for field in ("frequency", "frequency_std_error"))
+    np.testing.assert_allclose(answered, estimates[checked], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose([result.extra["sum_of_squared_shares"] for result in results],
+                               squares[checked], rtol=1e-12, atol=1e-15)
+    added = np.maximum(squares[checked, None] - own[checked], 0) / (k * (m - 1))
+    np.testing.assert_allclose(reported**2, fixed[checked]**2 + added, rtol=1e-9)
 
 
 @pytest.mark.slow

@@ -14,11 +14,14 @@ measured on.
 
 from __future__ import annotations
 
+import functools
+
+import mmh3
 import numpy as np
 import pytest
 
 from chorus_collector.results.estimates import Z95
-from helpers.sketchsim import CANDIDATES, GEOMETRIC, draws
+from helpers.sketchsim import CANDIDATES, GEOMETRIC, draws, murmur3_32, shares_draws
 from helpers.support import z_threshold
 
 ALPHA = 1e-4
@@ -79,10 +82,19 @@ def test_default_sketch_intervals_cover_the_true_share_at_a_million(name: str) -
                                  reps=1500)
 
 
+@functools.cache
+def _shares(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """F̂₂ and F̂₃ from the same 800 draws (ε = 1, k = 16, m = 64, n = 20,000), shared by the
+    two tests below: each checks its own statistic's mean, so one simulation serves both
+    (helpers/sketchsim.py, ``shares_draws``: the estimator's own steps, checked against
+    ``finalize``; the intervals are the tests above)."""
+    return shares_draws(name, 1.0, 16, 64, 20_000, GEOMETRIC, 800, seed=7)
+
+
 @pytest.mark.parametrize("name", ["cms", "hcms"])
 def test_the_sum_of_squared_shares_is_unbiased_over_hashes(name: str) -> None:
     """E[F̂₂] = Σ_x f_x² over hash placements and users, within z·s/√R."""
-    squares = draws(name, 1.0, 16, 64, 20_000, GEOMETRIC, 800, seed=7).squares
+    squares = _shares(name)[0]
     target = float(np.sum(GEOMETRIC**2))
     z = (squares.mean() - target) / (squares.std(ddof=1) / np.sqrt(len(squares)))
     assert abs(z) < z_threshold(ALPHA), (squares.mean(), target, z)
@@ -94,7 +106,7 @@ def test_the_sum_of_cubed_shares_is_unbiased_over_hashes(name: str) -> None:
     """E[F̂₃] = Σ_x f_x³ (the collisions' skew) over hash placements and users, within z·s/√R,
     at ε = 1 and 1,250 reports a row, where the noise's own terms in Σ_i y_i³ (about
     3·c²/N_j for CMS) are larger than F₃ itself."""
-    cubes = draws(name, 1.0, 16, 64, 20_000, GEOMETRIC, 800, seed=8).cubes
+    cubes = _shares(name)[1]
     target = float(np.sum(GEOMETRIC**3))
     z = (cubes.mean() - target) / (cubes.std(ddof=1) / np.sqrt(len(cubes)))
     assert abs(z) < z_threshold(ALPHA), (cubes.mean(), target, z)
@@ -117,3 +129,15 @@ def test_the_collision_term_vanishes_where_collisions_are_negligible(name: str) 
     got = draws(name, 2.0, k, m, 10**6, GEOMETRIC, 3, seed=1)
     assert np.all(got.std_error / got.fixed_std_error > 1.2), \
         np.round(got.std_error / got.fixed_std_error, 3)
+
+
+def test_the_vectorised_hash_is_murmur3_bit_for_bit() -> None:
+    """The draws' placements (helpers/sketchsim.py) come from a numpy murmur3_x86_32: it must
+    equal ``mmh3.hash(..., signed=False)`` at every length (each tail of 0–3 bytes), on
+    arbitrary and non-ASCII bytes, and at seeds up to 2³² − 1."""
+    rng = np.random.default_rng(3)
+    data = [bytes(rng.integers(0, 256, size=size).tolist()) for size in range(25)
+            for _ in range(8)] + ["näive-☃".encode(), b""]
+    seeds = np.array([0, 1, 64, 64 * 31, 2**31, 2**32 - 1])
+    expected = [[mmh3.hash(d, int(s), signed=False) for s in seeds] for d in data]
+    assert murmur3_32(data, seeds).tolist() == expected
