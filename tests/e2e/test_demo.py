@@ -1,13 +1,20 @@
 """``chorus demo`` as a new user runs it: it ends by itself with the dashboard's address and
 the tokens to sign in with, keeping its database; ``--serve`` keeps the collector on loopback
 until Ctrl-C, then stops it cleanly and exits 0; a second run serves the kept database
-without simulating it again."""
+without simulating it again.
+
+One simulated demo of 300 users (``kept``, once per module) is what the first run's test reads
+and what the others start from, each on its own copy of the folder; a new population (200
+users) is simulated afresh under ``--serve``, so both paths, simulate-then-serve and
+serve-the-kept-database, still run.
+"""
 
 from __future__ import annotations
 
 import json
 import queue
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,6 +24,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,9 +110,36 @@ def _estimates(url: str, token: str) -> dict[str, Any]:
         return answer
 
 
+@dataclass(frozen=True)
+class Kept:
+    """A finished ``chorus demo --users 300``: its folder, what it printed up to the
+    dashboard's address, its tokens and its exit status."""
+
+    folder: Path
+    seen: list[str]
+    dashboard: re.Match[str]
+    tokens: dict[str, str]
+    returncode: int
+
+    def copy(self, folder: Path) -> Path:
+        """The kept demo's folder copied to ``folder`` (a test's own, to run demos in)."""
+        shutil.copytree(self.folder, folder, dirs_exist_ok=True)
+        return folder
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory: pytest.TempPathFactory) -> Kept:
+    folder = tmp_path_factory.mktemp("demo")
+    with running(folder, "--users", "300") as (process, lines):
+        match, seen = _until(lines, DASHBOARD)
+        tokens = _tokens(lines)
+        returncode = process.wait(WAIT)
+    return Kept(folder, seen, match, tokens, returncode)
+
+
 def test_serve_keeps_the_collector_answering_until_ctrl_c_then_exits_cleanly(
-        tmp_path: Path) -> None:
-    with running(tmp_path, "--serve", "--users", "300") as (process, lines):
+        kept: Kept, tmp_path: Path) -> None:
+    with running(kept.copy(tmp_path), "--serve", "--users", "300") as (process, lines):
         match, _ = _until(lines, DASHBOARD)
         url, port, note = match[1], int(match[2]), match[3]
         assert "until Ctrl-C" in note
@@ -123,36 +158,33 @@ def test_serve_keeps_the_collector_answering_until_ctrl_c_then_exits_cleanly(
 
 
 def test_without_serve_it_ends_by_itself_printing_the_address_and_how_to_keep_it(
-        tmp_path: Path) -> None:
-    with running(tmp_path, "--users", "300") as (process, lines):
-        match, seen = _until(lines, DASHBOARD)
-        assert "chorus demo --serve" in match[3] and "make serve-demo" in match[3]
-        assert "without simulating it again" in match[3]
-        assert any(SIMULATING.match(line) for line in seen)
-        # Progress while it simulates: the phases, with counts, as they end.
-        assert "  installs: 1,200 reports accepted" in "\n".join(seen)
-        assert "3,000 reports accepted" in "\n".join(seen)
-        assert set(_tokens(lines)) == {"analyst", "admin"}
-        assert process.wait(WAIT) == 0
-    assert (tmp_path / "demo.db").exists() and (tmp_path / "demo.json").exists()
+        kept: Kept) -> None:
+    note, seen = kept.dashboard[3], kept.seen
+    assert "chorus demo --serve" in note and "make serve-demo" in note
+    assert "without simulating it again" in note
+    assert any(SIMULATING.match(line) for line in seen)
+    # Progress while it simulates: the phases, with counts, as they end.
+    assert "  installs: 1,200 reports accepted" in "\n".join(seen)
+    assert "3,000 reports accepted" in "\n".join(seen)
+    assert set(kept.tokens) == {"analyst", "admin"}
+    assert kept.returncode == 0
+    assert (kept.folder / "demo.db").exists() and (kept.folder / "demo.json").exists()
 
 
 def test_a_second_run_and_serve_use_the_kept_database_without_simulating(
-        tmp_path: Path) -> None:
-    with running(tmp_path, "--users", "300") as (process, lines):
-        _until(lines, DASHBOARD)
-        first = _tokens(lines)
-        assert process.wait(WAIT) == 0
-    simulated = (tmp_path / "demo.db").stat().st_ino
+        kept: Kept, tmp_path: Path) -> None:
+    first = kept.tokens
+    folder = kept.copy(tmp_path)
+    simulated = (folder / "demo.db").stat().st_ino
     # `make demo` again: the same estimates' inputs, printed again, nothing simulated.
-    with running(tmp_path, "--users", "300") as (process, lines):
+    with running(folder, "--users", "300") as (process, lines):
         _, seen = _until(lines, DASHBOARD)
         assert any(REUSED.match(line) for line in seen), "\n".join(seen)
         assert not any(SIMULATING.match(line) for line in seen)
         assert _tokens(lines) == first
         assert process.wait(WAIT) == 0
     # `make serve-demo`: the kept database, served at once with the tokens printed before.
-    with running(tmp_path, "--serve", "--users", "300") as (process, lines):
+    with running(folder, "--serve", "--users", "300") as (process, lines):
         match, seen = _until(lines, DASHBOARD)
         assert not any(SIMULATING.match(line) for line in seen)
         assert _tokens(lines) == first
@@ -160,12 +192,17 @@ def test_a_second_run_and_serve_use_the_kept_database_without_simulating(
         assert answer["n"] == 300
         process.send_signal(signal.SIGINT)
         assert process.wait(WAIT) == 0
-    assert (tmp_path / "demo.db").stat().st_ino == simulated
-    # Another population is another demo: simulated afresh, with new tokens.
-    with running(tmp_path, "--users", "200") as (process, lines):
-        _, seen = _until(lines, DASHBOARD)
+    assert (folder / "demo.db").stat().st_ino == simulated
+    # Another population is another demo: simulated afresh, with new tokens, and served
+    # (a fresh simulation under --serve: simulated, then answering until Ctrl-C).
+    with running(folder, "--serve", "--users", "200") as (process, lines):
+        match, seen = _until(lines, DASHBOARD)
         assert any(SIMULATING.match(line) for line in seen)
-        assert _tokens(lines) != first
+        tokens = _tokens(lines)
+        assert tokens != first
+        assert _estimates(match[1], tokens["analyst"])["n"] == 200
+        assert process.poll() is None, "it keeps serving"
+        process.send_signal(signal.SIGINT)
         assert process.wait(WAIT) == 0
 
 
