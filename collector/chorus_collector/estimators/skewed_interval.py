@@ -18,7 +18,10 @@ grid of the gamma.
 from __future__ import annotations
 
 import numpy as np
-from scipy import special, stats
+
+# scipy.special, not scipy.stats (the same functions: gamma's ppf is gammaincinv, the normal's
+# cdf ndtr): stats takes a second to import, and every server and command imports this.
+from scipy import special
 
 __all__ = ["SKEW_THRESHOLD", "normal_plus_gamma_interval"]
 
@@ -57,8 +60,8 @@ def normal_plus_gamma_interval(estimate: np.ndarray, sigma: np.ndarray, tau: np.
     shape = 4 / g**2                                   # a gamma's skewness is 2/√shape
     scale = t * g / 2
     grid = (np.arange(GAMMA_GRID) + 0.5) / GAMMA_GRID
-    jumps = (stats.gamma.ppf(grid[None, :], shape[:, None]) - shape[:, None]) * scale[:, None]
-    tail = float(stats.norm.cdf(z))
+    jumps = (special.gammaincinv(shape[:, None], grid[None, :]) - shape[:, None]) * scale[:, None]
+    tail = float(special.ndtr(z))
     upper = _quantile(jumps, s, tail)[where.ravel()] * total[skewed]
     lower = _quantile(jumps, s, 1 - tail)[where.ravel()] * total[skewed]
     low[skewed] = estimate[skewed] - upper

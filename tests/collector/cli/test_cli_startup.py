@@ -70,3 +70,15 @@ def test_an_export_imports_neither_the_estimators_nor_the_web_stack(tmp_path: Pa
     modules = json.loads(loaded.read_text())
     assert "pyarrow" in modules and "chorus_collector.jobs.export" in modules
     assert [m for m in modules if m.startswith(NOT_FOR_EXPORT)] == []
+
+
+def test_the_server_app_imports_scipy_special_but_not_scipy_stats() -> None:
+    """Every server and query command imports the app: scipy.stats cost a second of its
+    2.6 s start-up and nothing needs it (the estimators use scipy.special's functions)."""
+    code = "import sys, chorus_collector.app; print(sorted(sys.modules))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    modules = run.stdout
+    assert "'scipy.special'" in modules and "'chorus_collector.estimators'" in modules
+    assert "'scipy.stats'" not in modules
