@@ -40,8 +40,8 @@ __all__ = ["create_app", "start_background_work", "stop_background_work"]
 
 class _LazyRule(Rule):
     """A URL rule that compiles its URL builders (``url_for``'s code) when first asked to
-    build: werkzeug compiles two per rule, from an AST, as the rule is added, which was two
-    thirds of building the app (50-odd rules), and most rules never build a URL."""
+    build: werkzeug compiles two per rule, from an AST, as the rule is added, which was half
+    the CPU of building the app (50-odd rules), and most rules never build a URL."""
 
     def _compile_builder(self, append_unknown: bool = True) -> Callable[..., tuple[str, str]]:
         compiled: Callable[..., tuple[str, str]] | None = None
