@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
-import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
@@ -9,14 +8,14 @@ import {
   type ClientOptions, type Json, type SpendCounter, type Store,
 } from "../src/index.js";
 import { FileSpendCounter, FileStore } from "../src/node.js";
-import { Clock, DAY, krrConfig, noSleep, NOW, quiet, ScriptedTransport } from "./support.js";
+import { Clock, DAY, krrConfig, noSleep, NOW, quiet, scratchDir, ScriptedTransport } from "./support.js";
 
 type Obj = { [key: string]: Json };
 const f = (x: number) => new JsonFloat(x);
 const daily = krrConfig("daily", { privacy: { unit: "day", budget: f(1), max_reports: 1 } });
 const many = krrConfig("many", { privacy: { unit: "lifetime", budget: f(100), max_reports: 100 } });
 const once = krrConfig("once", { privacy: { unit: "lifetime", budget: f(1), max_reports: 1 } });
-const tmp = (name: string) => join(mkdtempSync(join(tmpdir(), "chorus-policy-")), name);
+const tmp = (name: string) => join(scratchDir("chorus-policy-"), name);
 
 function make(options: Partial<Omit<ClientOptions, "clock">> & { clock?: Clock } = {}): Promise<Client> {
   const { clock, ...rest } = options;
@@ -127,7 +126,7 @@ test("the spend counter is charged before the report is stored, and only for rep
 });
 
 test("restoring an old copy of the state does not renew the budget when the app keeps a spend counter", async () => {
-  const dir = mkdtempSync(join(tmpdir(), "chorus-restore-"));
+  const dir = scratchDir("chorus-restore-");
   const path = join(dir, "state.json");
   const counterPath = join(dir, "no-backup", "spent");
   const run = async (counter: SpendCounter | undefined, values: number) => {

@@ -1,12 +1,10 @@
 import assert from "node:assert/strict";
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
 import { Client, JsonFloat, MemoryStore, platformTimers, type ClientOptions, type Json, type Timers } from "../src/index.js";
 import { FileStore } from "../src/node.js";
-import { answer, Clock, krrConfig, noSleep, NOW, quiet, ScriptedTransport } from "./support.js";
+import { answer, Clock, krrConfig, noSleep, NOW, quiet, scratchDir, ScriptedTransport } from "./support.js";
 
 type Obj = { [key: string]: Json };
 const many = { unit: "lifetime", budget: new JsonFloat(100), max_reports: 100 } as Obj;
@@ -139,7 +137,7 @@ test("a closed client schedules nothing, and autoSend: false never sets a timer"
   const clock = new Clock(NOW);
   const timers = new FakeTimers(clock);
   const transport = new ScriptedTransport();
-  const path = join(mkdtempSync(join(tmpdir(), "chorus-auto-")), "state.json");
+  const path = join(scratchDir("chorus-auto-"), "state.json");
   const client = await make(transport, clock, timers, { store: await FileStore.open(path) });
   await client.report("theme", "dark"); // due in an hour or two
   assert.equal(timers.pending.size, 1);

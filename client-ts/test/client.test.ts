@@ -1,12 +1,11 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
 import { Client, drawPeriods, JsonFloat, MemoryStore, PlanError, resolvePlan, seededRandomForTests, type ClientOptions, type Json, type Outcome } from "../src/index.js";
 import { FileStore } from "../src/node.js";
-import { Clock, DAY, krrConfig, noSleep, NOW, quiet, ScriptedTransport } from "./support.js";
+import { Clock, DAY, krrConfig, noSleep, NOW, quiet, scratchDir, ScriptedTransport } from "./support.js";
 
 type Obj = { [key: string]: Json };
 const f = (x: number) => new JsonFloat(x);
@@ -163,7 +162,7 @@ test("a period is charged once, and one before the latest asked never reopens wh
 });
 
 test("the draw is stored before any report and kept across restarts", async () => {
-  const path = join(mkdtempSync(join(tmpdir(), "chorus-plan-")), "state.json");
+  const path = join(scratchDir("chorus-plan-"), "state.json");
   const first = await make({ store: await FileStore.open(path), campaigns: { daily: daily(365) } });
   const plan = await first.plan();
   await first.close();

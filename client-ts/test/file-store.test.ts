@@ -4,8 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
@@ -13,8 +12,10 @@ import { checkState, emptyState, StoreError, type OutboxEntry, type StateData } 
 import { DEFAULT_JOURNAL_FLOOR, FILE_FORMAT, FILE_VERSION, FileStore, MIGRATIONS, StoreVersionError } from "../src/node.js";
 import { apply, diff } from "../src/state-diff.js";
 
+import { scratchDir } from "./support.js";
+
 const CHILD = new URL("../tools/store-child.js", import.meta.url).pathname;
-const fresh = () => join(mkdtempSync(join(tmpdir(), "chorus-journal-")), "state", "chorus.json");
+const fresh = () => join(scratchDir("chorus-journal-"), "state", "chorus.json");
 const child = (path: string, mode: string) => spawnSync(process.execPath, [CHILD, path, mode], { encoding: "utf8", timeout: 30_000 });
 const lines = (path: string) => readFileSync(`${path}.journal`, "utf8").split("\n").filter((l) => l !== "");
 const report = (seq: number, wire = "x".repeat(40)): OutboxEntry => ({ seq, campaign: "c", wire, bucket: 0, due: 0, epsilon: 0.5 });

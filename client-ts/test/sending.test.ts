@@ -1,13 +1,11 @@
 import assert from "node:assert/strict";
 import { createServer, type IncomingHttpHeaders } from "node:http";
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
 import { Client, configDigest, configOf, fetchTransport, JsonFloat, MemoryStore, seededRandomForTests, sentLogText, type ClientOptions, type Json } from "../src/index.js";
 import { FileStore } from "../src/node.js";
-import { answer, Clock, krrConfig, noSleep, NOW, quiet, ScriptedTransport } from "./support.js";
+import { answer, Clock, krrConfig, noSleep, NOW, quiet, scratchDir, ScriptedTransport } from "./support.js";
 
 type Obj = { [key: string]: Json };
 const many = { unit: "lifetime", budget: new JsonFloat(100), max_reports: 100 } as Obj;
@@ -66,7 +64,7 @@ test("retries resend the stored bytes unchanged: 503, a network error, 429 with 
 });
 
 test("after a crash the outbox is sent again byte for byte", async () => {
-  const path = join(mkdtempSync(join(tmpdir(), "chorus-send-")), "state.json");
+  const path = join(scratchDir("chorus-send-"), "state.json");
   const down = new ScriptedTransport(Array(10).fill("network-error"));
   const first = await make(down, { store: await FileStore.open(path) });
   await first.report("theme", "dark");
@@ -133,7 +131,7 @@ test("one campaign per request", async () => {
 });
 
 test("a charge that could not be made durable queues and sends nothing", async () => {
-  const path = join(mkdtempSync(join(tmpdir(), "chorus-fault-")), "state.json");
+  const path = join(scratchDir("chorus-fault-"), "state.json");
   let fail = false;
   const disk = () => {
     if (fail) throw new Error("disk full");

@@ -1,15 +1,16 @@
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
 import { MemoryStore, StoreError, unchanged } from "../src/index.js";
 import { FileStore, StoreLockedError } from "../src/node.js";
 
+import { scratchDir } from "./support.js";
+
 const CHILD = new URL("../tools/store-child.js", import.meta.url).pathname;
-const fresh = () => join(mkdtempSync(join(tmpdir(), "chorus-store-")), "state", "chorus.json");
+const fresh = () => join(scratchDir("chorus-store-"), "state", "chorus.json");
 const child = (path: string, mode: string) => spawnSync(process.execPath, [CHILD, path, mode], { encoding: "utf8", timeout: 30_000 });
 
 test("a transaction writes all of its changes or, when it throws or changes nothing, none", async () => {

@@ -1,4 +1,8 @@
 /** Helpers shared by the runtime tests: configs, a scripted transport, a movable clock. */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
 import { JsonFloat, type HttpResponse, type Json, type RequestOptions, type Transport } from "../src/index.js";
 
 export const NOW = 1_767_225_600; // 2026-01-01T00:00:00Z
@@ -72,3 +76,11 @@ export class ScriptedTransport implements Transport {
 
 export const noSleep = async (): Promise<void> => {};
 export const quiet = (): void => {};
+
+/** A new directory under the system's temporary one, removed when the test file's process exits
+ * (each test file runs in a process of its own): the tests leave nothing behind in /tmp. */
+export function scratchDir(prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
