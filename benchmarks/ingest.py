@@ -125,12 +125,22 @@ def write_lock_probe(database: str, quick: bool) -> dict[str, Any]:
             pool.submit(upload).result(timeout=300)
             # The victim goes on until the server's folders have folded the batch (the
             # O(n · d) part of OLH, now outside any request), bounded in time.
+            # The batch's own reports, that is: the victim's keep arriving, so a moment with
+            # none unfolded at all may never come on a loaded machine.
             uploaded = time.perf_counter()
+            conn = storage.connect()
+            last_seq = conn.execute("SELECT max(seq) FROM reports").fetchone()[0]
+
+            def batch_left() -> int:
+                watermark = storage.fold_status().watermark
+                return int(conn.execute("SELECT count(*) FROM reports WHERE seq > ? AND seq <= ?",
+                                        (watermark, last_seq)).fetchone()[0])
+
             deadline = time.monotonic() + 100
-            while storage.fold_status().unfolded and time.monotonic() < deadline:
+            while batch_left() and time.monotonic() < deadline:
                 time.sleep(0.1)
             result["folded_after_s"] = time.perf_counter() - uploaded
-            result["unfolded_left"] = storage.fold_status().unfolded
+            result["unfolded_left"] = batch_left()
             time.sleep(0.5)
             stop.set()
             during, errors = probe.result(timeout=120)

@@ -12,6 +12,7 @@ serve-the-kept-database, still run.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import re
 import shutil
@@ -48,8 +49,11 @@ def running(folder: Path, *args: str
             ) -> Iterator[tuple[subprocess.Popen[str], queue.Queue[str]]]:
     """``chorus demo --dir FOLDER ARGS`` with its output lines arriving in a queue; killed if
     still running at the end."""
+    # PYTHONFAULTHANDLER: a demo that does not exit is sent SIGABRT and prints where each of
+    # its threads stands (``_exit_status``), so that a hang says why.
     process = subprocess.Popen([str(CHORUS), "demo", "--dir", str(folder), *args],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PYTHONFAULTHANDLER": "1"})
     lines: queue.Queue[str] = queue.Queue()
 
     def read() -> None:
@@ -68,6 +72,24 @@ def running(folder: Path, *args: str
         reader.join(10)
         assert process.stdout is not None
         process.stdout.close()
+
+
+def _exit_status(process: subprocess.Popen[str], lines: queue.Queue[str]) -> int:
+    """The demo's exit status, once it exits; if it does not within WAIT, its threads'
+    stacks and everything it printed since the last line read, as the failure."""
+    try:
+        return process.wait(WAIT)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        process.wait(10)
+        printed = []
+        while True:
+            try:
+                printed.append(lines.get(timeout=2))
+            except queue.Empty:
+                break
+        raise AssertionError(f"the demo did not exit within {WAIT} s; it printed:\n"
+                             + "\n".join(printed)) from None
 
 
 def _until(lines: queue.Queue[str], pattern: re.Pattern[str]) -> tuple[re.Match[str], list[str]]:
@@ -133,7 +155,7 @@ def kept(tmp_path_factory: pytest.TempPathFactory) -> Kept:
     with running(folder, "--users", "300") as (process, lines):
         match, seen = _until(lines, DASHBOARD)
         tokens = _tokens(lines)
-        returncode = process.wait(WAIT)
+        returncode = _exit_status(process, lines)
     return Kept(folder, seen, match, tokens, returncode)
 
 
@@ -150,7 +172,7 @@ def test_serve_keeps_the_collector_answering_until_ctrl_c_then_exits_cleanly(
         assert _estimates(url, tokens["analyst"])["n"] == 300
         assert process.poll() is None, "it keeps serving"
         process.send_signal(signal.SIGINT)
-        assert process.wait(WAIT) == 0
+        assert _exit_status(process, lines) == 0
         _until(lines, re.compile(r"^stopping the collector$"))
     # The server went with it: nothing listens on its port any more.
     with pytest.raises(ConnectionRefusedError):
@@ -182,7 +204,7 @@ def test_a_second_run_and_serve_use_the_kept_database_without_simulating(
         assert any(REUSED.match(line) for line in seen), "\n".join(seen)
         assert not any(SIMULATING.match(line) for line in seen)
         assert _tokens(lines) == first
-        assert process.wait(WAIT) == 0
+        assert _exit_status(process, lines) == 0
     # `make serve-demo`: the kept database, served at once with the tokens printed before.
     with running(folder, "--serve", "--users", "300") as (process, lines):
         match, seen = _until(lines, DASHBOARD)
@@ -191,7 +213,7 @@ def test_a_second_run_and_serve_use_the_kept_database_without_simulating(
         answer = _estimates(match[1], first["analyst"])
         assert answer["n"] == 300
         process.send_signal(signal.SIGINT)
-        assert process.wait(WAIT) == 0
+        assert _exit_status(process, lines) == 0
     assert (folder / "demo.db").stat().st_ino == simulated
     # Another population is another demo: simulated afresh, with new tokens, and served
     # (a fresh simulation under --serve: simulated, then answering until Ctrl-C).
@@ -203,7 +225,7 @@ def test_a_second_run_and_serve_use_the_kept_database_without_simulating(
         assert _estimates(match[1], tokens["analyst"])["n"] == 200
         assert process.poll() is None, "it keeps serving"
         process.send_signal(signal.SIGINT)
-        assert process.wait(WAIT) == 0
+        assert _exit_status(process, lines) == 0
 
 
 def test_a_port_in_use_is_a_one_line_error(tmp_path: Path) -> None:
