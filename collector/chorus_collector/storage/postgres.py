@@ -616,27 +616,29 @@ class PostgresStorage(SQLStorage["_Connection"]):
     def _seq_page(self, conn: _Connection, after: int, through: int | None, limit: int,
                   campaign_id: int | None = None) -> tuple[int, int] | None:
         # ORDER BY seq LIMIT would read and sort everything past ``after`` for every page
-        # (the BRIN finds the rows, not their order). Read seq windows instead: one as wide
-        # as a page cannot hold more reports than a page (seqs are distinct); an empty one
-        # (a gap, or another campaign's run) is followed by one twice as wide, and one that
-        # holds more than a page after widening gives its first ``limit`` by sorting itself.
+        # (the BRIN finds the rows, not their order). The same page is read in seq windows
+        # instead: one as wide as a page cannot hold more reports than a page (seqs are
+        # distinct); after one that did not fill it (a gap in the seqs, another campaign's
+        # run), one twice as wide; one that holds more than the page still needs gives its
+        # first ones by sorting itself.
         if through is None:  # any committed seq: none is past the last the sequence gave
             through = int(conn.execute(LAST_SEQ).fetchone()[0])
         where = "seq > ? AND seq <= ?" + ("" if campaign_id is None else " AND +campaign_id = ?")
         more = () if campaign_id is None else (campaign_id,)
-        start, width = after, limit
-        while start < through:
+        start, width, last, taken = after, limit, after, 0
+        while start < through and taken < limit:
             end = min(start + width, through)
-            last, count = conn.execute(f"SELECT max(seq), count(*) FROM reports WHERE {where}",
+            high, count = conn.execute(f"SELECT max(seq), count(*) FROM reports WHERE {where}",
                                        (start, end, *more)).fetchone()
-            if count > limit:
-                last, count = conn.execute(
+            if count > limit - taken:
+                high, count = conn.execute(
                     f"SELECT max(seq), count(*) FROM (SELECT seq FROM reports WHERE {where} "
-                    "ORDER BY seq LIMIT ?) AS page", (start, end, *more, limit)).fetchone()
+                    "ORDER BY seq LIMIT ?) AS page", (start, end, *more, limit - taken)
+                ).fetchone()
             if count:
-                return int(last), int(count)
+                last, taken = int(high), taken + int(count)
             start, width = end, width * 2
-        return None
+        return (last, taken) if taken else None
 
     def report_range(self, after_seq: int, through_seq: int, campaign_id: int | None = None,
                      limit: int | None = None) -> list[tuple[int, int, int, str]]:
