@@ -11,7 +11,7 @@ watermark keeps folds exact whichever replica runs them. The SQL it shares with 
   time was stored twice), and checking the other days costs an index probe per partition
   and report (15 times the insert's own lookup, measured). The key is checked by the index
   itself, under any concurrency, as on SQLite.
-* Compact (p009; about 105 bytes per report, 143 before, of which the row is 68): the key is
+* Compact (p009; 99–116 bytes per report, 142–146 before, of which the row is 68): the key is
   a hash exclusion constraint on ``int4send(campaign_id) || report_id`` (an entry holds the
   key's hash code, and a match is checked on the row: a second copy is an
   ``ExclusionViolation``), and the append order a BRIN on ``seq``, which finds a seq range's
@@ -220,7 +220,7 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
             view_id BIGINT REFERENCES saved_views(id))""",
         "CREATE INDEX board_panels_by_board ON board_panels (board_id)",
     ]),
-    # Fewer bytes per report (143 to about 105, benchmarks/storage_engines.py): the ID's
+    # Fewer bytes per report (142–146 to 99–116, held 188 to 138 under a steady load): the ID's
     # uniqueness is a hash exclusion constraint, whose entries hold a 4-byte hash code (20
     # bytes with the line pointer, against the btree's 36 of key), rechecked against the
     # row, and the append order a BRIN (a few bytes per 32 heap blocks, against 22 per row):
