@@ -475,18 +475,32 @@ class SQLStorage(Storage, Generic[ConnT]):
         self._begin_read(conn)
         try:
             watermark = conn.execute("SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
-            sql = "SELECT seq FROM reports WHERE seq > ?"
-            args: list[Any] = [watermark]
-            if horizon is not None:
-                sql += " AND seq <= ?"
-                args.append(horizon)
-            through, count = conn.execute(
-                f"SELECT max(seq), count(*) FROM ({sql} ORDER BY seq LIMIT ?) AS chunk",
-                (*args, limit)).fetchone()
+            through, count = self._seq_page(conn, watermark, horizon, limit) or (watermark, 0)
             groups = [] if not count else self._payload_groups(conn, watermark, through)
         finally:
             conn.execute("COMMIT")
-        return FoldChunk(int(watermark), int(through or watermark), int(count), groups)
+        return FoldChunk(int(watermark), int(through), int(count), groups)
+
+    def _seq_page(self, conn: ConnT, after: int, through: int | None, limit: int,
+                  campaign_id: int | None = None) -> tuple[int, int] | None:
+        """(last seq, count) of the next page: the first ``limit`` reports (of one campaign
+        if given) with after < seq <= through (None: any), in append order; None if there are
+        none. Here by the seq index's order; an engine whose seq index gives no order pages
+        otherwise."""
+        sql = "SELECT seq FROM reports WHERE "
+        args: list[Any] = []
+        if campaign_id is not None:
+            sql += "+campaign_id = ? AND "
+            args.append(campaign_id)
+        sql += "seq > ?"
+        args.append(after)
+        if through is not None:
+            sql += " AND seq <= ?"
+            args.append(through)
+        last, count = conn.execute(
+            f"SELECT max(seq), count(*) FROM ({sql} ORDER BY seq LIMIT ?) AS page",
+            (*args, limit)).fetchone()
+        return None if not count else (int(last), int(count))
 
     def _payload_groups(self, conn: ConnT, after_seq: int, through_seq: int,
                         campaign_id: int | None = None) -> list[PayloadGroup]:
@@ -611,20 +625,11 @@ class SQLStorage(Storage, Generic[ConnT]):
         """Pages of at most ``tail_page`` of the campaign's reports with after < seq <=
         through, on ``conn`` (in its snapshot): each page's range is found first, then read
         grouped and joined by the database, as a fold step reads (``_payload_groups``)."""
-        while True:
-            sql = "SELECT seq FROM reports WHERE +campaign_id = ? AND seq > ?"
-            args: list[Any] = [campaign_id, after]
-            if through is not None:
-                sql += " AND seq <= ?"
-                args.append(through)
-            last, count = conn.execute(
-                f"SELECT max(seq), count(*) FROM ({sql} ORDER BY seq LIMIT ?) AS page",
-                (*args, self.tail_page)).fetchone()
-            if not count:
-                return
-            yield TailPage(after, int(last),
-                           self._payload_groups(conn, after, int(last), campaign_id))
-            after = int(last)
+        while (page := self._seq_page(conn, after, through, self.tail_page,
+                                      campaign_id)) is not None:
+            last = page[0]
+            yield TailPage(after, last, self._payload_groups(conn, after, last, campaign_id))
+            after = last
 
     def _settled_horizon(self) -> int:
         """A seq at or below which every append has committed, found without making ingest
