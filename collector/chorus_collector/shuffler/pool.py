@@ -32,10 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import sqlite_utils
-from sqlite_utils.migrations import Migrations
-
 from chorus_collector.storage import SchemaError, SQLiteStorage
+from chorus_collector.storage.sqlite_library import Migrations, sqlite_utils
 
 __all__ = ["PoolCounts", "PooledReport", "ShufflerPool", "batch_body", "pool_migrations"]
 

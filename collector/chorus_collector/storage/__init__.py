@@ -11,6 +11,7 @@ The package, one module per job (after Django's database backends):
 * ``alert_tables``: the alert rules' SQL (both engines alike), which ``sql`` hands over to;
 * ``sqlite``, ``postgres``: one engine each, with its schema and migrations. Neither
   imports the other.
+* ``sqlite_library``: sqlite-utils, imported without pandas (start-up time).
 """
 
 from __future__ import annotations

@@ -34,11 +34,9 @@ from collections import Counter
 from collections.abc import Generator, Iterator, Sequence
 from itertools import chain
 
-import sqlite_utils
-from sqlite_utils.migrations import Migrations
-
 from chorus_collector.storage.interface import Connection
 from chorus_collector.storage.sql import SQLStorage
+from chorus_collector.storage.sqlite_library import Migrations, sqlite_utils
 from chorus_collector.storage.values import SchemaError, StoredReport, report_rows
 from chorus_shared.campaign import campaign_from_spec, canonical_json
 

@@ -82,3 +82,17 @@ def test_the_server_app_imports_scipy_special_but_not_scipy_stats() -> None:
     modules = run.stdout
     assert "'scipy.special'" in modules and "'chorus_collector.estimators'" in modules
     assert "'scipy.stats'" not in modules
+
+
+def test_storage_imports_sqlite_utils_without_pandas_and_pandas_still_imports_after() -> None:
+    """sqlite-utils imports pandas when it can (0.5 s of every server worker's start-up) for
+    nothing Chorus writes: storage imports it without, and pandas, for the DataFrame helpers
+    of ``chorus_collector.frames``, still imports afterwards in the same process."""
+    code = ("import sys, chorus_collector.app\n"
+            "print('pandas' in sys.modules, 'sqlite_utils' in sys.modules)\n"
+            "import chorus_collector.frames, pandas\n"
+            "print(pandas.DataFrame({'a': [1]}).shape)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["False True", "(1, 1)"]
