@@ -78,6 +78,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from chorus_collector.cli.progress import progress_bar
 from chorus_collector.design.simulate import simulate
@@ -658,6 +659,15 @@ def _span(values: list[float]) -> list[float] | None:
     return [min(values), max(values)] if values else None
 
 
+def one_blas_thread() -> None:
+    """BLAS on one thread, in this process and each worker: the products here are a few
+    hundred rows (the independence tests' simulations), which gain nothing from BLAS
+    threads, and beside the other worker a threaded BLAS oversubscribes the cores (Square
+    Wave's EM in benchmarks/distributions.py took 5× the CPU on two threads, for the same
+    numbers; the collector's own fits run on one, ``estimators/distribution.py``)."""
+    threadpool_limits(limits=1, user_api="blas")
+
+
 # -- running ----------------------------------------------------------------------------------
 
 Task = tuple[str, int, float, int, tuple[str, ...]]
@@ -677,7 +687,7 @@ def run_all(tasks: list[Task], workers: int
                 results.append(_call(task))
                 bar.update()
             return results
-        with ProcessPoolExecutor(workers) as pool:
+        with ProcessPoolExecutor(workers, initializer=one_blas_thread) as pool:
             results = []
             for result in pool.map(_call, tasks, chunksize=2):
                 results.append(result)
@@ -788,6 +798,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                         help="processes (default 2: the runs are independent)")
     args = parser.parse_args(argv)
+    one_blas_thread()
     started = time.perf_counter()
     sizes = [SIZES[0]] if args.quick else list(SIZES)
     runs = {n: QUICK_RUNS if args.quick else RUNS[n] for n in sizes}
