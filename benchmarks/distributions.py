@@ -574,6 +574,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--methods", nargs="+", default=None,
                         help=f"rows to run (default all: {', '.join(all_rows())})")
     parser.add_argument("--coverage-runs", type=int, default=None)
+    parser.add_argument("--reference-reports", type=int, default=100_000,
+                        help="with --quick: n of the one reference-code setting (default 10⁵, "
+                             "the smallest the reference run has figures for; the test "
+                             "suite's smoke run takes 10⁴, where the EM fit at D = 1024 "
+                             "costs a seventh as much and the row has no reference figures)")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                         help="processes (default 2: the runs are independent)")
     args = parser.parse_args(argv)
@@ -597,7 +602,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     interval_methods = {row: spec for row, spec in (("HH", ("hh", hh_methods()["HH"])),)
                         if row in rows}
     if args.quick:
-        reference_settings = [("SW+EMS", 100_000, 1.0, 1)]
+        reference_settings = [("SW+EMS", args.reference_reports, 1.0, 1)]
     else:
         # EM at D = 1024 runs thousands of iterations (~20 s a fit): one seed.
         reference_settings = [(row, n, e, 3 if n == 100_000 and row == "SW+EMS" else 1)
