@@ -300,9 +300,13 @@ def chorus_run(shape: Shape, n: int, epsilon: float, records: np.ndarray, run: i
         estimate = estimator.finalize(campaign, n, state, Query())
         server_s = time.perf_counter() - started
         assert isinstance(estimate, RecordEstimate)
-        # The post-processings change the marginals only: one pair keeps marginals' finalize
-        # cheap.
-        pairs = (tuple(estimate.attributes[:2]),) if name == "marginals" else ()
+        # The post-processings change the marginals only: one pair (a query names at least
+        # one), the one of fewest cells, keeps marginals' finalize cheap: each pair it answers
+        # gets a simulated independence test (d3's first pair has 50 cells, its smallest 15:
+        # a d3 run took 0.27 s of CPU instead of 0.47, the same numbers).
+        pairs = (tuple(estimate.attributes[a] for a in min(
+            mechanism.sets, key=lambda s: math.prod(shape.sizes[a] for a in s))),) \
+            if isinstance(mechanism, Marginals) else ()
         adjusted = {}
         for key, method in POSTPROCESSINGS.items():
             answer = estimator.finalize(campaign, n, state,
