@@ -72,6 +72,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 from haar_sim import haar_leaves  # benchmarks/, beside this script
+from threadpoolctl import threadpool_limits
 
 from chorus_collector.cli.progress import progress_bar
 from chorus_collector.design.simulate import simulate
@@ -345,6 +346,15 @@ def all_rows() -> list[str]:
             *(f"dBitFlip b={b}" for b in DBITFLIP_B)]
 
 
+def one_blas_thread() -> None:
+    """BLAS on one thread, in this process and each worker: the products here are a few
+    hundred rows (Square Wave's EM at D = 1024 the largest), which gain nothing from BLAS
+    threads, and beside the other worker a threaded BLAS oversubscribes the cores: the
+    reference EM fit at n = 10⁵ took 5× the CPU on two threads, for the same numbers (as the
+    collector's own fits, ``estimators/distribution.py``)."""
+    threadpool_limits(limits=1, user_api="blas")
+
+
 def _parallel(function: Callable[..., T], tasks: list[tuple[Any, ...]], workers: int,
               description: str) -> list[T]:
     """``function(*task)`` for every task, in ``workers`` processes (in this one if 1), the
@@ -357,7 +367,7 @@ def _parallel(function: Callable[..., T], tasks: list[tuple[Any, ...]], workers:
                 bar.update()
         else:
             order = sorted(range(len(tasks)), key=lambda i: -_size(tasks[i]))
-            with ProcessPoolExecutor(workers) as pool:
+            with ProcessPoolExecutor(workers, initializer=one_blas_thread) as pool:
                 futures = {pool.submit(function, *tasks[i]): i for i in order}
                 for future in as_completed(futures):
                     results[futures[future]] = future.result()
@@ -564,9 +574,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--methods", nargs="+", default=None,
                         help=f"rows to run (default all: {', '.join(all_rows())})")
     parser.add_argument("--coverage-runs", type=int, default=None)
+    parser.add_argument("--reference-reports", type=int, default=100_000,
+                        help="with --quick: n of the one reference-code setting (default 10⁵, "
+                             "the smallest the reference run has figures for; the test "
+                             "suite's smoke run takes 10⁴, where the EM fit at D = 1024 "
+                             "costs a seventh as much and the row has no reference figures)")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                         help="processes (default 2: the runs are independent)")
     args = parser.parse_args(argv)
+    one_blas_thread()
     rows = set(args.methods or all_rows())
     unknown = rows - set(all_rows())
     if unknown:
@@ -586,7 +602,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     interval_methods = {row: spec for row, spec in (("HH", ("hh", hh_methods()["HH"])),)
                         if row in rows}
     if args.quick:
-        reference_settings = [("SW+EMS", 100_000, 1.0, 1)]
+        reference_settings = [("SW+EMS", args.reference_reports, 1.0, 1)]
     else:
         # EM at D = 1024 runs thousands of iterations (~20 s a fit): one seed.
         reference_settings = [(row, n, e, 3 if n == 100_000 and row == "SW+EMS" else 1)

@@ -78,6 +78,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from chorus_collector.cli.progress import progress_bar
 from chorus_collector.design.simulate import simulate
@@ -299,9 +300,13 @@ def chorus_run(shape: Shape, n: int, epsilon: float, records: np.ndarray, run: i
         estimate = estimator.finalize(campaign, n, state, Query())
         server_s = time.perf_counter() - started
         assert isinstance(estimate, RecordEstimate)
-        # The post-processings change the marginals only: one pair keeps marginals' finalize
-        # cheap.
-        pairs = (tuple(estimate.attributes[:2]),) if name == "marginals" else ()
+        # The post-processings change the marginals only: one pair (a query names at least
+        # one), the one of fewest cells, keeps marginals' finalize cheap: each pair it answers
+        # gets a simulated independence test (d3's first pair has 50 cells, its smallest 15:
+        # a d3 run took 0.27 s of CPU instead of 0.47, the same numbers).
+        pairs = (tuple(estimate.attributes[a] for a in min(
+            mechanism.sets, key=lambda s: math.prod(shape.sizes[a] for a in s))),) \
+            if isinstance(mechanism, Marginals) else ()
         adjusted = {}
         for key, method in POSTPROCESSINGS.items():
             answer = estimator.finalize(campaign, n, state,
@@ -658,6 +663,15 @@ def _span(values: list[float]) -> list[float] | None:
     return [min(values), max(values)] if values else None
 
 
+def one_blas_thread() -> None:
+    """BLAS on one thread, in this process and each worker: the products here are a few
+    hundred rows (the independence tests' simulations), which gain nothing from BLAS
+    threads, and beside the other worker a threaded BLAS oversubscribes the cores (Square
+    Wave's EM in benchmarks/distributions.py took 5× the CPU on two threads, for the same
+    numbers; the collector's own fits run on one, ``estimators/distribution.py``)."""
+    threadpool_limits(limits=1, user_api="blas")
+
+
 # -- running ----------------------------------------------------------------------------------
 
 Task = tuple[str, int, float, int, tuple[str, ...]]
@@ -677,7 +691,7 @@ def run_all(tasks: list[Task], workers: int
                 results.append(_call(task))
                 bar.update()
             return results
-        with ProcessPoolExecutor(workers) as pool:
+        with ProcessPoolExecutor(workers, initializer=one_blas_thread) as pool:
             results = []
             for result in pool.map(_call, tasks, chunksize=2):
                 results.append(result)
@@ -788,6 +802,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                         help="processes (default 2: the runs are independent)")
     args = parser.parse_args(argv)
+    one_blas_thread()
     started = time.perf_counter()
     sizes = [SIZES[0]] if args.quick else list(SIZES)
     runs = {n: QUICK_RUNS if args.quick else RUNS[n] for n in sizes}

@@ -169,12 +169,13 @@ def test_sketch_interval_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_distribution_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
-    """benchmarks/distributions.py --quick: every method on every shape at n = 10⁴, ε = 1, and
-    the coverage loop (4 runs)."""
+    """benchmarks/distributions.py --quick: every method on every shape at n = 10⁴, ε = 1, the
+    reference-code comparison at n = 10⁴ (its EM fit at D = 1024 takes 7× the CPU at n = 10⁵,
+    --quick's own size), and the coverage loop (4 runs)."""
     out = tmp_path / "distributions.json"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "distributions.py"),
-                          "--quick", "--out", str(out)], capture_output=True, text=True,
-                         timeout=HANG)
+                          "--quick", "--reference-reports", "10000", "--out", str(out)],
+                         capture_output=True, text=True, timeout=HANG)
     assert run.returncode == 0, run.stderr
     results = json.loads(out.read_text())
     rows = results["accuracy"]
@@ -188,6 +189,10 @@ def test_distribution_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
     # SW+EMS states no intervals (issue 34 item 3): only HH's coverage is measured.
     assert coverage["runs"] == 4 and set(coverage["methods"]) == {"HH"}
     assert "Quantile-interval coverage" in run.stdout
+    (reference,) = results["reference_code"]  # run, scored, and printed without figures
+    assert (reference["n"], reference["reference_w1"]) == (10_000, None)
+    assert 0 <= reference["w1"] <= reference["ks"] <= 1
+    assert "against the authors' reference code" in run.stdout
 
 
 @pytest.mark.slow

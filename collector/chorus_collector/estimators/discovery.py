@@ -95,6 +95,11 @@ def _mix64(z: np.ndarray) -> np.ndarray:
 def _words(prefixes: Sequence[int], s: int, m: int) -> np.ndarray:
     """Left-aligned big-endian 64-bit words of s-bit prefixes (one row per prefix)."""
     width = 64 * ((m + 63) // 64)
+    if width == 64:
+        # One word (values of up to 8 bytes, the common case): numpy shifts them all at once,
+        # the same words as the bytes below without a Python call per prefix.
+        one: np.ndarray = np.fromiter(prefixes, dtype=np.uint64, count=len(prefixes))
+        return (one << np.uint64(width - s)).reshape(len(prefixes), 1)
     data = b"".join((p << (width - s)).to_bytes(width // 8, "big") for p in prefixes)
     return np.frombuffer(data, dtype=">u8").astype(np.uint64).reshape(len(prefixes),
                                                                       width // 64)
@@ -316,14 +321,31 @@ def _alphabet_extensions(domain: OpenStrings, extra: int) -> tuple[int, ...]:
     return tuple(e for e in range(1 << extra) if could_start(domain, e, extra))
 
 
+#: Steps of up to this many bits have their extensions cached per prefix: at most 256 each,
+#: so the 1,024 cached prefixes hold a few MB (a 16-bit step's 65,536 would hold gigabytes).
+CACHED_EXTRA_BITS = 8
+
+
+def _byte_extensions(domain: OpenStrings, prefix: int, s: int, extra: int) -> tuple[int, ...]:
+    """Over bytes: the (s + extra)-bit extensions of one s-bit prefix that could start a
+    value."""
+    return tuple(c for c in ((prefix << extra) | e for e in range(1 << extra))
+                 if could_start(domain, c, s + extra))
+
+
+#: Cached because the walk keeps mostly the same prefixes from one query to the next, and
+#: each costs 2^extra UTF-8 checks (a step of 8 bits: 256).
+_cached_byte_extensions = functools.lru_cache(maxsize=1024)(_byte_extensions)
+
+
 def extensions(mechanism: PrefixDiscovery, prefixes: Sequence[int], s: int,
                extra: int) -> list[int]:
     """Every (s + extra)-bit prefix that extends one of the s-bit ``prefixes`` and could still
     start a value (the walk's next candidates)."""
     domain, alphabet = mechanism.domain, mechanism.domain.alphabet
     if alphabet is None:
-        return [c for c in ((p << extra) | e for p in prefixes for e in range(1 << extra))
-                if could_start(domain, c, s + extra)]
+        grow = _cached_byte_extensions if extra <= CACHED_EXTRA_BITS else _byte_extensions
+        return [c for p in prefixes for c in grow(domain, p, s, extra)]
     tails = _alphabet_extensions(domain, extra)
     pad = (1 << mechanism.symbol_bits) - 1
     grown = [(p << extra) | e for p in prefixes for e in (tails if p & pad else (0,))]
