@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from chorus_collector.estimators import Query, estimator_for
+from chorus_collector.estimators import Query, estimator_for, rappor_fit
 from chorus_collector.estimators.rappor_fit import project_capped_simplex
 from helpers.support import z_threshold
 
@@ -103,6 +103,51 @@ def test_residual_chi2_reveals_values_missing_from_the_candidates() -> None:
 
     assert abs(z("exact")) < z_threshold(1e-6)
     assert z("missing_10%") > z_threshold(1e-6)
+
+
+def test_the_active_set_solves_each_lasso_step_exactly() -> None:
+    """Lawson–Hanson on the Gram matrix meets the KKT conditions of min βᵀQβ − 2cᵀβ, β ≥ 0
+    (zero gradient where β > 0, none pointing inside where β = 0), also where Q is singular
+    (a duplicated column, more columns than rows). Where Q is singular the solution need not
+    be unique, and a column dependent on the passive ones may enter (its gradient is
+    λ/2·(Σv − 1) for A_j = A_P v): the passive system is then singular and the step says so,
+    for ``lasso_select`` to fall back on FISTA; never where Q is regular."""
+    rng = np.random.default_rng(5)
+    solved = 0
+    for trial in range(300):
+        rows, columns = int(rng.integers(3, 40)), int(rng.integers(1, 30))
+        a = rng.normal(size=(rows, columns))
+        if trial % 3 == 0:
+            a[:, -1] = a[:, 0]
+        q, c = a.T @ a, a.T @ rng.normal(size=rows) - rng.uniform(0, 5) / 2
+        try:
+            beta = rappor_fit._nonnegative_quadratic(q, c, np.zeros(columns))
+        except rappor_fit._NoActiveSetSolution:
+            assert np.linalg.matrix_rank(a) < columns, trial
+            continue
+        solved += 1
+        gradient, scale = c - q @ beta, 1e-7 * max(1.0, float(np.abs(c).max()))
+        assert beta.min() >= 0
+        assert np.all(np.abs(gradient[beta > 0]) < scale), trial
+        assert np.all(gradient[beta == 0] < scale), trial
+    assert solved > 200
+
+
+def test_lasso_selection_keeps_the_supports_of_the_iterative_fallback(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exact active set selects the columns FISTA (the fallback) did, down the λ path."""
+    rng = np.random.default_rng(8)
+    a = (rng.random((300, 240)) < 0.1).astype(float)  # Bloom-like 0/1 columns
+    b = a[:, :12] @ rng.uniform(0.01, 0.2, 12) + rng.normal(0, 0.02, 300)
+    exact = [rappor_fit.lasso_select(a, b, k) for k in (3, 8, 40)]
+
+    def unsettled(*args: object) -> np.ndarray:
+        raise rappor_fit._NoActiveSetSolution
+
+    monkeypatch.setattr(rappor_fit, "_nonnegative_quadratic", unsettled)
+    fallback = [rappor_fit.lasso_select(a, b, k) for k in (3, 8, 40)]
+    assert [len(s) for s in exact] == [len(s) for s in fallback] and len(exact[2]) > 8
+    assert all(np.array_equal(x, y) for x, y in zip(exact, fallback, strict=True))
 
 
 def test_capped_simplex_projection() -> None:
