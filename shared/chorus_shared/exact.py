@@ -8,6 +8,7 @@ exactly the one the privacy proof is about (MECHANISMS.md §14.3, item 3).
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from chorus_shared.rng import RandomSource
@@ -20,27 +21,39 @@ def bernoulli_rational(rng: RandomSource, p: Fraction) -> bool:
     return rng.randrange(p.denominator) < p.numerator
 
 
-def _bernoulli_exp_unit(rng: RandomSource, gamma: Fraction) -> bool:
-    """True with probability exactly e^{−γ}, for γ ∈ [0, 1].
+def _bernoulli_exp_unit(rng: RandomSource, numerator: int, denominator: int) -> bool:
+    """True with probability exactly e^{−γ}, for γ = numerator/denominator ∈ [0, 1] in lowest
+    terms.
 
     Draw A_k ~ Bernoulli(γ/k) for k = 1, 2, … until the first 0; the index K of that first 0
-    is odd with probability Σ_k (−γ)^k/k! = e^{−γ}.
+    is odd with probability Σ_k (−γ)^k/k! = e^{−γ}. In integers, not :class:`Fraction`
+    (whose objects were most of a Laplace report's cost), with γ/k reduced as ``Fraction``
+    reduces it, so that each draw is ``randrange`` of the very same bound as before.
     """
     k = 1
-    while bernoulli_rational(rng, gamma / k):
+    while True:
+        bound = denominator * k
+        common = math.gcd(numerator, bound)
+        if rng.randrange(bound // common) >= numerator // common:
+            return k % 2 == 1
         k += 1
-    return k % 2 == 1
+
+
+def _bernoulli_exp(rng: RandomSource, numerator: int, denominator: int) -> bool:
+    """:func:`bernoulli_exp` of γ = numerator/denominator ≥ 0 in lowest terms."""
+    whole = numerator // denominator
+    for _ in range(whole):
+        if not _bernoulli_exp_unit(rng, 1, 1):
+            return False
+    # γ − ⌊γ⌋ = (numerator − whole·denominator)/denominator is in lowest terms too.
+    return _bernoulli_exp_unit(rng, numerator - whole * denominator, denominator)
 
 
 def bernoulli_exp(rng: RandomSource, gamma: Fraction) -> bool:
     """True with probability exactly e^{−γ}, for rational γ ≥ 0."""
     if gamma < 0:
         raise ValueError(f"gamma must be >= 0, got {gamma}")
-    whole = gamma.numerator // gamma.denominator
-    for _ in range(whole):
-        if not _bernoulli_exp_unit(rng, Fraction(1)):
-            return False
-    return _bernoulli_exp_unit(rng, gamma - whole)
+    return _bernoulli_exp(rng, gamma.numerator, gamma.denominator)
 
 
 def geometric_exp(rng: RandomSource, x: Fraction) -> int:
@@ -55,10 +68,11 @@ def geometric_exp(rng: RandomSource, x: Fraction) -> int:
     s, t = x.numerator, x.denominator
     while True:
         u = rng.randrange(t)
-        if bernoulli_exp(rng, Fraction(u, t)):
+        common = math.gcd(u, t)  # U/t in lowest terms, as Fraction(u, t) had it
+        if _bernoulli_exp(rng, u // common, t // common):
             break
     v = 0
-    while bernoulli_exp(rng, Fraction(1)):
+    while _bernoulli_exp(rng, 1, 1):  # with its zero fraction's draw, as before
         v += 1
     return (u + t * v) // s
 

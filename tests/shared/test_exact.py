@@ -80,3 +80,44 @@ def test_invalid_parameters_are_refused() -> None:
         bernoulli_exp(rng, Fraction(-1))
     with pytest.raises(ValueError, match="scale"):
         discrete_laplace(rng, Fraction(0))
+
+
+def _reference_bernoulli_exp(rng: random.Random, gamma: Fraction) -> bool:
+    """The samplers as Canonne, Kamath and Steinke write them, in Fractions (Algorithm 1)."""
+    def unit(g: Fraction) -> bool:
+        k = 1
+        while rng.randrange((g / k).denominator) < (g / k).numerator:
+            k += 1
+        return k % 2 == 1
+
+    whole = gamma.numerator // gamma.denominator
+    return all(unit(Fraction(1)) for _ in range(whole)) and unit(gamma - whole)
+
+
+def _reference_discrete_laplace(rng: random.Random, scale: Fraction) -> int:
+    x = 1 / scale
+    while True:
+        negative = rng.randrange(2) == 1
+        while True:
+            u = rng.randrange(x.denominator)
+            if _reference_bernoulli_exp(rng, Fraction(u, x.denominator)):
+                break
+        v = 0
+        while _reference_bernoulli_exp(rng, Fraction(1)):
+            v += 1
+        magnitude = (u + x.denominator * v) // x.numerator
+        if not (negative and magnitude == 0):
+            return -magnitude if negative else magnitude
+
+
+@pytest.mark.parametrize("scale", [Fraction(7, 3), Fraction(1, 1000), Fraction(12345, 7)])
+def test_the_integer_samplers_make_the_draws_of_the_rational_algorithm(scale: Fraction) -> None:
+    """Integers instead of Fraction objects, with every bound reduced as Fraction reduces it:
+    the same randrange calls in the same order, so a seeded generator gives the same reports
+    (the protocol's payload vectors are drawn so)."""
+    ours, reference = random.Random(5), random.Random(5)
+    assert [discrete_laplace(ours, scale) for _ in range(3_000)] == \
+        [_reference_discrete_laplace(reference, scale) for _ in range(3_000)]
+    assert [bernoulli_exp(ours, Fraction(17, 7)) for _ in range(500)] == \
+        [_reference_bernoulli_exp(reference, Fraction(17, 7)) for _ in range(500)]
+    assert ours.getstate() == reference.getstate()
