@@ -49,7 +49,10 @@ def test_worst_case_ratio_is_exactly_e_to_the_epsilon(campaign: Campaign) -> Non
     outputs = list(mechanism.outputs())
     inputs = _inputs(campaign)
     table = [[mechanism.output_probability(y, x) for y in outputs] for x in inputs]
-    worst = max(a[i] / b[i] for a in table for b in table for i in range(len(outputs)))
+    # max over input pairs (a, b) of p(y|a)/p(y|b) is, per output, the largest probability
+    # over the smallest: the same float (division rounds monotonically), without the
+    # inputs² × outputs loop (33 million quotients for TreeHist).
+    worst = max(max(column) / min(column) for column in zip(*table, strict=True))
     assert math.log(worst) == pytest.approx(campaign.epsilon, rel=1e-9)
 
 
