@@ -5,6 +5,7 @@ mechanism's module in ``chorus_shared.mechanisms``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -190,17 +191,31 @@ def grouped_sums(groups: np.ndarray, rows: np.ndarray, size: int) -> np.ndarray:
     return table
 
 
-def walsh_hadamard(values: np.ndarray) -> np.ndarray:
-    """H_K · values for the Sylvester Hadamard matrix, in O(K log K); along the last axis
-    (a 2-D array is transformed row by row, all rows at once)."""
-    out = values.astype(np.float64).copy()
-    rows, size = (1, out.shape[0]) if out.ndim == 1 else out.shape
+@functools.lru_cache(maxsize=64)
+def _butterflies(size: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
+    """Per stage of the size-``size`` transform: each output's pair (top, bottom) and the sign
+    of bottom in it (+1 for the pair's sum, −1 for its difference)."""
+    stages = []
+    index = np.arange(size)
     half = 1
     while half < size:
-        view = out.reshape(rows, -1, 2, half)
-        top, bottom = view[:, :, 0, :].copy(), view[:, :, 1, :].copy()
-        view[:, :, 0, :], view[:, :, 1, :] = top + bottom, top - bottom
+        lower = (index // half) % 2 == 1
+        top = np.where(lower, index - half, index)
+        stages.append((top, top + half, np.where(lower, -1.0, 1.0)))
         half *= 2
+    return tuple(stages)
+
+
+def walsh_hadamard(values: np.ndarray) -> np.ndarray:
+    """H_K · values for the Sylvester Hadamard matrix, in O(K log K); along the last axis
+    (a 2-D array is transformed row by row, all rows at once).
+
+    Each stage is one gather and one multiply-add: top + bottom·(±1) is exactly top ± bottom
+    in IEEE arithmetic, so this is the butterfly sum for sum, in a third of the numpy calls
+    (IBU runs two of these transforms an EM step, thousands of steps a fit)."""
+    out = np.array(values, dtype=np.float64)  # a copy: the caller's array is never written
+    for top, bottom, sign in _butterflies(out.shape[-1]):
+        out = out[..., top] + out[..., bottom] * sign
     return out
 
 
