@@ -8,6 +8,7 @@ exactly the one the privacy proof is about (MECHANISMS.md §14.3, item 3).
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from chorus_shared.rng import RandomSource
@@ -20,27 +21,39 @@ def bernoulli_rational(rng: RandomSource, p: Fraction) -> bool:
     return rng.randrange(p.denominator) < p.numerator
 
 
-def _bernoulli_exp_unit(rng: RandomSource, gamma: Fraction) -> bool:
-    """True with probability exactly e^{−γ}, for γ ∈ [0, 1].
+def _bernoulli_exp_unit(rng: RandomSource, numerator: int, denominator: int) -> bool:
+    """True with probability exactly e^{−γ}, for γ = numerator/denominator ∈ [0, 1] in lowest
+    terms.
 
     Draw A_k ~ Bernoulli(γ/k) for k = 1, 2, … until the first 0; the index K of that first 0
-    is odd with probability Σ_k (−γ)^k/k! = e^{−γ}.
+    is odd with probability Σ_k (−γ)^k/k! = e^{−γ}. Each A_k is ``bernoulli_rational`` of γ/k
+    in lowest terms, reduced with integers rather than built as a Fraction (most of a Laplace
+    report's cost): the same ``randrange`` calls, so the same draws.
     """
     k = 1
-    while bernoulli_rational(rng, gamma / k):
+    while True:
+        scaled = denominator * k
+        common = math.gcd(numerator, scaled)
+        if not rng.randrange(scaled // common) < numerator // common:
+            return k % 2 == 1
         k += 1
-    return k % 2 == 1
 
 
 def bernoulli_exp(rng: RandomSource, gamma: Fraction) -> bool:
     """True with probability exactly e^{−γ}, for rational γ ≥ 0."""
     if gamma < 0:
         raise ValueError(f"gamma must be >= 0, got {gamma}")
-    whole = gamma.numerator // gamma.denominator
+    return _bernoulli_exp(rng, gamma.numerator, gamma.denominator)
+
+
+def _bernoulli_exp(rng: RandomSource, numerator: int, denominator: int) -> bool:
+    """``bernoulli_exp`` of numerator/denominator ≥ 0 in lowest terms: e^{−1} per whole unit,
+    then the fractional part."""
+    whole, part = divmod(numerator, denominator)
     for _ in range(whole):
-        if not _bernoulli_exp_unit(rng, Fraction(1)):
+        if not _bernoulli_exp_unit(rng, 1, 1):
             return False
-    return _bernoulli_exp_unit(rng, gamma - whole)
+    return _bernoulli_exp_unit(rng, part, denominator)
 
 
 def geometric_exp(rng: RandomSource, x: Fraction) -> int:
@@ -55,10 +68,11 @@ def geometric_exp(rng: RandomSource, x: Fraction) -> int:
     s, t = x.numerator, x.denominator
     while True:
         u = rng.randrange(t)
-        if bernoulli_exp(rng, Fraction(u, t)):
+        common = math.gcd(u, t)  # U/t in lowest terms (0/1 when U = 0)
+        if _bernoulli_exp_unit(rng, u // common, t // common):
             break
     v = 0
-    while bernoulli_exp(rng, Fraction(1)):
+    while _bernoulli_exp(rng, 1, 1):
         v += 1
     return (u + t * v) // s
 
