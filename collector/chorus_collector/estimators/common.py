@@ -214,7 +214,12 @@ def walsh_hadamard(values: np.ndarray) -> np.ndarray:
     in IEEE arithmetic, so this is the butterfly sum for sum, in a third of the numpy calls
     (IBU runs two of these transforms an EM step, thousands of steps a fit)."""
     out = np.array(values, dtype=np.float64)  # a copy: the caller's array is never written
-    for top, bottom, sign in _butterflies(out.shape[-1]):
+    stages = _butterflies(out.shape[-1])
+    if out.ndim == 1:  # (an Ellipsis index costs a 1-D vector more than the stage's arithmetic)
+        for top, bottom, sign in stages:
+            out = out[top] + out[bottom] * sign
+        return out
+    for top, bottom, sign in stages:
         out = out[..., top] + out[..., bottom] * sign
     return out
 
