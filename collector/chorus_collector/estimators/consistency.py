@@ -171,6 +171,7 @@ def ibu(counts: np.ndarray, channel: Channel | np.ndarray, max_steps: int = IBU_
     n = counts.sum()
     steps = 0
     used = counts > 0
+    used_counts = counts[used]
 
     # Every point's A·π is computed once and passed along (the EM step from a point and its
     # likelihood need the same product, and the next cycle starts from the point whose
@@ -179,14 +180,18 @@ def ibu(counts: np.ndarray, channel: Channel | np.ndarray, max_steps: int = IBU_
     def em(pi: np.ndarray, predicted: np.ndarray) -> np.ndarray:
         nonlocal steps
         steps += 1
-        ratio = np.divide(counts, predicted, out=np.zeros_like(counts), where=predicted > 0)
+        ratio = np.divide(counts, predicted, out=np.zeros(counts.shape), where=predicted > 0)
         updated: np.ndarray = pi * channel.backward(ratio) / n
         return updated
 
     def loglik(predicted: np.ndarray) -> float:
-        if np.any(predicted[used] <= 0):
+        reached = predicted[used]
+        if (reached <= 0).any():
             return -math.inf
-        return float(counts[used] @ np.log(predicted[used]))
+        return float(used_counts @ np.log(reached))
+
+    def norm(x: np.ndarray) -> float:  # np.linalg.norm's own sqrt(x·x), without its dispatch
+        return math.sqrt(float(x.dot(x)))
 
     pi = np.full(channel.inputs, 1.0 / channel.inputs)
     predicted = channel.forward(pi)
@@ -197,10 +202,10 @@ def ibu(counts: np.ndarray, channel: Channel | np.ndarray, max_steps: int = IBU_
         second = em(first, channel.forward(first))
         r = first - pi
         v = second - first - r
-        norm_v = float(np.linalg.norm(v))
+        norm_v = norm(v)
         candidate, candidate_predicted = second, None
         if norm_v > 0:
-            alpha = min(-float(np.linalg.norm(r)) / norm_v, -1.0)
+            alpha = min(-norm(r) / norm_v, -1.0)
             # Shares the jump would make negative sit on the boundary instead, where the
             # maximum of a sparse distribution lies.
             jumped = np.clip(pi - 2 * alpha * r + alpha * alpha * v, 0.0, None)
