@@ -80,6 +80,8 @@ def bernoulli_bits(rng: RandomSource, count: int, probability: float) -> int:
     if count <= 0:
         return 0
     threshold = int(min(max(probability, 0.0), 1.0) * 2.0**63)  # exact: p·2⁶³ is a float
+    if count == 1:  # one lane (boolean RAPPOR): no carry exactly when u < T; the same draw
+        return int(rng.getrandbits(_FIELD) & _LOW_63 < threshold)
     lanes = _lanes(count)
     uniform = rng.getrandbits(_FIELD * count) & (_LOW_63 * lanes)
     summed = uniform + ((1 << 63) - threshold) * lanes

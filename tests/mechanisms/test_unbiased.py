@@ -9,6 +9,16 @@ each of R repetitions (seeded). For each estimate v:
   the same α (so a wrong variance formula, or a sampler with the wrong p, fails). At
   R = 1000 the band is about [0.80, 1.23]: k-RR's f-term (+40% at f = 0.5, d = 4, ε = ln 3)
   is well outside it.
+
+The band depends on R only (it bounds a ratio to the exact variance), so the randomizer's
+cost, n·R reports, is sized through n by the bias test's power: with s_v = √(Var_F,v / R) and
+z* the Bonferroni threshold (5.0–5.5 here), a bias above (z* + 3.09)·s_v fails with probability
+0.999 or more. A probability the estimator or the sampler gets wrong by δ shifts a share by
+about δ/(p* − q*) against s_v ≈ √(q*(1 − q*)/(nR))/(p* − q*): at n = 500, R = 1000 every δ of
+0.008 or more is caught that surely in every example campaign (0.006 at n = 1000, a wrong
+formula for p* or q* being off by 0.02 or more). A report's excess kurtosis (about 18 at
+q* = 0.04, the smallest here) adds under 0.04/R to the variance ratio's variance at n = 500,
+against its 2/R: the band still holds the ratio at its α.
 """
 
 from __future__ import annotations
@@ -51,7 +61,7 @@ def test_pure_categorical_mechanisms_are_unbiased_with_the_exact_variance(
         campaign: Campaign) -> None:
     mechanism = campaign.mechanism
     assert isinstance(mechanism, KRR | BasicRappor | PureOracle)
-    d, n = len(mechanism.domain.values), 1000
+    d, n = len(mechanism.domain.values), 500  # n: the module docstring's power argument
     weights = [1 / (v + 1) ** 1.1 for v in range(d)]
     counts = [int(n * w / sum(weights)) for w in weights]
     counts[0] += n - sum(counts)
@@ -69,7 +79,10 @@ def test_pure_categorical_mechanisms_are_unbiased_with_the_exact_variance(
 def test_boolean_rappor_is_unbiased_with_the_exact_variance(campaign: Campaign) -> None:
     mechanism = campaign.mechanism
     assert isinstance(mechanism, BooleanRappor)
-    n, holders = 1500, 400
+    # n: the module docstring's power argument. s_v ≤ 0.0025, so a bias of 0.021 fails with
+    # probability 0.999: an r0 off by 0.007 or more (0.0045 at n = 1500); the IRR's p, q taken
+    # for r0, r1 (the PRR forgotten) moves the share by 0.05 and 0.12 where f > 0.
+    n, holders = 600, 160
     inputs = [1] * holders + [0] * (n - holders)
     truth = np.array([1 - holders / n, holders / n])
     gap = mechanism.r1 - mechanism.r0
@@ -337,7 +350,7 @@ def test_dbitflip_dky_estimator_is_unbiased_with_its_exact_variance(campaign: Ca
 
     mechanism = campaign.mechanism
     assert isinstance(mechanism, DBitFlip)
-    d, n = mechanism.d, 1000
+    d, n = mechanism.d, 500  # n: the module docstring's power argument
     weights = [1 / (v + 1) ** 1.1 for v in range(d)]
     counts = [int(n * w / sum(weights)) for w in weights]
     counts[0] += n - sum(counts)

@@ -5,6 +5,7 @@ mechanism's module in ``chorus_shared.mechanisms``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -190,11 +191,36 @@ def grouped_sums(groups: np.ndarray, rows: np.ndarray, size: int) -> np.ndarray:
     return table
 
 
+@functools.lru_cache(maxsize=64)
+def _butterflies(size: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
+    """Per stage of the size-``size`` transform: each output's pair (top, bottom) and the sign
+    of bottom in it (+1 for the pair's sum, −1 for its difference)."""
+    stages = []
+    index = np.arange(size)
+    half = 1
+    while half < size:
+        lower = (index // half) % 2 == 1
+        top = np.where(lower, index - half, index)
+        stages.append((top, top + half, np.where(lower, -1.0, 1.0)))
+        half *= 2
+    return tuple(stages)
+
+
 def walsh_hadamard(values: np.ndarray) -> np.ndarray:
     """H_K · values for the Sylvester Hadamard matrix, in O(K log K); along the last axis
-    (a 2-D array is transformed row by row, all rows at once)."""
+    (a 2-D array is transformed row by row, all rows at once).
+
+    A vector (IBU runs two transforms of one an EM step, thousands of steps a fit) takes each
+    stage as one gather and one multiply-add: top + bottom·(±1) is exactly top ± bottom in
+    IEEE arithmetic, so these are the same sums as the rows' butterflies, in a third of the
+    numpy calls (measured 2.5× faster at K = 64; slower than the butterflies on many rows)."""
+    if np.ndim(values) == 1:
+        vector = np.array(values, dtype=np.float64)  # a copy: the caller's is never written
+        for top, bottom, sign in _butterflies(len(vector)):
+            vector = vector[top] + vector[bottom] * sign
+        return vector
     out = values.astype(np.float64).copy()
-    rows, size = (1, out.shape[0]) if out.ndim == 1 else out.shape
+    rows, size = out.shape
     half = 1
     while half < size:
         view = out.reshape(rows, -1, 2, half)

@@ -170,43 +170,57 @@ def ibu(counts: np.ndarray, channel: Channel | np.ndarray, max_steps: int = IBU_
     counts = np.asarray(counts, dtype=np.float64)
     n = counts.sum()
     steps = 0
+    used = counts > 0
+    used_counts = counts[used]
 
-    def em(pi: np.ndarray) -> np.ndarray:
+    # Every point's A·π is computed once and passed along (the EM step from a point and its
+    # likelihood need the same product, and the next cycle starts from the point whose
+    # likelihood was just compared): the transform is most of an EM step's cost, and reusing
+    # its result changes no number.
+    def em(pi: np.ndarray, predicted: np.ndarray) -> np.ndarray:
         nonlocal steps
         steps += 1
-        predicted = channel.forward(pi)
-        ratio = np.divide(counts, predicted, out=np.zeros_like(counts), where=predicted > 0)
+        ratio = np.divide(counts, predicted, out=np.zeros(counts.shape), where=predicted > 0)
         updated: np.ndarray = pi * channel.backward(ratio) / n
         return updated
 
-    def loglik(pi: np.ndarray) -> float:
-        predicted = channel.forward(pi)
-        used = counts > 0
-        if np.any(predicted[used] <= 0):
+    def loglik(predicted: np.ndarray) -> float:
+        reached = predicted[used]
+        if (reached <= 0).any():
             return -math.inf
-        return float(counts[used] @ np.log(predicted[used]))
+        return float(used_counts @ np.log(reached))
+
+    def norm(x: np.ndarray) -> float:  # np.linalg.norm's own sqrt(x·x), without its dispatch
+        return math.sqrt(float(x.dot(x)))
 
     pi = np.full(channel.inputs, 1.0 / channel.inputs)
+    predicted = channel.forward(pi)
     while steps + 3 <= max_steps:
-        first = em(pi)
+        first = em(pi, predicted)
         if np.max(np.abs(first - pi)) < tolerance:
             return IBUResult(first, steps, True)
-        second = em(first)
+        second = em(first, channel.forward(first))
         r = first - pi
         v = second - first - r
-        norm_v = float(np.linalg.norm(v))
-        candidate = second
+        norm_v = norm(v)
+        candidate, candidate_predicted = second, None
         if norm_v > 0:
-            alpha = min(-float(np.linalg.norm(r)) / norm_v, -1.0)
+            alpha = min(-norm(r) / norm_v, -1.0)
             # Shares the jump would make negative sit on the boundary instead, where the
             # maximum of a sparse distribution lies.
             jumped = np.clip(pi - 2 * alpha * r + alpha * alpha * v, 0.0, None)
-            if jumped.sum() > 0 and math.isfinite(loglik(jumped / jumped.sum())):
-                stabilised = em(jumped / jumped.sum())
-                if loglik(stabilised) >= loglik(second):
-                    candidate = stabilised
+            if jumped.sum() > 0:
+                start = jumped / jumped.sum()
+                start_predicted = channel.forward(start)
+                if math.isfinite(loglik(start_predicted)):
+                    stabilised = em(start, start_predicted)
+                    stabilised_predicted = channel.forward(stabilised)
+                    candidate_predicted = channel.forward(second)
+                    if loglik(stabilised_predicted) >= loglik(candidate_predicted):
+                        candidate, candidate_predicted = stabilised, stabilised_predicted
         pi = candidate
-    last = em(pi)
+        predicted = channel.forward(pi) if candidate_predicted is None else candidate_predicted
+    last = em(pi, predicted)
     return IBUResult(last, steps, bool(np.max(np.abs(last - pi)) < tolerance))
 
 

@@ -63,7 +63,8 @@ class DBitFlip(PureOracle):
     def randomize(self, x: int, rng: RandomSource,
                   assignment: Mapping[str, int] = EMPTY) -> dict[str, Any]:
         buckets = sorted(rng.sample(range(self.d), self.b))
-        bits = [int(u < (self.p_bit if j == x else 1 - self.p_bit))
+        keep = self.p_bit  # once a report, not once a bucket: the property computes an exp
+        bits = [int(u < (keep if j == x else 1 - keep))
                 for j, u in zip(buckets, uniforms(rng, self.b), strict=True)]
         return {"buckets": buckets, "bits": bits}
 
