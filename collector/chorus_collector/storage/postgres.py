@@ -409,11 +409,15 @@ class PostgresStorage(SQLStorage["_Connection"]):
         # ANALYZE and once gc's freed space is refilled by new seqs (each page of a tail of
         # 10⁶ reports read the whole table: 46 s instead of 2). Nor parallel workers: a page
         # reads a few block ranges, and the planner, which guesses a range's rows before the
-        # first ANALYZE, started two per page (85 ms each, to read 64 blocks). Sent with the
-        # read's first statement, in its round trip.
+        # first ANALYZE, started two per page (85 ms each, to read 64 blocks). Nor JIT: a
+        # disabled sequential scan is priced at 10¹⁰, past every JIT threshold, so each read
+        # of a small table (the sequence) was compiled first: 30–110 ms for a
+        # statement that runs in 0.05 (a window comparison 6 s → 230 s). Sent with the read's
+        # first statement, in its round trip.
         conn.defer("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
                    "SET LOCAL enable_seqscan = off",
-                   "SET LOCAL max_parallel_workers_per_gather = 0")
+                   "SET LOCAL max_parallel_workers_per_gather = 0",
+                   "SET LOCAL jit = off")
 
     @contextlib.contextmanager
     def _reading(self) -> Iterator[None]:
