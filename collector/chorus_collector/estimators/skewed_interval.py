@@ -62,29 +62,22 @@ def normal_plus_gamma_interval(estimate: np.ndarray, sigma: np.ndarray, tau: np.
     grid = (np.arange(GAMMA_GRID) + 0.5) / GAMMA_GRID
     jumps = (special.gammaincinv(shape[:, None], grid[None, :]) - shape[:, None]) * scale[:, None]
     tail = float(special.ndtr(z))
-    upper, lower = (q[where.ravel()] * total[skewed] for q in _quantiles(jumps, s, tail))
+    upper = _quantile(jumps, s, tail)[where.ravel()] * total[skewed]
+    lower = _quantile(jumps, s, 1 - tail)[where.ravel()] * total[skewed]
     low[skewed] = estimate[skewed] - upper
     high[skewed] = estimate[skewed] - lower
     return low, high
 
 
-def _quantiles(jumps: np.ndarray, sigma: np.ndarray, probability: float
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """The ``probability`` and 1 − ``probability`` quantiles of N(0, σ²) + C per row, C given
-    by its grid ``jumps`` (in units of the total standard error, so ±12 brackets every
-    quantile wanted here). Both bisections run as one over the rows stacked twice: each row's
-    steps are its own, so the answers are those of two runs, in half the numpy calls."""
-    rows = len(sigma)
-    jumps = np.concatenate([jumps, jumps])
-    sigma = np.concatenate([sigma, sigma])[:, None]
-    wanted = np.repeat([probability, 1 - probability], rows)
-    below, above = np.full(2 * rows, -12.0), np.full(2 * rows, 12.0)
+def _quantile(jumps: np.ndarray, sigma: np.ndarray, probability: float) -> np.ndarray:
+    """The ``probability`` quantile of N(0, σ²) + C per row, C given by its grid ``jumps``
+    (in units of the total standard error, so ±12 brackets every quantile wanted here)."""
+    below, above = np.full(len(sigma), -12.0), np.full(len(sigma), 12.0)
     for _ in range(BISECTION_STEPS):
         middle = (below + above) / 2
-        # The mean over the grid: the sum, divided by the count, as ndarray.mean does it.
-        cdf = special.ndtr((middle[:, None] - jumps) / sigma).sum(axis=1) / jumps.shape[1]
-        short = cdf < wanted
+        cdf = special.ndtr((middle[:, None] - jumps) / sigma[:, None]).mean(axis=1)
+        short = cdf < probability
         below = np.where(short, middle, below)
         above = np.where(short, above, middle)
     result: np.ndarray = (below + above) / 2
-    return result[:rows], result[rows:]
+    return result
