@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import combinations, product
 from typing import Any, ClassVar
 
@@ -48,23 +49,23 @@ class DBitFlip(PureOracle):
         if self.b > self.d:
             raise CampaignError(f"dbitflip parameter b must be an integer in [1, {self.d}]")
 
-    @property
+    # Computed once per (frozen) mechanism: each bit of a report, and each output
+    # probability, reads them.
+    @cached_property
     def odds(self) -> float:
         """z = p_bit/(1 − p_bit) = e^{ε/2} (e^ε when b = 1), computed without cancellation."""
         return math.exp(self.epsilon / min(self.b, 2))
 
-    @property
+    @cached_property
     def p_bit(self) -> float:
         """Two values change two bits' distributions only if both buckets are sampled; with
         b = 1 a report holds one of them at most, so each bit may spend all of ε."""
-        z = math.exp(self.epsilon / min(self.b, 2))
-        return z / (z + 1)
+        return self.odds / (self.odds + 1)
 
     def randomize(self, x: int, rng: RandomSource,
                   assignment: Mapping[str, int] = EMPTY) -> dict[str, Any]:
         buckets = sorted(rng.sample(range(self.d), self.b))
-        keep = self.p_bit  # once a report, not once a bucket: the property computes an exp
-        bits = [int(u < (keep if j == x else 1 - keep))
+        bits = [int(u < (self.p_bit if j == x else 1 - self.p_bit))
                 for j, u in zip(buckets, uniforms(rng, self.b), strict=True)]
         return {"buckets": buckets, "bits": bits}
 
