@@ -33,6 +33,7 @@ import pytest
 from click.testing import CliRunner
 
 from chorus_collector.cli import main as cli
+from chorus_collector.cli.demo import run_demo
 
 # The demo picks its own storage (a SQLite file in the folder --dir names).
 pytestmark = [pytest.mark.slow, pytest.mark.sqlite_only]
@@ -177,6 +178,34 @@ def test_serve_keeps_the_collector_answering_until_ctrl_c_then_exits_cleanly(
     # The server went with it: nothing listens on its port any more.
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def test_ctrl_c_as_soon_as_the_address_is_shown_is_a_clean_stop(
+        kept: Kept, tmp_path: Path) -> None:
+    """A reader may press Ctrl-C on the very line that shows the address, before the demo
+    reaches its serving loop: that is a stop like any other (CI once saw exit 1 there)."""
+    folder = kept.copy(tmp_path)
+    leaked: list[int] = []
+    printed: list[str] = []
+
+    def echo(line: str) -> None:
+        printed.append(line)
+        if line.startswith("dashboard: "):
+            os.kill(os.getpid(), signal.SIGINT)  # handled before the next line is printed
+
+    # A SIGINT that escapes the demo lands here instead of interrupting pytest; the timer
+    # then stops a demo that missed it, so that the test fails rather than hangs.
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: leaked.append(signum))
+    rescue = threading.Timer(WAIT, os.kill, (os.getpid(), signal.SIGINT))
+    rescue.start()
+    try:
+        result = run_demo(users=300, folder=folder, serve=True, echo=echo)
+    finally:
+        rescue.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert not leaked, "the SIGINT reached the caller's handler, not the demo's"
+    assert result["reused"] and printed[-1] == "stopping the collector"
+    assert signal.getsignal(signal.SIGINT) is previous
 
 
 def test_without_serve_it_ends_by_itself_printing_the_address_and_how_to_keep_it(

@@ -13,6 +13,7 @@ Ctrl-C. A later run with the same users and seed serves the kept database at onc
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import math
@@ -22,7 +23,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -340,13 +341,19 @@ def run_demo(users: int = 20_000, seed: int = 7, echo: Callable[[str], None] = p
             lasts = ("serving on loopback until Ctrl-C" if serve else
                      "it stops with this demo: `chorus demo --serve`, or `make serve-demo`, "
                      "serves this database again until Ctrl-C, without simulating it again")
-            echo(f"dashboard: {server.url}/ ({lasts})")
-            echo(f"  sign in with the analyst token {analyst}")
-            echo(f"  or the admin token {admin} (both kept with the database in "
-                 f"{store.path})")
-            if serve:
-                (until_stopped or _until_interrupted)(server)
-                echo("stopping the collector")
+            # Ctrl-C is a clean stop from the moment the address is shown: whoever reads
+            # it may press Ctrl-C at once, before this process reaches its serving loop.
+            with _stopped_by_signals() if serve else contextlib.nullcontext() as stop:
+                echo(f"dashboard: {server.url}/ ({lasts})")
+                echo(f"  sign in with the analyst token {analyst}")
+                echo(f"  or the admin token {admin} (both kept with the database in "
+                     f"{store.path})")
+                if stop is not None:
+                    if until_stopped is not None:
+                        until_stopped(server)
+                    else:
+                        _serve_until(server, stop)
+                    echo("stopping the collector")
     return {"results": results, "truth": truth, "covered": covered, "total": total,
             "accepted": accepted, "series_days": days, "series_covered": days_covered,
             "reused": record is not None}
@@ -474,8 +481,10 @@ def _found_line(result: dict[str, Any], truth: dict[str, float], shown: int = 8)
     return f"  the {len(parts)} most frequent in truth: " + "; ".join(parts)
 
 
-def _until_interrupted(server: CollectorProcess) -> None:
-    """Return on Ctrl-C (SIGINT) or SIGTERM; fail if the server dies first."""
+@contextlib.contextmanager
+def _stopped_by_signals() -> Iterator[threading.Event]:
+    """An event that Ctrl-C (SIGINT) or SIGTERM sets while inside (the previous handlers
+    again after)."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -485,9 +494,14 @@ def _until_interrupted(server: CollectorProcess) -> None:
     # which then stops the server with SIGTERM (a graceful shutdown) as it leaves.
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while not stop.wait(0.5):
-            if server.process is None or server.process.poll() is not None:
-                raise RuntimeError(f"the collector exited unexpectedly:\n{server.log()}")
+        yield stop
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _serve_until(server: CollectorProcess, stop: threading.Event) -> None:
+    """Return once ``stop`` is set; fail if the server dies first."""
+    while not stop.wait(0.5):
+        if server.process is None or server.process.poll() is not None:
+            raise RuntimeError(f"the collector exited unexpectedly:\n{server.log()}")
