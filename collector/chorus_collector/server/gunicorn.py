@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,9 +44,40 @@ class GunicornApp(BaseApplication):  # type: ignore[misc]
         # manages nothing through it, and closing it made each shutdown wait up to 4 s.
         if "control_socket_disable" in self.cfg.settings:
             self.cfg.set("control_socket_disable", True)
+        # A stop signal that reaches a worker before gunicorn installs the worker's own
+        # handlers (init_process) went to the master's handler, forked with it, which queues
+        # it in the worker's copy of the master's queue: the worker then served on until
+        # graceful_timeout's SIGKILL (a SIGTERM right after start-up, under load, took 30 s
+        # and exit -9). The worker holds such signals from post_fork and takes them once its
+        # handlers are in (post_worker_init).
+        after_init = self.cfg.post_worker_init
+
+        def post_worker_init(worker: Any) -> None:
+            after_init(worker)
+            _take_held_stop_signals()
+
+        self.cfg.set("post_fork", _hold_stop_signals)
+        self.cfg.set("post_worker_init", post_worker_init)
 
     def load(self) -> Flask:
         return self.application
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+_held_stop_signals: list[int] = []  # this worker's, between its fork and its handlers
+
+
+def _hold_stop_signals(server: Any, worker: Any) -> None:
+    """In a new worker, first thing: keep the stop signals for its own handlers."""
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, lambda signum, frame: _held_stop_signals.append(signum))
+
+
+def _take_held_stop_signals() -> None:
+    """Send this worker the stop signals it held, now that its handlers take them."""
+    for signum in _held_stop_signals:
+        os.kill(os.getpid(), signum)
+    _held_stop_signals.clear()
 
 
 def serve(config: Mapping[str, Any] | None = None) -> None:
