@@ -177,11 +177,13 @@ class SQLStorage(Storage, Generic[ConnT]):
     #: Whether ``_append_together`` runs a group's appends in one statement.
     combines_appends = False
 
-    def _append_together(self, conn: ConnT, appends: list[tuple[int, StoredReport]],
-                         ) -> list[bool | None]:
+    def _append_together(self, conn: ConnT, appends: list[tuple[int, StoredReport]], *,
+                         commit: bool = False) -> list[bool | None]:
         """Append each report unless its ID is stored or its campaign retired, in one
         statement: per report True (appended), False (its ID is stored) or None (retired).
-        The reports' keys are distinct."""
+        The reports' keys are distinct. With ``commit``, the write transaction commits with
+        the statement (in its round trip); if either fails, the error is raised and nothing
+        is durable."""
         raise NotImplementedError
 
     def _grouped(self, item: _GroupItem) -> Any:
@@ -209,14 +211,22 @@ class SQLStorage(Storage, Generic[ConnT]):
             conn = self.connect()
             self._begin_write(conn)
             appends = [item for item in group if item.append is not None]
-            if self.combines_appends and len(appends) > 1:
+            if self.combines_appends and len(appends) == len(group):
+                # Single reports only (a lone one too): one statement that commits with
+                # them, in one round trip with the BEGIN; no savepoint, since a failure is
+                # every caller's error either way.
+                self._run_appends(conn, appends, commit=True)
+                group_rest = []
+            elif self.combines_appends and len(appends) > 1:
                 # One statement for the group's single reports: a statement each was a round
                 # trip to the server each.
                 self._run_appends(conn, appends)
                 group_rest = [item for item in group if item.append is None]
             else:
                 group_rest = group
-            if len(group_rest) == 1 and len(group) == 1:
+            if not group_rest:
+                pass  # committed with the appends, or failed with them
+            elif len(group_rest) == 1 and len(group) == 1:
                 # Alone: the transaction is its savepoint (2 statements less).
                 try:
                     group[0].result = group[0].work(conn)
@@ -260,11 +270,14 @@ class SQLStorage(Storage, Generic[ConnT]):
                 item.finished = True
                 item.wake.set()
 
-    def _run_appends(self, conn: ConnT, items: list[_GroupItem]) -> None:
+    def _run_appends(self, conn: ConnT, items: list[_GroupItem], *, commit: bool = False,
+                     ) -> None:
         """The appends of a group in one statement, in a savepoint of their own: a failure
         (a deadlock with another replica) is raised to each of their callers, and the rest
         of the group goes on. A report whose key an earlier one of the group holds is not
-        appended (False): its caller looks it up after the commit."""
+        appended (False): its caller looks it up after the commit. With ``commit`` (the
+        group is these appends), no savepoint: the statement commits the transaction, and
+        a failure of either is raised, for ``_run_group`` to give each caller."""
         first: dict[tuple[int, bytes], _GroupItem] = {}
         for item in items:
             assert item.append is not None
@@ -274,6 +287,10 @@ class SQLStorage(Storage, Generic[ConnT]):
             else:
                 first[campaign_id, report.report_id] = item
         together = list(first.values())
+        if commit:  # a failure is the group's (``_run_group`` rolls back and tells each)
+            self._give_outcomes(together, self._append_together(
+                conn, [item.append for item in together], commit=True))  # type: ignore[misc]
+            return
         conn.execute("SAVEPOINT appends")
         try:
             outcomes = self._append_together(
@@ -285,6 +302,10 @@ class SQLStorage(Storage, Generic[ConnT]):
                 item.error = error
             return
         conn.execute("RELEASE appends")
+        self._give_outcomes(together, outcomes)
+
+    @staticmethod
+    def _give_outcomes(together: list[_GroupItem], outcomes: list[bool | None]) -> None:
         for item, outcome in zip(together, outcomes, strict=True):
             if outcome is None:
                 assert item.append is not None

@@ -87,9 +87,10 @@ def test_each_single_report_of_a_group_gets_its_own_outcome(
     statements: list[int] = []
     original = storage._append_together
 
-    def spy(conn: Any, appends: list[tuple[int, StoredReport]]) -> list[bool | None]:
+    def spy(conn: Any, appends: list[tuple[int, StoredReport]], *,
+            commit: bool = False) -> list[bool | None]:
         statements.append(len(appends))
-        return original(conn, appends)
+        return original(conn, appends, commit=commit)
 
     monkeypatch.setattr(storage, "_append_together", spy)
     plain: list[str] = []
@@ -118,7 +119,8 @@ def test_a_failed_group_append_fails_its_callers_and_the_rest_commits(
     storage = _storage(database)
     live, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("live")))
 
-    def fails(conn: Any, appends: list[tuple[int, StoredReport]]) -> list[bool | None]:
+    def fails(conn: Any, appends: list[tuple[int, StoredReport]], *,
+              commit: bool = False) -> list[bool | None]:
         conn.execute("INSERT INTO reports (campaign_id, report_id, time, payload) "
                      "VALUES (?, ?, ?, ?)", (live.id, bytes(16), BUCKET, "1"))
         conn.execute("SELECT * FROM no_such_table")  # fails after writing a row
@@ -161,3 +163,89 @@ def test_one_id_sent_from_many_threads_at_once_is_stored_once(database: str,
         stored = query(database, "SELECT count(*) FROM reports WHERE report_id = ?",
                        bytes.fromhex(report["report_id"]))
         assert stored[0][0] == 1
+
+
+def test_a_report_alone_in_its_group_gets_its_outcome_committed(
+        database: str, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single report with no other writer at the time: on PostgreSQL appended and
+    committed in one round trip (``_append_together`` with ``commit``), with the same
+    outcomes as in a group, each durable (read from another connection) on return."""
+    storage = _storage(database)
+    live, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("live")))
+    gone, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("gone")))
+    storage.retire_campaign(gone.id, 1.0)
+    statements: list[tuple[int, bool]] = []
+    original = storage._append_together
+
+    def spy(conn: Any, appends: list[tuple[int, StoredReport]], *,
+            commit: bool = False) -> list[bool | None]:
+        statements.append((len(appends), commit))
+        return original(conn, appends, commit=commit)
+
+    monkeypatch.setattr(storage, "_append_together", spy)
+    a, b = bytes(range(16)), bytes(range(1, 17))
+    assert storage.grouped_append(live.id, StoredReport(a, BUCKET, "1")) is True
+    assert _rows(database) == [(live.id, a, "1")]
+    assert storage.grouped_append(live.id, StoredReport(a, BUCKET - 3600, "2")) is False
+    with pytest.raises(CampaignRetired):
+        storage.grouped_append(gone.id, StoredReport(b, BUCKET, "3"))
+    assert storage.grouped_append(live.id, StoredReport(b, BUCKET, "4")) is True
+    assert _rows(database) == sorted([(live.id, a, "1"), (live.id, b, "4")])
+    assert statements == ([(1, True)] * 4 if backend == "postgresql" else [])
+
+
+def test_a_group_of_single_reports_commits_with_its_statement(
+        database: str, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only single reports in the group: their statement commits them (PostgreSQL: no
+    savepoint, the COMMIT in its round trip), each caller with its own outcome."""
+    storage = _storage(database)
+    live, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("live")))
+    statements: list[tuple[int, bool]] = []
+    original = storage._append_together
+
+    def spy(conn: Any, appends: list[tuple[int, StoredReport]], *,
+            commit: bool = False) -> list[bool | None]:
+        statements.append((len(appends), commit))
+        return original(conn, appends, commit=commit)
+
+    monkeypatch.setattr(storage, "_append_together", spy)
+    a, b = bytes(range(16)), bytes(range(1, 17))
+    outcomes = _in_one_group(storage, [
+        lambda: storage.grouped_append(live.id, StoredReport(a, BUCKET, "1")),
+        lambda: storage.grouped_append(live.id, StoredReport(b, BUCKET, "2")),
+        lambda: storage.grouped_append(live.id, StoredReport(a, BUCKET, "3")),  # A again
+    ])
+    assert outcomes == [True, True, False]
+    assert _rows(database) == sorted([(live.id, a, "1"), (live.id, b, "2")])
+    assert statements == ([(2, True)] if backend == "postgresql" else [])
+
+
+@pytest.mark.postgresql_only
+def test_single_reports_whose_statement_fails_commit_nothing_and_the_next_go_through(
+        database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The statement fails after the transaction wrote a row (as a deadlock would): the
+    COMMIT sent with it is skipped, every caller gets the error, and the connection serves
+    the next group."""
+    storage = _storage(database)
+    live, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("live")))
+    original = storage._append_together
+
+    def fails(conn: Any, appends: list[tuple[int, StoredReport]], *,
+              commit: bool = False) -> list[bool | None]:
+        conn.execute("INSERT INTO reports (campaign_id, report_id, time, payload) "
+                     "VALUES (?, ?, ?, ?)", (live.id, bytes(range(16)), BUCKET, "0"))
+        bad_time: Any = "not a bucket"  # the statement fails: time is a bigint column
+        return original(conn, [(c, StoredReport(r.report_id, bad_time, r.payload_json))
+                               for c, r in appends], commit=commit)
+
+    monkeypatch.setattr(storage, "_append_together", fails)
+    outcomes = _in_one_group(storage, [
+        lambda: storage.grouped_append(live.id, StoredReport(bytes(16), BUCKET, "1")),
+        lambda: storage.grouped_append(live.id, StoredReport(bytes(range(1, 17)), BUCKET,
+                                                             "2")),
+    ])
+    assert all(isinstance(outcome, Exception) for outcome in outcomes), outcomes
+    assert _rows(database) == []
+    monkeypatch.setattr(storage, "_append_together", original)
+    assert storage.grouped_append(live.id, StoredReport(bytes(16), BUCKET, "3")) is True
+    assert _rows(database) == [(live.id, bytes(16), "3")]
