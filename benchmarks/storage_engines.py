@@ -6,7 +6,10 @@ a steady load.
 * **single-report ingest**: 8 threads post one k-RR report per request to ``chorus serve``
   (2 workers × 8 threads) on loopback, bounded in count and time; reports/s by wall clock,
   and the CPU time the server spent per report (the collector's processes, and for PostgreSQL
-  the database server's too: SQLite works inside the collector);
+  the database server's too: SQLite works inside the collector). Both servers run side by
+  side and each load in 3 rounds, the two backends' back to back in alternating order: the
+  ratios are the medians of the rounds' ratios (a noisy machine moved a one-round ratio by
+  ±15% between runs);
 * **batch ingest**: the same with 1,000-report batches;
 * **bytes per report**: the reports table with its indexes, over the reports it holds;
 * **steady load**: day after day, a day's reports (a twentieth of them late by two days) are
@@ -21,8 +24,10 @@ Every load is bounded in count and time; servers listen on 127.0.0.1 only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -62,43 +67,76 @@ def _reports(campaign: Any, count: int, rng: np.random.Generator) -> list[dict[s
              "payload": p} for p in payloads]
 
 
-def http_ingest(database: str, roots: list[int], quick: bool) -> dict[str, Any]:
+ROUNDS = 3  # each backend's loads, interleaved with the other's (the order alternating)
+
+
+def http_ingest(databases: dict[str, str], roots: dict[str, list[int]],
+                quick: bool) -> dict[str, dict[str, Any]]:
+    """Both backends' servers side by side; each load runs in ``ROUNDS`` rounds, SQLite's
+    and PostgreSQL's back to back (the first alternating), so that a noisy neighbour slows
+    both alike: the ratio is the median of the rounds' ratios."""
     rng = np.random.default_rng(7)
-    singles = 600 if quick else 6_000
-    batches = 10 if quick else 60
-    with CollectorProcess(database, settings={"ADMIN_TOKEN": ADMIN, "WORKERS": "2",
-                                              "THREADS": "8", "FOLD_INTERVAL": "0"}) as server:
-        assert server.process is not None
-        status, body = _post(server.port, "/v1/campaigns", json.dumps(SPEC).encode(), ADMIN)
-        assert status in (200, 201), body
-        campaign = campaign_from_config(json.loads(body))
-        processes = [server.process.pid, *roots]
-        rows: dict[str, Any] = {}
-        for kind, bodies in (
-                ("single", [json.dumps(r).encode() for r in _reports(campaign, singles, rng)]),
-                ("batch", [json.dumps({"reports": _reports(campaign, 1000, rng)}).encode()
-                           for _ in range(batches)])):
-            deadline = time.monotonic() + 120
+    singles = (600 if quick else 6_000) // ROUNDS
+    batches = (12 if quick else 60) // ROUNDS
+    settings = {"ADMIN_TOKEN": ADMIN, "WORKERS": "2", "THREADS": "8", "FOLD_INTERVAL": "0"}
+    rows: dict[str, dict[str, Any]] = {name: {} for name in databases}
+    with contextlib.ExitStack() as stack:
+        servers, campaigns = {}, {}
+        for name, database in databases.items():
+            server = stack.enter_context(CollectorProcess(database, settings=settings))
+            assert server.process is not None
+            status, body = _post(server.port, "/v1/campaigns", json.dumps(SPEC).encode(),
+                                 ADMIN)
+            assert status in (200, 201), body
+            servers[name], campaigns[name] = server, campaign_from_config(json.loads(body))
+        for kind in ("single", "batch"):
+            for number in range(ROUNDS):
+                order = list(databases) if number % 2 == 0 else list(databases)[::-1]
+                for name in order:
+                    reports = (_reports(campaigns[name], singles, rng) if kind == "single"
+                               else _reports(campaigns[name], 1000 * batches, rng))
+                    bodies = ([json.dumps(r).encode() for r in reports] if kind == "single"
+                              else [json.dumps({"reports": reports[i:i + 1000]}).encode()
+                                    for i in range(0, len(reports), 1000)])
+                    server = servers[name]
+                    assert server.process is not None
+                    rows[name].setdefault(kind, []).append(_load(
+                        server.port, bodies, [server.process.pid, *roots[name]]))
+    return {name: {kind: _pooled(rounds) for kind, rounds in kinds.items()}
+            for name, kinds in rows.items()}
 
-            def send(body: bytes, deadline: float = deadline) -> int:
-                if time.monotonic() > deadline:
-                    return 0
-                status, reply = _post(server.port, "/v1/reports", body)
-                if status not in (200, 201):
-                    return 0
-                answer = json.loads(reply)
-                return int(answer.get("accepted", answer.get("status") == "accepted"))
 
-            cpu = sum(map(server_cpu_seconds, processes))
-            started = time.perf_counter()
-            with ThreadPoolExecutor(8) as pool:
-                accepted = sum(pool.map(send, bodies))
-            wall = time.perf_counter() - started
-            cpu = sum(map(server_cpu_seconds, processes)) - cpu
-            rows[kind] = {"reports": accepted, "seconds": wall,
-                          "reports_per_s": accepted / wall,
-                          "server_cpu_us_per_report": cpu / max(accepted, 1) * 1e6}
-    return rows
+def _load(port: int, bodies: list[bytes], processes: list[int]) -> dict[str, float]:
+    """One round: ``bodies`` posted from 8 threads, bounded in time."""
+    deadline = time.monotonic() + 120
+
+    def send(body: bytes) -> int:
+        if time.monotonic() > deadline:
+            return 0
+        status, reply = _post(port, "/v1/reports", body)
+        if status not in (200, 201):
+            return 0
+        answer = json.loads(reply)
+        return int(answer.get("accepted", answer.get("status") == "accepted"))
+
+    cpu = sum(map(server_cpu_seconds, processes))
+    started = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        accepted = sum(pool.map(send, bodies))
+    wall = time.perf_counter() - started
+    return {"reports": accepted, "seconds": wall,
+            "cpu_seconds": sum(map(server_cpu_seconds, processes)) - cpu}
+
+
+def _pooled(rounds: list[dict[str, float]]) -> dict[str, Any]:
+    reports = sum(r["reports"] for r in rounds)
+    seconds = sum(r["seconds"] for r in rounds)
+    return {"reports": reports, "seconds": seconds, "reports_per_s": reports / seconds,
+            "server_cpu_us_per_report": sum(r["cpu_seconds"] for r in rounds)
+            / max(reports, 1) * 1e6,
+            "rounds": [{"reports_per_s": r["reports"] / r["seconds"],
+                        "server_cpu_us_per_report": r["cpu_seconds"] / max(r["reports"], 1)
+                        * 1e6} for r in rounds]}
 
 
 def bytes_per_report(database: str) -> dict[str, float]:
@@ -171,21 +209,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, running_postgres() as postgres:
+        print("benchmarks/storage_engines.py: ingest over HTTP, both backends",
+              file=sys.stderr, flush=True)
+        databases = {"sqlite": str(Path(tmp) / "ingest.db"), "postgresql": postgres.new_schema()}
+        ingest = http_ingest(databases, {"sqlite": [], "postgresql": [postmaster_pid(postgres)]},
+                             args.quick)
         for backend in ("sqlite", "postgresql"):
-            print(f"benchmarks/storage_engines.py: {backend}", file=sys.stderr, flush=True)
-            if backend == "postgresql":
-                database, roots = postgres.new_schema(), [postmaster_pid(postgres)]
-                steady = postgres.new_schema()
-            else:
-                database, roots = str(Path(tmp) / "ingest.db"), []
-                steady = str(Path(tmp) / "steady.db")
-            row = http_ingest(database, roots, args.quick)
-            row["storage"] = bytes_per_report(database)
+            print(f"benchmarks/storage_engines.py: {backend}, bytes and the steady load",
+                  file=sys.stderr, flush=True)
+            steady = postgres.new_schema() if backend == "postgresql" \
+                else str(Path(tmp) / "steady.db")
+            row = ingest[backend]
+            row["storage"] = bytes_per_report(databases[backend])
             row["steady_load"] = steady_load(steady, args.quick)
             results[backend] = row
     sqlite, postgres_row = results["sqlite"], results["postgresql"]
+    # Each ratio: the median of the rounds' (each round's two loads ran back to back).
     results["postgresql_over_sqlite"] = {
-        f"{kind}_{figure}": postgres_row[kind][figure] / sqlite[kind][figure]
+        f"{kind}_{figure}": statistics.median(
+            p[figure] / s[figure] for p, s in zip(postgres_row[kind]["rounds"],
+                                                   sqlite[kind]["rounds"], strict=True))
         for kind in ("single", "batch")
         for figure in ("reports_per_s", "server_cpu_us_per_report")}
     print_table(results)
