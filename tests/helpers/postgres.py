@@ -91,6 +91,30 @@ class PostgresServer:
         return f"{self.url}?options=-csearch_path%3D{name}"
 
 
+    def new_database(self, template: str | None = None) -> tuple[str, str]:
+        """A new database, empty or a copy of ``template`` (whose connections, if any, are
+        ended first: PostgreSQL copies only a database nobody is connected to): its name
+        and its URL."""
+        import psycopg
+
+        name = f"d_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            if template is not None:
+                conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                             "WHERE datname = %s AND pid <> pg_backend_pid()", (template,))
+                conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+            else:
+                conn.execute(f"CREATE DATABASE {name}")
+        return name, f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
+
+    def drop_database(self, name: str) -> None:
+        """Drop a database ``new_database`` made, ending its connections first."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 @contextlib.contextmanager
 def running_postgres() -> Iterator[PostgresServer]:
     server = PostgresServer().start()

@@ -11,6 +11,8 @@ import io
 import math
 import random
 import re
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from flask.testing import FlaskClient
 from chorus_client import Client, CollectorAPI, WSGITransport
 from chorus_collector.cli import campaigns as campaigns_cli
 from chorus_collector.cli import main as cli
+from helpers.seeded import SeededTemplate, seed_template
 from helpers.support import ADMIN, ADMIN_HEADERS, ANALYST, ANALYST_HEADERS, NOW, FakeClock
 
 URL = "http://collector.test"
@@ -41,8 +44,7 @@ def _true_quantile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-@pytest.fixture
-def latencies(app: Flask, clock: FakeClock) -> dict[str, Any]:
+def _fill(app: Flask, clock: FakeClock) -> dict[str, Any]:
     """An hh campaign over [1, 10⁴] ms on a log scale (64 buckets): hour 0 with a median of
     200 ms, hour 1 with 400 ms, each reported by USERS installs through the real client."""
     transport = WSGITransport(app)
@@ -64,8 +66,29 @@ def latencies(app: Flask, clock: FakeClock) -> dict[str, Any]:
         client.flush()
         assert client.totals.accepted == USERS
         hours.append(values)
-    clock.now = NOW + 2 * HOUR
     return {"config": config, "hours": hours, "all": hours[0] + hours[1]}
+
+
+@pytest.fixture(scope="module")
+def seeded(request: pytest.FixtureRequest, backend: str,
+           tmp_path_factory: pytest.TempPathFactory) -> SeededTemplate:
+    return seed_template(request, backend, tmp_path_factory, _fill)
+
+
+@pytest.fixture
+def database(seeded: SeededTemplate, tmp_path: Path) -> Iterator[str]:
+    """Every test here starts from its own copy of the module's filled database."""
+    copy = seeded.copy(tmp_path)
+    yield copy
+    seeded.discard(copy)
+
+
+@pytest.fixture
+def latencies(seeded: SeededTemplate, clock: FakeClock) -> dict[str, Any]:
+    """What ``_fill`` reported, two hours after the first report."""
+    clock.now = NOW + 2 * HOUR
+    data: dict[str, Any] = seeded.data
+    return data
 
 
 def test_estimates_answer_quantiles_ranges_and_the_histogram(

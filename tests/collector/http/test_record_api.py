@@ -12,6 +12,8 @@ import io
 import itertools
 import math
 import random
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +24,7 @@ from flask.testing import FlaskClient
 
 from chorus_client import Client, CollectorAPI, WSGITransport
 from chorus_collector.http.openapi import openapi_document
+from helpers.seeded import SeededTemplate, seed_template
 from helpers.support import ADMIN, ADMIN_HEADERS, ANALYST_HEADERS, NOW, FakeClock, z_threshold
 
 URL = "http://collector.test"
@@ -62,8 +65,7 @@ def _records(hour: int, n: int, rng: np.random.Generator) -> list[dict[str, str]
                      strict=True)) for c in cells]
 
 
-@pytest.fixture
-def records(app: Flask, clock: FakeClock) -> dict[str, Any]:
+def _fill(app: Flask, clock: FakeClock) -> dict[str, Any]:
     """The campaign, and USERS records an hour for two hours reported by the real client."""
     transport = WSGITransport(app)
     config = CollectorAPI(URL, ADMIN, transport=transport).create_campaign(SPEC)
@@ -77,7 +79,28 @@ def records(app: Flask, clock: FakeClock) -> dict[str, Any]:
         assert {client.report("crashes", r) for r in _records(hour, USERS, rng)} == {"queued"}
         client.flush()
         assert client.totals.accepted == USERS
+    return config
+
+
+@pytest.fixture(scope="module")
+def seeded(request: pytest.FixtureRequest, backend: str,
+           tmp_path_factory: pytest.TempPathFactory) -> SeededTemplate:
+    return seed_template(request, backend, tmp_path_factory, _fill)
+
+
+@pytest.fixture
+def database(seeded: SeededTemplate, tmp_path: Path) -> Iterator[str]:
+    """Every test here starts from its own copy of the module's filled database."""
+    copy = seeded.copy(tmp_path)
+    yield copy
+    seeded.discard(copy)
+
+
+@pytest.fixture
+def records(seeded: SeededTemplate, clock: FakeClock) -> dict[str, Any]:
+    """The campaign ``_fill`` made, two hours after the first report."""
     clock.now = NOW + 2 * HOUR
+    config: dict[str, Any] = seeded.data
     return config
 
 
