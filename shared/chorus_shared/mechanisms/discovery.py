@@ -301,7 +301,7 @@ class PrefixDiscovery(Mechanism):
         extensions: int = _symbol_count(self.domain) ** (self.step_bits // self.symbol_bits)
         return self.keep * extensions
 
-    @property
+    @functools.cached_property  # read several times per report: computed once
     def lengths(self) -> tuple[int, ...]:
         """The prefix length (bits) that each level of the walk reports."""
         return walk_lengths(self.domain, self.keep, self.step_bits, self.first_bits)
@@ -455,7 +455,7 @@ class PEM(PrefixDiscovery):
         walk = self.walk_groups
         return (100 - self.final_share,) * walk + (self.final_share * walk,)
 
-    @property
+    @functools.cached_property
     def lengths(self) -> tuple[int, ...]:
         return (*walk_lengths(self.domain, self.keep, self.step_bits, self.first_bits), self.m)
 
