@@ -146,11 +146,13 @@ def _grouped(observed: Counter[Any], expected: Expected, draws: int
     assert set(observed) <= set(expected), f"impossible outputs: {set(observed) - set(expected)}"
     cells: list[list[Any]] = []
     pending: list[Any] = []
+    share = 0.0  # of the pending keys: the running sum adds them in the order sum() would
     for key in sorted(expected, key=lambda k: expected[k]):
         pending.append(key)
-        if sum(expected[k] for k in pending) * draws >= 5:
+        share += expected[key]
+        if share * draws >= 5:
             cells.append(pending)
-            pending = []
+            pending, share = [], 0.0
     if pending:
         cells[-1].extend(pending)
     assert len(cells) >= 2, "a single cell: nothing to test"
