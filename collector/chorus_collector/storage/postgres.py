@@ -411,7 +411,8 @@ class PostgresStorage(SQLStorage["_Connection"]):
 
     def _begin_write(self, conn: _Connection) -> None:
         # Sent with the transaction's first statement, in its round trip (a single report's
-        # request took four round trips: the retirement, these, the insert, COMMIT; two now).
+        # request took four round trips: the retirement, these, the insert, COMMIT; one now,
+        # the COMMIT going with the statement: ``_append_together``'s ``commit``).
         conn.defer("BEGIN", f"SELECT pg_advisory_xact_lock_shared({APPEND_LOCK})")
 
     def _begin_read(self, conn: _Connection) -> None:

@@ -158,7 +158,9 @@ class SQLStorage(Storage, Generic[ConnT]):
         Group commit: threads that write at the same time share one BEGIN … COMMIT, so one
         fsync makes all their reports durable instead of one fsync each. Each caller's work
         runs in its own SAVEPOINT (one alone in its group: in the transaction itself): an
-        exception rolls back only that caller's changes and is raised to it. Every call
+        exception rolls back only that caller's changes and is raised to it. (A group of
+        ``grouped_append``'s single reports alone, where the engine ``combines_appends``, is
+        one statement that commits with it: its failure is every caller's.) Every call
         returns only after the shared COMMIT succeeded; if it fails, every caller in the
         group gets the error (nothing of theirs was acknowledged).
 
