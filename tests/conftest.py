@@ -92,13 +92,19 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def database(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> str:
+def database(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> Iterator[str]:
     """The collector's DATABASE setting for this test: a SQLite file, or a fresh schema on
-    the session's PostgreSQL server."""
-    if backend == "postgresql":
-        server = request.getfixturevalue("postgres")
-        return str(server.new_schema())
-    return str(tmp_path / "chorus.db")
+    the session's PostgreSQL server; for a test that uses a ``seeded_template`` fixture
+    (``helpers.seeded``), its own copy of that filled database."""
+    if "seeded_template" in request.fixturenames:
+        template = request.getfixturevalue("seeded_template")
+        copy = str(template.copy(tmp_path))
+        yield copy
+        template.discard(copy)
+    elif backend == "postgresql":
+        yield str(request.getfixturevalue("postgres").new_schema())
+    else:
+        yield str(tmp_path / "chorus.db")
 
 
 @pytest.fixture(autouse=True)

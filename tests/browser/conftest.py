@@ -11,11 +11,8 @@ suites (tests/collector, tests/e2e), and a page does not care where the numbers 
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
-import shutil
-import sqlite3
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +29,7 @@ from helpers.browser import (
     save_screenshot,
 )
 from helpers.live import LiveCollector, SeededCampaign, seed_campaigns, serving
+from helpers.seeded import SeededTemplate, sqlite_template
 from helpers.support import FakeClock
 
 if TYPE_CHECKING:
@@ -88,10 +86,9 @@ def live_collector(make_app: Callable[..., Flask], clock: FakeClock,
 
 
 @pytest.fixture(scope="session")
-def seeded_template(tmp_path_factory: pytest.TempPathFactory,
-                    ) -> tuple[Path, dict[str, SeededCampaign]]:
-    """``seed_campaigns`` once for the session, served and folded as in a test: the SQLite
-    file (checkpointed: nothing in a WAL beside it) and the campaigns it holds."""
+def seeded_template(tmp_path_factory: pytest.TempPathFactory) -> SeededTemplate:
+    """``seed_campaigns`` once for the session, served and folded as in a test (2.7 s a
+    test before): each test using ``seeded`` gets its own copy of the file (``database``)."""
     from chorus_collector import create_app
     from helpers.support import ADMIN, ANALYST
 
@@ -102,29 +99,17 @@ def seeded_template(tmp_path_factory: pytest.TempPathFactory,
     with serving(app, clock) as live:
         campaigns = seed_campaigns(live)
         live.fold()
-    app.extensions["chorus.storage"].close()
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return path, campaigns
+    return sqlite_template(app, str(path), campaigns)
 
 
 @pytest.fixture
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """This test's SQLite file: for a test that reads ``seeded``, a copy of the session's
-    seeded one (filling it took 2.7 s a test)."""
-    target = tmp_path / "chorus.db"
-    if "seeded" in request.fixturenames:
-        shutil.copyfile(request.getfixturevalue("seeded_template")[0], target)
-    return str(target)
-
-
-@pytest.fixture
-def seeded(seeded_template: tuple[Path, dict[str, SeededCampaign]],
+def seeded(seeded_template: SeededTemplate,
            live_collector: LiveCollector) -> dict[str, SeededCampaign]:
     """``browser`` (k-RR), ``load_time`` (a mean) and ``homepage`` (RAPPOR) with 2,000
     simulated users a day for 8 days ending today (the clock's day), folded: this test's
-    copy of the session's (``database``), served by ``live_collector``."""
-    return copy.deepcopy(seeded_template[1])
+    copy of the session's, served by ``live_collector``."""
+    campaigns: dict[str, SeededCampaign] = copy.deepcopy(seeded_template.data)
+    return campaigns
 
 
 @pytest.fixture(scope="session")

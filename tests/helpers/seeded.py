@@ -1,4 +1,6 @@
-"""A database filled once per test module and copied for each test that reads it.
+"""A database filled once per test module (or session) and copied for each test that reads
+it: a test that uses a fixture named ``seeded_template`` (a ``SeededTemplate``) gets its own
+copy as its ``database`` (tests/conftest.py).
 
 Some modules ask many questions of the same data (thousands of reports through the real
 client): filling it again for every test was most of their time (2–4 s a test). A
@@ -9,6 +11,7 @@ database made from the template database (``CREATE DATABASE … TEMPLATE``).
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sqlite3
 from collections.abc import Callable
@@ -22,7 +25,7 @@ from flask import Flask
 from chorus_collector import create_app
 from helpers.support import ADMIN, ANALYST, FakeClock
 
-__all__ = ["SeededTemplate", "seed_template"]
+__all__ = ["SeededTemplate", "seed_template", "sqlite_template"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ def seed_template(request: pytest.FixtureRequest, backend: str,
                   tmp_path_factory: pytest.TempPathFactory,
                   fill: Callable[[Flask, FakeClock], Any]) -> SeededTemplate:
     """Fill a new database by ``fill(app, clock)`` (an app on it, its clock at ``NOW``), once:
-    call it from a module-scoped fixture."""
+    call it from a module-scoped fixture named ``seeded_template``."""
     server = request.getfixturevalue("postgres") if backend == "postgresql" else None
     if server is None:
         database = str(tmp_path_factory.mktemp("seeded") / "template.db")
@@ -62,9 +65,16 @@ def seed_template(request: pytest.FixtureRequest, backend: str,
     app = create_app({"DATABASE": database, "ADMIN_TOKEN": ADMIN, "ANALYST_TOKEN": ANALYST},
                      clock=(clock := FakeClock()))
     data = fill(app, clock)
-    app.extensions["chorus.storage"].close()
-    if server is None:  # the file alone holds everything: no WAL beside it to copy
-        with sqlite3.connect(database) as conn:
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.close()
+    if server is None:
+        return sqlite_template(app, database, data)
+    app.extensions["chorus.storage"].close()  # its connection would block the copies
     return SeededTemplate(source, server, data)
+
+
+def sqlite_template(app: Flask, path: str, data: Any) -> SeededTemplate:
+    """The SQLite file ``app`` filled, as a template: its connection closed and the file
+    checkpointed, so that it alone holds everything (no WAL beside it to copy)."""
+    app.extensions["chorus.storage"].close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return SeededTemplate(path, None, data)

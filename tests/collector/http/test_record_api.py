@@ -12,8 +12,6 @@ import io
 import itertools
 import math
 import random
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -83,24 +81,18 @@ def _fill(app: Flask, clock: FakeClock) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def seeded(request: pytest.FixtureRequest, backend: str,
-           tmp_path_factory: pytest.TempPathFactory) -> SeededTemplate:
+def seeded_template(request: pytest.FixtureRequest, backend: str,
+                    tmp_path_factory: pytest.TempPathFactory) -> SeededTemplate:
+    """``_fill`` once for the module: every test here starts from its own copy
+    (``database``)."""
     return seed_template(request, backend, tmp_path_factory, _fill)
 
 
 @pytest.fixture
-def database(seeded: SeededTemplate, tmp_path: Path) -> Iterator[str]:
-    """Every test here starts from its own copy of the module's filled database."""
-    copy = seeded.copy(tmp_path)
-    yield copy
-    seeded.discard(copy)
-
-
-@pytest.fixture
-def records(seeded: SeededTemplate, clock: FakeClock) -> dict[str, Any]:
+def records(seeded_template: SeededTemplate, clock: FakeClock) -> dict[str, Any]:
     """The campaign ``_fill`` made, two hours after the first report."""
     clock.now = NOW + 2 * HOUR
-    config: dict[str, Any] = seeded.data
+    config: dict[str, Any] = seeded_template.data
     return config
 
 

@@ -165,15 +165,8 @@ def test_one_id_sent_from_many_threads_at_once_is_stored_once(database: str,
         assert stored[0][0] == 1
 
 
-def test_a_report_alone_in_its_group_gets_its_outcome_committed(
-        database: str, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A single report with no other writer at the time: on PostgreSQL appended and
-    committed in one round trip (``_append_together`` with ``commit``), with the same
-    outcomes as in a group, each durable (read from another connection) on return."""
-    storage = _storage(database)
-    live, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("live")))
-    gone, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("gone")))
-    storage.retire_campaign(gone.id, 1.0)
+def _statements(storage: SQLStorage, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
+    """What each ``_append_together`` call gets from now on: (its reports, ``commit``)."""
     statements: list[tuple[int, bool]] = []
     original = storage._append_together
 
@@ -183,6 +176,19 @@ def test_a_report_alone_in_its_group_gets_its_outcome_committed(
         return original(conn, appends, commit=commit)
 
     monkeypatch.setattr(storage, "_append_together", spy)
+    return statements
+
+
+def test_a_report_alone_in_its_group_gets_its_outcome_committed(
+        database: str, backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A single report with no other writer at the time: on PostgreSQL appended and
+    committed in one round trip (``_append_together`` with ``commit``), with the same
+    outcomes as in a group, each durable (read from another connection) on return."""
+    storage = _storage(database)
+    live, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("live")))
+    gone, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("gone")))
+    storage.retire_campaign(gone.id, 1.0)
+    statements = _statements(storage, monkeypatch)
     a, b = bytes(range(16)), bytes(range(1, 17))
     assert storage.grouped_append(live.id, StoredReport(a, BUCKET, "1")) is True
     assert _rows(database) == [(live.id, a, "1")]
@@ -200,15 +206,7 @@ def test_a_group_of_single_reports_commits_with_its_statement(
     savepoint, the COMMIT in its round trip), each caller with its own outcome."""
     storage = _storage(database)
     live, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("live")))
-    statements: list[tuple[int, bool]] = []
-    original = storage._append_together
-
-    def spy(conn: Any, appends: list[tuple[int, StoredReport]], *,
-            commit: bool = False) -> list[bool | None]:
-        statements.append((len(appends), commit))
-        return original(conn, appends, commit=commit)
-
-    monkeypatch.setattr(storage, "_append_together", spy)
+    statements = _statements(storage, monkeypatch)
     a, b = bytes(range(16)), bytes(range(1, 17))
     outcomes = _in_one_group(storage, [
         lambda: storage.grouped_append(live.id, StoredReport(a, BUCKET, "1")),
