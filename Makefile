@@ -86,15 +86,19 @@ XDIST := -n logical --dist worksteal
 
 # Everything on SQLite and, at the same time, the tests whose storage follows --backend on
 # PostgreSQL (tests/conftest.py picks them): that pass waits on the server's fsyncs, the
-# SQLite pass fills the cores meanwhile (docs/development.md has the figures). The
-# PostgreSQL pass prints when both end; each prints its slowest tests (where the time goes).
-test: lint services client-ts
-	@pg_log=$$(mktemp); \
+# SQLite pass fills the cores meanwhile (docs/development.md has the figures). The lint (ruff,
+# then mypy: half a minute of a core on a fresh clone) runs beside them too, in the gaps the
+# passes leave, and fails the target like a failing test. The PostgreSQL pass and the lint
+# print when all end; each pass prints its slowest tests (where the time goes).
+test: $(STAMP) services client-ts
+	@pg_log=$$(mktemp); lint_log=$$(mktemp); \
+	{ $(BIN)/ruff check . && $(BIN)/mypy; } >"$$lint_log" 2>&1 & lint_pid=$$!; \
 	$(BIN)/pytest -q $(XDIST) --durations=10 --backend postgresql >"$$pg_log" 2>&1 & pg_pid=$$!; \
 	$(BIN)/pytest $(XDIST) --durations=15; sqlite=$$?; \
-	wait $$pg_pid; postgresql=$$?; \
-	echo "=== the PostgreSQL pass (pytest --backend postgresql)"; cat "$$pg_log"; rm -f "$$pg_log"; \
-	test $$sqlite -eq 0 && test $$postgresql -eq 0
+	wait $$pg_pid; postgresql=$$?; wait $$lint_pid; lint=$$?; \
+	echo "=== the PostgreSQL pass (pytest --backend postgresql)"; cat "$$pg_log"; \
+	echo "=== the lint (ruff, mypy)"; cat "$$lint_log"; rm -f "$$pg_log" "$$lint_log"; \
+	test $$sqlite -eq 0 && test $$postgresql -eq 0 && test $$lint -eq 0
 
 # The edit loop: everything but the tests marked slow (servers, many simulated users, long
 # statistical runs). `make test` runs them all, as CI does.
