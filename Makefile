@@ -84,6 +84,14 @@ client-ts: $(TS_STAMP)
 # schemathesis's do, every one).
 XDIST := -n logical --dist worksteal
 
+# The tests start hundreds of Python processes (servers, their workers, commands, benchmarks),
+# each importing numpy, scipy, Flask and the collector: with PYTHONDONTWRITEBYTECODE set (as it
+# is on some machines, CI's among them) every one compiled every module from source again, and
+# every pytest process rewrote every test module's asserts. Cleared for the tests, the first
+# import writes the bytecode (into the ignored __pycache__ folders) and the rest load it: an
+# end-to-end test file took 31 s of CPU instead of 37.
+test quick: export PYTHONDONTWRITEBYTECODE :=
+
 # Everything on SQLite and, at the same time, the tests whose storage follows --backend on
 # PostgreSQL (tests/conftest.py picks them): that pass waits on the server's fsyncs, the
 # SQLite pass fills the cores meanwhile (docs/development.md has the figures). The lint (ruff,
