@@ -84,6 +84,9 @@ client-ts: $(TS_STAMP)
 # schemathesis's do, every one).
 XDIST := -n logical --dist worksteal
 
+# The suites the PostgreSQL pass picks its tests from (BACKEND_SUITES in tests/conftest.py).
+PG_SUITES := tests/collector tests/e2e
+
 # The tests start hundreds of Python processes (servers, their workers, commands, benchmarks),
 # each importing numpy, scipy, Flask and the collector: with PYTHONDONTWRITEBYTECODE set (as it
 # is on some machines, CI's among them) every one compiled every module from source again, and
@@ -101,7 +104,7 @@ test quick: export PYTHONDONTWRITEBYTECODE :=
 test: $(STAMP) services client-ts
 	@pg_log=$$(mktemp); lint_log=$$(mktemp); \
 	{ $(BIN)/ruff check . && $(BIN)/mypy; } >"$$lint_log" 2>&1 & lint_pid=$$!; \
-	$(BIN)/pytest -q $(XDIST) --durations=10 --backend postgresql >"$$pg_log" 2>&1 & pg_pid=$$!; \
+	$(BIN)/pytest -q $(XDIST) --durations=10 --backend postgresql $(PG_SUITES) >"$$pg_log" 2>&1 & pg_pid=$$!; \
 	$(BIN)/pytest $(XDIST) --durations=15; sqlite=$$?; \
 	wait $$pg_pid; postgresql=$$?; wait $$lint_pid; lint=$$?; \
 	echo "=== the PostgreSQL pass (pytest --backend postgresql)"; cat "$$pg_log"; \

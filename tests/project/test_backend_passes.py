@@ -36,3 +36,17 @@ def test_the_postgresql_pass_runs_the_tests_that_follow_the_backend_and_no_other
     designer = {t for t in on_sqlite
                 if "test_designer.py::test_predicted_standard_error_matches" in t}
     assert designer and not designer & on_postgres
+
+
+def test_make_test_points_the_postgresql_pass_at_every_suite_that_follows_the_backend() -> None:
+    """`make test` runs the PostgreSQL pass on the suites where tests/conftest.py lets a test
+    follow ``--backend`` (and no others, whose tests it would only deselect): a suite added to
+    one list and not the other would run on SQLite alone, or be collected for nothing."""
+    from conftest import BACKEND_SUITES
+
+    makefile = (ROOT / "Makefile").read_text()
+    (line,) = [line for line in makefile.splitlines() if line.startswith("PG_SUITES :=")]
+    assert line.split(":=")[1].split() == list(BACKEND_SUITES)
+    (command,) = [line for line in makefile.splitlines()
+                  if "$(BIN)/pytest" in line and "--backend postgresql" in line]
+    assert "--backend postgresql $(PG_SUITES)" in command
