@@ -55,7 +55,22 @@ def frequency_values(result: Any) -> tuple[np.ndarray, np.ndarray]:
             np.array([r.frequency_std_error for r in result.rows]))
 
 
+_PLAIN = frozenset({int, str, float, bool, type(None)})
+
+
 def payload_key(payload: Any) -> Any:
+    """A hashable form of a payload: dicts as tuples of their items sorted by key, lists as
+    tuples, recursively.
+
+    Called on every sampled report of the goodness-of-fit tests (80,000 per campaign): plain
+    values are passed through without a call, and a dict's items are sorted as they are (its
+    keys are distinct, so the order never depends on the values): the same keys as the
+    recursive generator form this replaced, in less time."""
+    if type(payload) is dict:
+        return tuple([(k, v if type(v) in _PLAIN else payload_key(v))
+                      for k, v in sorted(payload.items())])
+    if type(payload) is list:
+        return tuple([v if type(v) in _PLAIN else payload_key(v) for v in payload])
     if isinstance(payload, dict):
         return tuple(sorted((k, payload_key(v)) for k, v in payload.items()))
     return tuple(payload_key(v) for v in payload) if isinstance(payload, list) else payload
