@@ -19,6 +19,7 @@ also runs the real simulator and ``map`` on a smaller scale.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -46,13 +47,21 @@ def oracle_counts(oracle: PureOracle, values: np.ndarray, rng: np.random.Generat
         stay = rng.binomial(values, p)
         # The others move to a uniform other value: q = (1 − p)/(k − 1) each.
         moved = rng.multinomial(values - stay, np.full(k - 1, 1.0 / (k - 1)))
-        spread = np.zeros((k, k), dtype=np.int64)
-        spread[~np.eye(k, dtype=bool)] = moved.ravel()
-        out: np.ndarray = stay + spread.sum(axis=0)
+        # moved[v] lists the other values' counts in order: summed into the values they
+        # went to (integer counts, so exactly as a k × k spread summed over its rows).
+        arrived = np.bincount(_others(k), weights=moved.ravel(), minlength=k)
+        out: np.ndarray = stay + arrived.astype(np.int64)
         return out
     assert isinstance(oracle, OUE)
     bits: np.ndarray = rng.binomial(values, p) + rng.binomial(values.sum() - values, q)
     return bits
+
+
+@functools.cache
+def _others(k: int) -> np.ndarray:
+    """Row-major, the columns of a k × k table's off-diagonal cells."""
+    columns: np.ndarray = np.nonzero(~np.eye(k, dtype=bool))[1]
+    return columns
 
 
 def project(cells: np.ndarray, attributes: Sequence[int]) -> np.ndarray:

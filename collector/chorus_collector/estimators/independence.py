@@ -34,6 +34,7 @@ exact, and simulation agrees), averaged over the same directions (:func:`table_p
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 
@@ -95,6 +96,13 @@ def _statistics(joints: np.ndarray, v: np.ndarray, u: np.ndarray, q: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray]:
     """T for each joint in ``joints`` (B, k₁, k₂), and C of the last one; Σ = diag(v) − UUᵀ
     over the flattened cells, q = Q (K × df)."""
+    statistics, c, _, _ = _statistics_and_fits(joints, v, u, q)
+    return statistics, c
+
+
+def _statistics_and_fits(joints: np.ndarray, v: np.ndarray, u: np.ndarray, q: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_statistics` and the null fits (a, b) it computed on the way."""
     b_count, k1, k2 = joints.shape
     size = k1 * k2
     total = joints.sum(axis=(1, 2))
@@ -104,7 +112,7 @@ def _statistics(joints: np.ndarray, v: np.ndarray, u: np.ndarray, q: np.ndarray
     first, second = _null_fit(joints)
     c = _contrast_covariance(first, second, v, u, q)
     solved = np.linalg.solve(c, z[..., None])[..., 0]
-    return np.einsum("bd,bd->b", z, solved), c[-1]
+    return np.einsum("bd,bd->b", z, solved), c[-1], first, second
 
 
 def _contrast_covariance(first: np.ndarray, second: np.ndarray, v: np.ndarray, u: np.ndarray,
@@ -127,8 +135,13 @@ def _contrast_covariance(first: np.ndarray, second: np.ndarray, v: np.ndarray, u
     return symmetric
 
 
+@functools.lru_cache(maxsize=256)
 def _basis(k1: int, k2: int) -> np.ndarray:
-    return np.kron(contrasts(k1), contrasts(k2)).T
+    # Built once per shape (every test and every simulated power asks for it), read-only
+    # since it is shared.
+    basis: np.ndarray = np.kron(contrasts(k1), contrasts(k2)).T
+    basis.flags.writeable = False
+    return basis
 
 
 class _Calibration:
@@ -146,9 +159,9 @@ class _Calibration:
         self.df = (k1 - 1) * (k2 - 1)
         self.q = _basis(k1, k2)
         self.v, self.u = v.reshape(f.size), u.reshape(f.size, -1)
-        observed, self.c = _statistics(f[None], self.v, self.u, self.q)
+        # The observed statistic's null fit is the one the draws are centred at.
+        observed, self.c, first, second = _statistics_and_fits(f[None], self.v, self.u, self.q)
         self.statistic = float(observed[0])
-        first, second = _null_fit(f[None])
         self.first, self.second = first[0], second[0]
         covariance = np.diag(self.v) - self.u @ self.u.T
         values, vectors = np.linalg.eigh((covariance + covariance.T) / 2)

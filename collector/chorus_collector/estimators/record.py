@@ -92,6 +92,10 @@ NEAR_ZERO = 1e-3
 #: such joint domains only at large ε, where EM converges in tens of steps).
 NEWTON_MAX_SHARES = 256
 
+#: How many design variances (:meth:`MarginalsEstimator.design_variance`) are remembered.
+DESIGN_VARIANCE_MEMO = 4_096
+_DESIGN_VARIANCES: dict[tuple[Any, ...], float] = {}
+
 #: The post-processing methods that map one table onto the probability simplex.
 SIMPLEX_METHODS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "norm-sub": norm_sub, "norm-mul": norm_mul, "projection": simplex_projection}
@@ -392,11 +396,22 @@ class MarginalsEstimator(RecordEstimator):
         if reports == 0:
             return math.inf
         p, q = oracle.support_probabilities()
-        cells = mechanism.cells(mechanism.sets[s])
-        expected = np.full(cells, reports * (q + (p - q) / cells))
-        table = oracle_table(oracle, expected, reports).reshaped(
-            tuple(mechanism.domain.sizes[a] for a in mechanism.sets[s]))
-        return float(np.mean(table.project(keep).variance))
+        sizes = mechanism.domain.sizes
+        shape = tuple(sizes[a] for a in mechanism.sets[s])
+        # A function of these values only (oracle_table reads the oracle's kind and p, q):
+        # remembered, since every answer asks for it once per set and attribute subset, with
+        # the same few report counts from one answer to the next.
+        key = (isinstance(oracle, KRR), p, q, shape, reports, tuple(keep))
+        variance = _DESIGN_VARIANCES.get(key)
+        if variance is None:
+            cells = math.prod(shape)
+            expected = np.full(cells, reports * (q + (p - q) / cells))
+            table = oracle_table(oracle, expected, reports).reshaped(shape)
+            variance = float(np.mean(table.project(keep).variance))
+            if len(_DESIGN_VARIANCES) >= DESIGN_VARIANCE_MEMO:
+                _DESIGN_VARIANCES.clear()
+            _DESIGN_VARIANCES[key] = variance
+        return variance
 
     def holders(self, mechanism: Marginals, attributes: Sequence[int]) -> list[int]:
         return [s for s, members in enumerate(mechanism.sets) if set(attributes) <= set(members)]
@@ -577,24 +592,29 @@ def conditional(table: Table, names: Sequence[str], labels: Sequence[Sequence[st
     u = table.u if given == 0 else np.transpose(table.u, (1, 0, 2))
     other = 1 - given
     cells, missing = [], []
+    units = np.eye(f.shape[1])  # row w: the indicator of cell w
     for g, g_label in enumerate(labels[given]):
-        row_total = float(np.sum(f[g]))
-        row_u = np.sum(u[g], axis=0)
-        total_variance = max(float(np.sum(v[g]) - row_u @ row_u), 0.0)
+        f_g, v_g, u_g = f[g], v[g], u[g]
+        row_total = float(np.sum(f_g))
+        row_u = np.sum(u_g, axis=0)
+        total_variance = max(float(np.sum(v_g) - row_u @ row_u), 0.0)
         bound = row_total**2 - Z95**2 * total_variance
         if not (row_total > 0 and bound > 0):
             missing.append(g_label)
             cells += [Cell((g_label, w_label), math.nan, math.nan, math.nan, math.nan)
                       for w_label in labels[other]]
             continue
+        # The row's numbers as Python floats once (the same values; indexing numpy scalars
+        # cell by cell cost more than the arithmetic).
+        shares, cell_variances = f_g.tolist(), v_g.tolist()
         for w, w_label in enumerate(labels[other]):
-            share = float(f[g, w])
+            share = shares[w]
             ratio = share / row_total
-            gradient = (np.arange(f.shape[1]) == w).astype(np.float64) - ratio
-            gradient /= row_total
-            variance = float(np.sum(gradient**2 * v[g]) - np.sum((gradient @ u[g]) ** 2))
-            share_variance = max(float(v[g, w] - u[g, w] @ u[g, w]), 0.0)
-            covariance = float(v[g, w] - u[g, w] @ row_u)
+            gradient = (units[w] - ratio) / row_total
+            variance = float(np.sum(gradient**2 * v_g) - np.sum((gradient @ u_g) ** 2))
+            u_w = u_g[w]
+            share_variance = max(float(cell_variances[w] - u_w @ u_w), 0.0)
+            covariance = float(cell_variances[w] - u_w @ row_u)
             middle = share * row_total - Z95**2 * covariance
             spread = math.sqrt(max(middle**2 - bound * (share**2 - Z95**2 * share_variance),
                                    0.0))
@@ -759,12 +779,17 @@ def _kkt_step(hessian: np.ndarray, gradient: np.ndarray, x: np.ndarray, free: np
     step = np.zeros(len(x))
     for _ in range(len(x)):
         index = np.flatnonzero(free)
-        constraints = np.zeros((2, len(index)))
-        constraints[0, index < k1] = constraints[1, index >= k1] = 1.0
-        kkt = np.block([[hessian[np.ix_(index, index)], constraints.T],
-                        [constraints, np.zeros((2, 2))]])
+        size = len(index)
+        # [[H, Cᵀ], [C, 0]], C's rows the two sums' indicators, filled in place (np.block
+        # built the same matrix at several times the cost: this runs at every Newton step).
+        kkt = np.zeros((size + 2, size + 2))
+        kkt[:size, :size] = hessian[index[:, None], index]
+        kkt[size, :size][index < k1] = kkt[size + 1, :size][index >= k1] = 1.0
+        kkt[:size, size:] = kkt[size:, :size].T
+        rhs = np.zeros(size + 2)
+        rhs[:size] = -gradient[index]
         try:
-            solution = np.linalg.solve(kkt, np.concatenate((-gradient[index], [0.0, 0.0])))
+            solution = np.linalg.solve(kkt, rhs)
         except np.linalg.LinAlgError:
             return None
         step[:] = 0.0
