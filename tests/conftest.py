@@ -11,13 +11,16 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from chorus_collector import create_app
-from helpers.support import ADMIN, ADMIN_HEADERS, ANALYST, FakeClock, campaign_spec
+from helpers.support import (
+    ADMIN,
+    ADMIN_HEADERS,
+    ANALYST,
+    BACKEND_SUITES,
+    FakeClock,
+    campaign_spec,
+)
 
 BACKENDS = ("sqlite", "postgresql")
-#: The suites whose tests may follow ``--backend``: the rest never runs in the PostgreSQL pass,
-#: which `make test` therefore points at these alone (collecting the others only to deselect
-#: them cost each of its workers seconds of imports).
-BACKEND_SUITES = ("tests/collector", "tests/e2e")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers.support import BACKEND_SUITES
+
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ["tests/e2e/test_crash.py", "tests/e2e/test_query_admission.py",
          "tests/collector/storage/test_model.py", "tests/collector/storage/test_storage.py",
@@ -42,8 +44,6 @@ def test_make_test_points_the_postgresql_pass_at_every_suite_that_follows_the_ba
     """`make test` runs the PostgreSQL pass on the suites where tests/conftest.py lets a test
     follow ``--backend`` (and no others, whose tests it would only deselect): a suite added to
     one list and not the other would run on SQLite alone, or be collected for nothing."""
-    from conftest import BACKEND_SUITES
-
     makefile = (ROOT / "Makefile").read_text()
     (line,) = [line for line in makefile.splitlines() if line.startswith("PG_SUITES :=")]
     assert line.split(":=")[1].split() == list(BACKEND_SUITES)
