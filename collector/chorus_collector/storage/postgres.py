@@ -291,6 +291,18 @@ class _Connection:
         if not args and sql.startswith(_DEFERRED):
             self._pending.append(sql)
             return None
+        if sql in ("ROLLBACK", "COMMIT") and self.interrupted:
+            # An exception raised between sending a statement and reading its answer (a
+            # signal handler's SystemExit, Ctrl-C's KeyboardInterrupt) left the protocol
+            # mid-command, so only such an exception, unwinding through an ``except`` or a
+            # ``finally`` that ends the transaction, gets here. A statement sent now fails
+            # ("another command is already in progress") and its error replaced the one
+            # unwinding: `chorus aggregate` exited 1 on SIGTERM mid-fold instead of 143. The
+            # connection goes instead: the server rolls its transaction back (a COMMIT here
+            # commits nothing), and the next ``connect`` opens a fresh one.
+            self._pending.clear()
+            self.raw.close()
+            return None
         if sql == "ROLLBACK":  # the whole transaction goes: its savepoints do not matter
             self._pending.clear()
             if not self.in_transaction:  # its BEGIN was never sent
@@ -337,6 +349,13 @@ class _Connection:
         cursor = self.raw.cursor()
         cursor.executemany(_PLACEHOLDER.sub("%s", sql), rows)
         return cursor
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether a statement was sent and its answer never read (libpq's "active")."""
+        from psycopg.pq import TransactionStatus
+
+        return bool(self.raw.info.transaction_status == TransactionStatus.ACTIVE)
 
     @property
     def in_transaction(self) -> bool:

@@ -247,3 +247,33 @@ def test_single_reports_whose_statement_fails_commit_nothing_and_the_next_go_thr
     monkeypatch.setattr(storage, "_append_together", original)
     assert storage.grouped_append(live.id, StoredReport(bytes(16), BUCKET, "3")) is True
     assert _rows(database) == [(live.id, bytes(16), "3")]
+
+
+@pytest.mark.postgresql_only
+def test_a_rollback_after_a_statement_left_unanswered_closes_the_connection(
+        database: str) -> None:
+    """A signal's exception can unwind between sending a statement and reading its answer
+    (`chorus aggregate` on SIGTERM, mid-fold): the ROLLBACK on the way out must not fail
+    ("another command is already in progress", which replaced the SystemExit and made the
+    command exit 1), the transaction's writes must not survive, and the storage's next
+    connection must work."""
+    storage = _storage(database)
+    live, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("live")))
+    conn = storage.connect()
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO reports (campaign_id, report_id, time, payload) "
+                 "VALUES (?, ?, ?, ?)", (live.id, bytes(16), BUCKET, "0"))
+    conn.raw.pgconn.send_query(b"SELECT pg_sleep(0.2)")  # sent, its answer never read
+    assert conn.interrupted
+    conn.execute("ROLLBACK")
+    assert conn.raw.closed
+    assert _rows(database) == []
+    assert storage.grouped_append(live.id, StoredReport(bytes(16), BUCKET, "1")) is True
+    assert _rows(database) == [(live.id, bytes(16), "1")]
+    # A read's ``finally: COMMIT`` on the way out likewise (the fold's horizon, mid-SIGTERM).
+    conn = storage.connect()
+    conn.execute("BEGIN")
+    conn.raw.pgconn.send_query(b"SELECT pg_sleep(0.2)")
+    conn.execute("COMMIT")
+    assert conn.raw.closed
+    assert storage.fold_status().unfolded == 1
