@@ -48,15 +48,23 @@ class GunicornApp(BaseApplication):  # type: ignore[misc]
         # handlers (init_process) went to the master's handler, forked with it, which queues
         # it in the worker's copy of the master's queue: the worker then served on until
         # graceful_timeout's SIGKILL (a SIGTERM right after start-up, under load, took 30 s
-        # and exit -9). The worker holds such signals from post_fork and takes them once its
-        # handlers are in (post_worker_init).
+        # and exit -9). Once the master is ready, before it forks any worker, its stop
+        # signals go through a handler that a fork inherits: in the master it queues the
+        # signal as before, in a worker it holds it until the worker's handlers are in
+        # (post_worker_init). Installing the holding handler in post_fork left the moments
+        # between the fork and that hook (CI saw it once more).
+        when_ready = self.cfg.when_ready
         after_init = self.cfg.post_worker_init
+
+        def ready(server: Any) -> None:
+            _route_stop_signals(server)
+            when_ready(server)
 
         def post_worker_init(worker: Any) -> None:
             after_init(worker)
             _take_held_stop_signals()
 
-        self.cfg.set("post_fork", _hold_stop_signals)
+        self.cfg.set("when_ready", ready)
         self.cfg.set("post_worker_init", post_worker_init)
 
     def load(self) -> Flask:
@@ -67,10 +75,19 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 _held_stop_signals: list[int] = []  # this worker's, between its fork and its handlers
 
 
-def _hold_stop_signals(server: Any, worker: Any) -> None:
-    """In a new worker, first thing: keep the stop signals for its own handlers."""
+def _route_stop_signals(arbiter: Any) -> None:
+    """In the master, before its first fork: a stop signal is the master's own where it is
+    the master, and held for later in a worker that has not installed its handlers yet."""
+    master = os.getpid()
+
+    def route(signum: int, frame: Any) -> None:
+        if os.getpid() == master:
+            arbiter.signal(signum, frame)
+        else:
+            _held_stop_signals.append(signum)
+
     for sig in _STOP_SIGNALS:
-        signal.signal(sig, lambda signum, frame: _held_stop_signals.append(signum))
+        signal.signal(sig, route)
 
 
 def _take_held_stop_signals() -> None:
