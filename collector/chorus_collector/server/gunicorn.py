@@ -52,7 +52,7 @@ class GunicornApp(BaseApplication):  # type: ignore[misc]
         # signals go through a handler that a fork inherits: in the master it queues the
         # signal as before, in a worker it holds it until the worker's handlers are in
         # (post_worker_init). Installing the holding handler in post_fork left the moments
-        # between the fork and that hook (CI saw it once more).
+        # between the fork and that hook (a suite run saw it once more).
         when_ready = self.cfg.when_ready
         after_init = self.cfg.post_worker_init
 
