@@ -158,12 +158,24 @@ def test_which_days_an_install_reports_never_depends_on_its_values() -> None:
 
 
 def test_reporting_periods_are_independent_of_the_value_by_chi_square() -> None:
-    """With the OS CSPRNG (no seed to share): 1,500 installs in three value classes, one of
+    """With the OS CSPRNG (no seed to share): 600 installs in three value classes, one of
     whose values only arrives on day 12. (a) per-day counts fit Binomial(N, r/T); (b) the first
     reporting day is independent of the value class; (c) pairs of days are reported together
     at the rate r(r−1)/(T(T−1)). A client that anchored its slots on the first value fails (b)
-    (the negative control below)."""
-    periods, reports, n = 30, 4, 1500
+    (the negative control below).
+
+    Size by power, each at its α = 10⁻³ (T = 30, r = 4). (a) is the tightest: a slot draw
+    that misses one day (an off-by-one in the range) leaves it at 0 against N·r/T and gives a
+    noncentrality of N·(r/T)/(1 − r/T)·T/(T − 1) = 95 at N = 600, where χ²(30; 95) stays
+    below the 59.7 threshold with probability 1.0·10⁻⁴ (power 0.9999; 0.994 at N = 450).
+    (b) the anchored schedule gives p < 10⁻⁷⁰ at N = 600 in all of 3,000 simulations, far
+    below the negative control's 10⁻⁶. (c) a schedule of r consecutive days (days 0 and 1
+    together at (r − 1)/T = 0.10 against 0.014) is caught with power 1 − 10⁻⁹; a subtler
+    pair rate, (r/T)² from independent days, is out of this test's reach at any N it could
+    afford (power 0.02 at the former N = 1,500). Simulated under the null at N = 600, each
+    p ≤ 10⁻³ occurs at its nominal rate or below (2·10⁴ runs: 1.0, 0.8, 0.4 ·10⁻³).
+    """
+    periods, reports, n = 30, 4, 600
     first_day: dict[str, list[int]] = {"always-yes": [], "always-no": [], "late-value": []}
     anchored: dict[str, list[int]] = {key: [] for key in first_day}
     per_day, both = Counter[int](), 0

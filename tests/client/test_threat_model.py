@@ -682,12 +682,28 @@ def test_each_served_config_version_draws_the_discovery_group_afresh(tmp_path: P
     """A collector that serves another ``final_share`` on every start would intersect the
     groups of one install, were the draw shared by the versions (the same hidden u, cut at
     other places). Each version's group must be independent of the other's: χ² on the
-    table of (group under version A, group under version B) over 400 installs, each
+    table of (group under version A, group under version B) over 150 installs, each
     restarted on its state file after the held config was refreshed to the new version (the
-    smallest cell expects 30)."""
+    smallest cell expects 11).
+
+    The expected counts use the declared shares, not the table's margins, so the statistic
+    has 3·3 − 1 = 8 degrees of freedom (as in tests/mechanisms/test_discovery.py), and the
+    threshold is χ²(8) at 1 − 10⁻⁴, 31.8 (the 23.5 this test had is χ²(4)'s, which the
+    statistic exceeds with probability 2.8·10⁻³ when the groups are independent; the
+    client's key is the OS CSPRNG's, so that was a spurious failure every ~360 runs).
+    Exact multinomial simulation (8·10⁶ tables) of the null at 150 installs: P(χ² ≥ 31.8) =
+    1.4·10⁻⁴.
+
+    Size by power: a shared draw makes the pair table comonotone, (0,0) .25, (0,1) .10,
+    (1,1) .15, (1,2) .20, (2,2) .30, a noncentrality of 0.914 per install: λ = 137 at 150
+    installs, where χ²(8; λ) falls below 31.8 with probability 4·10⁻¹¹ (simulated: the
+    smallest of 10⁶ tables gave 106). Power ≥ 0.999 holds down to about 80 installs; 150 keeps
+    the smallest expected cell above 10 for the χ² approximation, and still catches (at
+    0.999) an install population of which 70% share the draw (λ scales with that share²).
+    """
     evil = EvilCollector({"x": _pem("x", 30)})
     pairs: Counter[tuple[int, int]] = Counter()
-    installs = 400
+    installs = 150
     for install in range(installs):
         clock = FakeClock()
         groups = []
@@ -707,7 +723,7 @@ def test_each_served_config_version_draws_the_discovery_group_afresh(tmp_path: P
              for s in (30, 50)}
     chi2 = sum((pairs[a, b] - installs * share[30][a] * share[50][b]) ** 2
                / (installs * share[30][a] * share[50][b]) for a in range(3) for b in range(3))
-    assert chi2 < 23.5, pairs  # χ²(4) at 1 − 10⁻⁴; a shared draw gives ~300 here
+    assert chi2 < 31.8, pairs  # χ²(8) at 1 − 10⁻⁴; a shared draw gives ~140 here
 
 
 def test_a_config_with_too_many_or_too_small_groups_is_refused() -> None:
