@@ -196,7 +196,7 @@ def marginal_estimates(table: np.ndarray, buckets: np.ndarray, epsilon: float,
     subtracting their collisions again took a value at 8% down to 3.5% (PEM, 64 cohorts,
     n = 2·10⁴: lost by the walk in 6 runs of 300).
     """
-    cohorts, bins = table.shape
+    bins = table.shape[1]
     sizes = table.sum(axis=1).astype(np.float64)
     n = sizes.sum()
     if n == 0:
@@ -218,15 +218,24 @@ def marginal_estimates(table: np.ndarray, buckets: np.ndarray, epsilon: float,
     fitted = joint_fit(table, buckets[top], epsilon).frequency
     # Σ_w f_w·1[h_j(v) = h_j(w)] is a lookup in a (cohorts × bins) table of the heavy
     # values per bucket: O(candidates × cohorts), like the support itself.
-    rows = np.arange(cohorts)
-    by_bucket = np.zeros((cohorts, bins))
-    np.add.at(by_bucket, (np.broadcast_to(rows[None, :], (len(top), cohorts)), buckets[top]),
-              np.broadcast_to(fitted[:, None], (len(top), cohorts)))
+    by_bucket = _cell_totals(buckets[top], fitted, bins)
     collided = _bucket_sums(by_bucket * (sizes / n)[:, None], buckets)
     correction = collided - fitted.sum() / bins
     # A heavy candidate's own term (c_vv = 1) is not a collision.
     correction[top] -= (1 - 1 / bins) * fitted
     result: np.ndarray = estimates - correction / (1 - 1 / bins)
+    return result
+
+
+def _cell_totals(buckets: np.ndarray, values: np.ndarray, bins: int) -> np.ndarray:
+    """(cohorts × bins): Σ_v values[v]·1[h_j(v) = y], each cell's terms added from zero in the
+    order of the values, as ``np.add.at`` added them (bincount does the same additions in
+    the same order at a fraction of its cost: 0.8 ms of a fit's 3 at 13 values × 1,024)."""
+    cohorts = buckets.shape[1]
+    cells = np.arange(cohorts) * bins + buckets  # value-major, as add.at's broadcast indices
+    totals = np.bincount(cells.ravel(), weights=np.repeat(values, cohorts),
+                         minlength=cohorts * bins)
+    result: np.ndarray = totals.reshape(cohorts, bins)
     return result
 
 
@@ -263,23 +272,28 @@ def joint_fit(table: np.ndarray, buckets: np.ndarray, epsilon: float) -> JointFi
     rows = np.arange(cohorts)[None, :]
     b = ((table[rows, buckets] - sizes[None, :] / bins) / gap).sum(axis=1)
     # agree[v, w] = Σ_j n_j·1[h_j(v) = h_j(w)]: a product of sparse one-hot (value × cell)
-    # matrices rather than a loop over the cohorts (0.7 s → ms for 100 values × 512).
-    cells = (np.arange(cohorts)[None, :] * bins + buckets).ravel()
-    onehot = sparse.csr_matrix((np.ones(count * cohorts), (np.repeat(np.arange(count), cohorts),
-                                                           cells)),
-                               shape=(count, cohorts * bins))
+    # matrices rather than a loop over the cohorts (0.7 s → ms for 100 values × 512), or for
+    # few values the same sums from the list of shared cells (_SharedCells).
     cell_sizes = np.repeat(sizes, bins)
-    agree = _gram(onehot, cell_sizes)
+    shared = _SharedCells(buckets, bins) if count * count * cohorts <= DENSE_PAIRS else None
+    if shared is None:
+        cells = (np.arange(cohorts)[None, :] * bins + buckets).ravel()
+        onehot = sparse.csr_matrix((np.ones(count * cohorts),
+                                    (np.repeat(np.arange(count), cohorts), cells)),
+                                   shape=(count, cohorts * bins))
+        agree = _gram(onehot, cell_sizes)
+    else:
+        agree = shared.sums(cell_sizes)
     design = agree - n / bins
     inverse = np.linalg.pinv(design, hermitian=True)  # symmetric: eigh, not an SVD
     frequency = inverse @ b
     # Each bucket's fitted share of its cohort's reports, then each value's: π_j[h_j(v)].
-    load = np.zeros((cohorts, bins))
-    np.add.at(load, (np.broadcast_to(rows, buckets.shape), buckets), frequency[:, None])
+    load = _cell_totals(buckets, frequency, bins)
     share = np.clip(1 / bins + gap * (load - frequency.sum() / bins), 0, 1)  # π_j[y]
     fitted = share[rows, buckets]
     # first[v, w] = Σ_j n_j·π_j[h_j(v)]·1[h_j(v) = h_j(w)]: one weight per cell, like n_j above.
-    first = _gram(onehot, cell_sizes * share.ravel())
+    cell_weights = cell_sizes * share.ravel()
+    first = _gram(onehot, cell_weights) if shared is None else shared.sums(cell_weights)
     weighted = fitted * np.sqrt(sizes)[None, :]
     cov_b = (first - weighted @ weighted.T) / gap**2
     return JointFit(frequency, inverse @ cov_b @ inverse.T, int(n))
@@ -290,6 +304,43 @@ def _gram(onehot: sparse.csr_matrix, weights: np.ndarray) -> np.ndarray:
     product = (onehot @ sparse.diags(weights) @ onehot.T).toarray()
     result: np.ndarray = np.asarray(product, dtype=np.float64)
     return result
+
+
+#: Up to this many (value, value, cohort) comparisons, :func:`joint_fit` finds the shared
+#: cells by comparing every pair of values in every cohort; beyond it the sparse product
+#: (:func:`_gram`) is cheaper, as it touches only the shared cells (measured: 2.5–5× faster
+#: at 8–13 values × 64–1,024 cohorts, 1.4× slower at 40 × 512, ~820,000 comparisons).
+DENSE_PAIRS = 1 << 18
+
+
+class _SharedCells:
+    """Every (v, w, j) with h_j(v) = h_j(w) of a (values × cohorts) bucket array, for few
+    values: :func:`_gram`'s sums without scipy.sparse, whose per-call overhead (~1 ms for two
+    products and their conversions) was most of a walk step's fit of 8 values × 64 cohorts.
+
+    :meth:`sums` adds each pair's terms in the sparse product's order, from the last cohort
+    to the first (its first product lists each row's cells backwards, and the second sums a
+    row in that order), so that the fit is the same to the last bit
+    (tests/mechanisms/test_discovery_fast_paths.py holds the two equal)."""
+
+    def __init__(self, buckets: np.ndarray, bins: int) -> None:
+        count, cohorts = buckets.shape
+        # Each value's cell in each cohort, the last cohort first: equal cells are the same
+        # cohort's same bucket.
+        cells = np.arange(cohorts - 1, -1, -1) * bins + buckets[:, ::-1]
+        # Row-major: by pair (v·count + w), then by cohort from the last to the first.
+        flat = np.flatnonzero(cells[:, None, :] == cells[None, :, :])
+        self.count = count
+        self.pair, back = np.divmod(flat, cohorts)
+        self.cells = cells.ravel()[self.pair // count * cohorts + back]
+
+    def sums(self, cell_weights: np.ndarray) -> np.ndarray:
+        """Σ_j weights[j·bins + h_j(v)]·1[h_j(v) = h_j(w)]: ``_gram(onehot, weights)``."""
+        # bincount adds its weights in the order given, from zero, as the sparse product does.
+        total = np.bincount(self.pair, weights=cell_weights[self.cells],
+                            minlength=self.count * self.count)
+        result: np.ndarray = total.reshape(self.count, self.count)
+        return result
 
 
 def holm_detected(frequency: np.ndarray, std_error: np.ndarray,
