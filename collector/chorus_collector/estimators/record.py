@@ -95,6 +95,9 @@ NEWTON_MAX_SHARES = 256
 #: How many design variances (:meth:`MarginalsEstimator.design_variance`) are remembered.
 DESIGN_VARIANCE_MEMO = 4_096
 _DESIGN_VARIANCES: dict[tuple[Any, ...], float] = {}
+#: How many sets' tables at the uniform distribution (the design variance's input) are kept.
+UNIFORM_TABLE_MEMO = 64
+_UNIFORM_TABLES: dict[tuple[Any, ...], Table] = {}
 
 #: The post-processing methods that map one table onto the probability simplex.
 SIMPLEX_METHODS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -156,11 +159,18 @@ class Table:
 
     def project(self, keep: Sequence[int]) -> Table:
         """The table of the axes ``keep`` (in that order), the others summed out."""
-        drop = tuple(a for a in range(self.f.ndim) if a not in keep)
-        f, v, u = (np.sum(x, axis=drop) for x in (self.f, self.v, self.u))
-        order = np.argsort(np.argsort(keep))  # the kept axes, as the caller listed them
-        return Table(np.transpose(f, order), np.transpose(v, order),
-                     np.transpose(u, (*order, f.ndim)))
+        drop, order = _projection_axes(self.f.ndim, keep)
+        return Table(_summed_out(self.f, drop, order), _summed_out(self.v, drop, order),
+                     _summed_out(self.u, drop, (*order, len(keep))))
+
+    def projected_variance(self, keep: Sequence[int]) -> np.ndarray:
+        """``self.project(keep).variance`` to the bit, without projecting ``f``: the design
+        variance needs only this, for every attribute subset of every set."""
+        drop, order = _projection_axes(self.f.ndim, keep)
+        v = _summed_out(self.v, drop, order)
+        u = _summed_out(self.u, drop, (*order, len(keep)))
+        variance: np.ndarray = np.maximum(v - np.sum(u**2, axis=-1), 0.0)
+        return variance
 
     def covariance(self) -> np.ndarray:
         """The dense covariance of the flattened cells (small tables only)."""
@@ -175,6 +185,23 @@ class Table:
 
     def scaled(self, w: float) -> Table:
         return Table(w * self.f, w * w * self.v, w * self.u)
+
+
+def _projection_axes(ndim: int, keep: Sequence[int]) -> tuple[tuple[int, ...],
+                                                                tuple[int, ...]]:
+    """The axes a projection on ``keep`` sums out, and the transpose that puts the kept ones
+    in the caller's order (each kept axis's rank among ``keep``: what
+    argsort(argsort(keep)) gives, in Python, as these run per table and per answer)."""
+    drop = tuple(a for a in range(ndim) if a not in keep)
+    ascending = sorted(keep)
+    return drop, tuple(ascending.index(a) for a in keep)
+
+
+def _summed_out(x: np.ndarray, drop: tuple[int, ...], order: tuple[int, ...]) -> np.ndarray:
+    # np.add.reduce is what np.sum calls for an ndarray (the same reduction, to the bit),
+    # without its keyword wrapping, which cost more than the sum of these small tables.
+    summed: np.ndarray = np.transpose(np.add.reduce(x, axis=drop), order)
+    return summed
 
 
 def combine(tables: Sequence[Table], weights: Sequence[float]) -> Table:
@@ -401,13 +428,22 @@ class MarginalsEstimator(RecordEstimator):
         # A function of these values only (oracle_table reads the oracle's kind and p, q):
         # remembered, since every answer asks for it once per set and attribute subset, with
         # the same few report counts from one answer to the next.
-        key = (isinstance(oracle, KRR), p, q, shape, reports, tuple(keep))
+        design = (isinstance(oracle, KRR), p, q, shape, reports)
+        key = (*design, tuple(keep))
         variance = _DESIGN_VARIANCES.get(key)
         if variance is None:
-            cells = math.prod(shape)
-            expected = np.full(cells, reports * (q + (p - q) / cells))
-            table = oracle_table(oracle, expected, reports).reshaped(shape)
-            variance = float(np.mean(table.project(keep).variance))
+            # The report counts change from one answer to the next, so within an answer the
+            # set's uniform table is what repeats: one per set, projected on each of the
+            # (up to 7) attribute subsets the answer combines.
+            table = _UNIFORM_TABLES.get(design)
+            if table is None:
+                cells = math.prod(shape)
+                expected = np.full(cells, reports * (q + (p - q) / cells))
+                table = oracle_table(oracle, expected, reports).reshaped(shape)
+                if len(_UNIFORM_TABLES) >= UNIFORM_TABLE_MEMO:
+                    _UNIFORM_TABLES.clear()
+                _UNIFORM_TABLES[design] = table
+            variance = float(np.mean(table.projected_variance(keep)))
             if len(_DESIGN_VARIANCES) >= DESIGN_VARIANCE_MEMO:
                 _DESIGN_VARIANCES.clear()
             _DESIGN_VARIANCES[key] = variance
@@ -607,14 +643,24 @@ def conditional(table: Table, names: Sequence[str], labels: Sequence[Sequence[st
         # The row's numbers as Python floats once (the same values; indexing numpy scalars
         # cell by cell cost more than the arithmetic).
         shares, cell_variances = f_g.tolist(), v_g.tolist()
+        # Every cell's delta-method variance at once, each to the bit what it was cell by
+        # cell: row w of ``gradients`` is (units[w] − ratio_w)/row_total elementwise, each
+        # row's sum is the same reduction as the 1-D sum of that row, and matmul of a stack
+        # of 1 × c rows runs the same vector-matrix product per row as ``gradient @ u_g``.
+        gradients = (units - (f_g / row_total)[:, None]) / row_total
+        spreads = np.matmul(gradients[:, None, :], u_g)[:, 0, :]
+        variances = (np.sum(gradients**2 * v_g, axis=1) - np.sum(spreads**2, axis=1)).tolist()
+        # u_w @ u_w and u_w @ row_u for every cell w, as stacks of the same 1 × K by K × 1
+        # products (the same dot per row).
+        rows = u_g[:, None, :]
+        own = np.matmul(rows, u_g[:, :, None]).ravel().tolist()
+        with_row = np.matmul(rows, row_u[:, None]).ravel().tolist()
         for w, w_label in enumerate(labels[other]):
             share = shares[w]
             ratio = share / row_total
-            gradient = (units[w] - ratio) / row_total
-            variance = float(np.sum(gradient**2 * v_g) - np.sum((gradient @ u_g) ** 2))
-            u_w = u_g[w]
-            share_variance = max(float(cell_variances[w] - u_w @ u_w), 0.0)
-            covariance = float(cell_variances[w] - u_w @ row_u)
+            variance = variances[w]
+            share_variance = max(cell_variances[w] - own[w], 0.0)
+            covariance = cell_variances[w] - with_row[w]
             middle = share * row_total - Z95**2 * covariance
             spread = math.sqrt(max(middle**2 - bound * (share**2 - Z95**2 * share_variance),
                                    0.0))

@@ -319,6 +319,8 @@ class Marginals(RecordMechanism):
         if self.order > self.d:
             raise CampaignError(f"marginals order {self.order} exceeds the record's "
                                 f"{self.d} attributes")
+        # The sets, computed once: the estimators read them many times per answer.
+        object.__setattr__(self, "_sets", tuple(combinations(range(self.d), self.order)))
         sizes = [self.cells(s) for s in self.sets]
         if max(sizes) > MAX_MARGINAL_CELLS:
             worst = self.sets[sizes.index(max(sizes))]
@@ -341,7 +343,8 @@ class Marginals(RecordMechanism):
     @property
     def sets(self) -> tuple[tuple[int, ...], ...]:
         """The collected attribute sets, in lexicographic order (their index is ``s``)."""
-        return tuple(combinations(range(self.d), self.order))
+        sets: tuple[tuple[int, ...], ...] = self.__dict__["_sets"]
+        return sets
 
     def cells(self, attributes: Sequence[int]) -> int:
         return math.prod(self.domain.sizes[a] for a in attributes)
