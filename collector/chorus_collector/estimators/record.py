@@ -629,38 +629,48 @@ def conditional(table: Table, names: Sequence[str], labels: Sequence[Sequence[st
     other = 1 - given
     cells, missing = [], []
     units = np.eye(f.shape[1])  # row w: the indicator of cell w
-    for g, g_label in enumerate(labels[given]):
-        f_g, v_g, u_g = f[g], v[g], u[g]
+    row_totals, row_us, bounds = [], [], []
+    for f_g, v_g, u_g in zip(f, v, u, strict=True):
         row_total = float(np.sum(f_g))
         row_u = np.sum(u_g, axis=0)
         total_variance = max(float(np.sum(v_g) - row_u @ row_u), 0.0)
-        bound = row_total**2 - Z95**2 * total_variance
+        row_totals.append(row_total)
+        row_us.append(row_u)
+        bounds.append(row_total**2 - Z95**2 * total_variance)
+    # Every cell's delta-method variance and its products u_w·u_w, u_w·row_u for all rows at
+    # once (rows not estimable too, then skipped: hence errstate, as their totals may be 0 or
+    # tiny), each to the bit what it was cell by cell: gradients[g, w] is
+    # (units[w] − ratio_gw)/row_total_g elementwise, each sum over the last axis of a fresh
+    # array is the reduction the 1-D sum of that row was, and matmul of stacks of 1 × c
+    # (1 × K) rows against u's own views runs per cell the vector-matrix (vector-vector)
+    # product ``gradient @ u_g`` (``u_w @ u_w``) ran. tests/mechanisms/
+    # test_record_fast_paths.py checks it against the cell-by-cell loop.
+    totals = np.array(row_totals)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        gradients = (units - (f / totals[:, None])[:, :, None]) / totals[:, None, None]
+        spreads = np.matmul(gradients[:, :, None, :], u[:, None])[:, :, 0, :]
+        variances = (np.sum(gradients**2 * v[:, None, :], axis=2)
+                     - np.sum(spreads**2, axis=2)).tolist()
+    rows = u[:, :, None, :]
+    own = np.matmul(rows, u[:, :, :, None])[:, :, 0, 0].tolist()
+    with_row = np.matmul(rows, np.array(row_us)[:, None, :, None])[:, :, 0, 0].tolist()
+    # The numbers as Python floats once (the same values; indexing numpy scalars cell by
+    # cell cost more than the arithmetic).
+    all_shares, all_cell_variances = f.tolist(), v.tolist()
+    for g, g_label in enumerate(labels[given]):
+        row_total, bound = row_totals[g], bounds[g]
         if not (row_total > 0 and bound > 0):
             missing.append(g_label)
             cells += [Cell((g_label, w_label), math.nan, math.nan, math.nan, math.nan)
                       for w_label in labels[other]]
             continue
-        # The row's numbers as Python floats once (the same values; indexing numpy scalars
-        # cell by cell cost more than the arithmetic).
-        shares, cell_variances = f_g.tolist(), v_g.tolist()
-        # Every cell's delta-method variance at once, each to the bit what it was cell by
-        # cell: row w of ``gradients`` is (units[w] − ratio_w)/row_total elementwise, each
-        # row's sum is the same reduction as the 1-D sum of that row, and matmul of a stack
-        # of 1 × c rows runs the same vector-matrix product per row as ``gradient @ u_g``.
-        gradients = (units - (f_g / row_total)[:, None]) / row_total
-        spreads = np.matmul(gradients[:, None, :], u_g)[:, 0, :]
-        variances = (np.sum(gradients**2 * v_g, axis=1) - np.sum(spreads**2, axis=1)).tolist()
-        # u_w @ u_w and u_w @ row_u for every cell w, as stacks of the same 1 × K by K × 1
-        # products (the same dot per row).
-        rows = u_g[:, None, :]
-        own = np.matmul(rows, u_g[:, :, None]).ravel().tolist()
-        with_row = np.matmul(rows, row_u[:, None]).ravel().tolist()
+        shares, cell_variances = all_shares[g], all_cell_variances[g]
         for w, w_label in enumerate(labels[other]):
             share = shares[w]
             ratio = share / row_total
-            variance = variances[w]
-            share_variance = max(cell_variances[w] - own[w], 0.0)
-            covariance = cell_variances[w] - with_row[w]
+            variance = variances[g][w]
+            share_variance = max(cell_variances[w] - own[g][w], 0.0)
+            covariance = cell_variances[w] - with_row[g][w]
             middle = share * row_total - Z95**2 * covariance
             spread = math.sqrt(max(middle**2 - bound * (share**2 - Z95**2 * share_variance),
                                    0.0))
