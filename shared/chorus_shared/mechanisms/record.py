@@ -32,6 +32,7 @@ import math
 from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import combinations, product
 from typing import Any, ClassVar, Self
 
@@ -319,8 +320,6 @@ class Marginals(RecordMechanism):
         if self.order > self.d:
             raise CampaignError(f"marginals order {self.order} exceeds the record's "
                                 f"{self.d} attributes")
-        # The sets, computed once: the estimators read them many times per answer.
-        object.__setattr__(self, "_sets", tuple(combinations(range(self.d), self.order)))
         sizes = [self.cells(s) for s in self.sets]
         if max(sizes) > MAX_MARGINAL_CELLS:
             worst = self.sets[sizes.index(max(sizes))]
@@ -340,11 +339,11 @@ class Marginals(RecordMechanism):
         cls.record_of(domain)
         return super().resolve(epsilon=epsilon, domain=domain, params=params)
 
-    @property
+    # Computed once per (frozen) mechanism: the estimators read them many times per answer.
+    @cached_property
     def sets(self) -> tuple[tuple[int, ...], ...]:
         """The collected attribute sets, in lexicographic order (their index is ``s``)."""
-        sets: tuple[tuple[int, ...], ...] = self.__dict__["_sets"]
-        return sets
+        return tuple(combinations(range(self.d), self.order))
 
     def cells(self, attributes: Sequence[int]) -> int:
         return math.prod(self.domain.sizes[a] for a in attributes)
