@@ -95,6 +95,9 @@ NEWTON_MAX_SHARES = 256
 #: How many design variances (:meth:`MarginalsEstimator.design_variance`) are remembered.
 DESIGN_VARIANCE_MEMO = 4_096
 _DESIGN_VARIANCES: dict[tuple[Any, ...], float] = {}
+#: How many sets' tables at the uniform distribution (the design variance's input) are kept.
+UNIFORM_TABLE_MEMO = 64
+_UNIFORM_TABLES: dict[tuple[Any, ...], Table] = {}
 
 #: The post-processing methods that map one table onto the probability simplex.
 SIMPLEX_METHODS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -156,11 +159,18 @@ class Table:
 
     def project(self, keep: Sequence[int]) -> Table:
         """The table of the axes ``keep`` (in that order), the others summed out."""
-        drop = tuple(a for a in range(self.f.ndim) if a not in keep)
-        f, v, u = (np.sum(x, axis=drop) for x in (self.f, self.v, self.u))
-        order = np.argsort(np.argsort(keep))  # the kept axes, as the caller listed them
-        return Table(np.transpose(f, order), np.transpose(v, order),
-                     np.transpose(u, (*order, f.ndim)))
+        drop, order = _projection_axes(self.f.ndim, keep)
+        return Table(_summed_out(self.f, drop, order), _summed_out(self.v, drop, order),
+                     _summed_out(self.u, drop, (*order, len(keep))))
+
+    def projected_variance(self, keep: Sequence[int]) -> np.ndarray:
+        """``self.project(keep).variance`` to the bit, without projecting ``f``: the design
+        variance needs only this, for every attribute subset of every set."""
+        drop, order = _projection_axes(self.f.ndim, keep)
+        v = _summed_out(self.v, drop, order)
+        u = _summed_out(self.u, drop, (*order, len(keep)))
+        variance: np.ndarray = np.maximum(v - np.sum(u**2, axis=-1), 0.0)
+        return variance
 
     def covariance(self) -> np.ndarray:
         """The dense covariance of the flattened cells (small tables only)."""
@@ -175,6 +185,23 @@ class Table:
 
     def scaled(self, w: float) -> Table:
         return Table(w * self.f, w * w * self.v, w * self.u)
+
+
+def _projection_axes(ndim: int, keep: Sequence[int]) -> tuple[tuple[int, ...],
+                                                                tuple[int, ...]]:
+    """The axes a projection on ``keep`` sums out, and the transpose that puts the kept ones
+    in the caller's order (each kept axis's rank among ``keep``: what
+    argsort(argsort(keep)) gives, in Python, as these run per table and per answer)."""
+    drop = tuple(a for a in range(ndim) if a not in keep)
+    ascending = sorted(keep)
+    return drop, tuple(ascending.index(a) for a in keep)
+
+
+def _summed_out(x: np.ndarray, drop: tuple[int, ...], order: tuple[int, ...]) -> np.ndarray:
+    # np.add.reduce is what np.sum calls for an ndarray (the same reduction, to the bit),
+    # without its keyword wrapping, which cost more than the sum of these small tables.
+    summed: np.ndarray = np.transpose(np.add.reduce(x, axis=drop), order)
+    return summed
 
 
 def combine(tables: Sequence[Table], weights: Sequence[float]) -> Table:
@@ -401,13 +428,22 @@ class MarginalsEstimator(RecordEstimator):
         # A function of these values only (oracle_table reads the oracle's kind and p, q):
         # remembered, since every answer asks for it once per set and attribute subset, with
         # the same few report counts from one answer to the next.
-        key = (isinstance(oracle, KRR), p, q, shape, reports, tuple(keep))
+        design = (isinstance(oracle, KRR), p, q, shape, reports)
+        key = (*design, tuple(keep))
         variance = _DESIGN_VARIANCES.get(key)
         if variance is None:
-            cells = math.prod(shape)
-            expected = np.full(cells, reports * (q + (p - q) / cells))
-            table = oracle_table(oracle, expected, reports).reshaped(shape)
-            variance = float(np.mean(table.project(keep).variance))
+            # The report counts change from one answer to the next, so within an answer the
+            # set's uniform table is what repeats: one per set, projected on each of the
+            # (up to 7) attribute subsets the answer combines.
+            table = _UNIFORM_TABLES.get(design)
+            if table is None:
+                cells = math.prod(shape)
+                expected = np.full(cells, reports * (q + (p - q) / cells))
+                table = oracle_table(oracle, expected, reports).reshaped(shape)
+                if len(_UNIFORM_TABLES) >= UNIFORM_TABLE_MEMO:
+                    _UNIFORM_TABLES.clear()
+                _UNIFORM_TABLES[design] = table
+            variance = float(np.mean(table.projected_variance(keep)))
             if len(_DESIGN_VARIANCES) >= DESIGN_VARIANCE_MEMO:
                 _DESIGN_VARIANCES.clear()
             _DESIGN_VARIANCES[key] = variance
@@ -593,28 +629,48 @@ def conditional(table: Table, names: Sequence[str], labels: Sequence[Sequence[st
     other = 1 - given
     cells, missing = [], []
     units = np.eye(f.shape[1])  # row w: the indicator of cell w
-    for g, g_label in enumerate(labels[given]):
-        f_g, v_g, u_g = f[g], v[g], u[g]
+    row_totals, row_us, bounds = [], [], []
+    for f_g, v_g, u_g in zip(f, v, u, strict=True):
         row_total = float(np.sum(f_g))
         row_u = np.sum(u_g, axis=0)
         total_variance = max(float(np.sum(v_g) - row_u @ row_u), 0.0)
-        bound = row_total**2 - Z95**2 * total_variance
+        row_totals.append(row_total)
+        row_us.append(row_u)
+        bounds.append(row_total**2 - Z95**2 * total_variance)
+    # Every cell's delta-method variance and its products u_w·u_w, u_w·row_u for all rows at
+    # once (rows not estimable too, then skipped: hence errstate, as their totals may be 0 or
+    # tiny), each to the bit what it was cell by cell: gradients[g, w] is
+    # (units[w] − ratio_gw)/row_total_g elementwise, each sum over the last axis of a fresh
+    # array is the reduction the 1-D sum of that row was, and matmul of stacks of 1 × c
+    # (1 × K) rows against u's own views runs per cell the vector-matrix (vector-vector)
+    # product ``gradient @ u_g`` (``u_w @ u_w``) ran. tests/mechanisms/
+    # test_record_fast_paths.py checks it against the cell-by-cell loop.
+    totals = np.array(row_totals)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        gradients = (units - (f / totals[:, None])[:, :, None]) / totals[:, None, None]
+        spreads = np.matmul(gradients[:, :, None, :], u[:, None])[:, :, 0, :]
+        variances = (np.sum(gradients**2 * v[:, None, :], axis=2)
+                     - np.sum(spreads**2, axis=2)).tolist()
+    rows = u[:, :, None, :]
+    own = np.matmul(rows, u[:, :, :, None])[:, :, 0, 0].tolist()
+    with_row = np.matmul(rows, np.array(row_us)[:, None, :, None])[:, :, 0, 0].tolist()
+    # The numbers as Python floats once (the same values; indexing numpy scalars cell by
+    # cell cost more than the arithmetic).
+    all_shares, all_cell_variances = f.tolist(), v.tolist()
+    for g, g_label in enumerate(labels[given]):
+        row_total, bound = row_totals[g], bounds[g]
         if not (row_total > 0 and bound > 0):
             missing.append(g_label)
             cells += [Cell((g_label, w_label), math.nan, math.nan, math.nan, math.nan)
                       for w_label in labels[other]]
             continue
-        # The row's numbers as Python floats once (the same values; indexing numpy scalars
-        # cell by cell cost more than the arithmetic).
-        shares, cell_variances = f_g.tolist(), v_g.tolist()
+        shares, cell_variances = all_shares[g], all_cell_variances[g]
         for w, w_label in enumerate(labels[other]):
             share = shares[w]
             ratio = share / row_total
-            gradient = (units[w] - ratio) / row_total
-            variance = float(np.sum(gradient**2 * v_g) - np.sum((gradient @ u_g) ** 2))
-            u_w = u_g[w]
-            share_variance = max(float(cell_variances[w] - u_w @ u_w), 0.0)
-            covariance = float(cell_variances[w] - u_w @ row_u)
+            variance = variances[g][w]
+            share_variance = max(cell_variances[w] - own[g][w], 0.0)
+            covariance = cell_variances[w] - with_row[g][w]
             middle = share * row_total - Z95**2 * covariance
             spread = math.sqrt(max(middle**2 - bound * (share**2 - Z95**2 * share_variance),
                                    0.0))

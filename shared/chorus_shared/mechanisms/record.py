@@ -32,6 +32,7 @@ import math
 from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import combinations, product
 from typing import Any, ClassVar, Self
 
@@ -338,7 +339,8 @@ class Marginals(RecordMechanism):
         cls.record_of(domain)
         return super().resolve(epsilon=epsilon, domain=domain, params=params)
 
-    @property
+    # Computed once per (frozen) mechanism: the estimators read them many times per answer.
+    @cached_property
     def sets(self) -> tuple[tuple[int, ...], ...]:
         """The collected attribute sets, in lexicographic order (their index is ``s``)."""
         return tuple(combinations(range(self.d), self.order))
