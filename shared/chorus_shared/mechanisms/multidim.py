@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import combinations, product
 from typing import Any, ClassVar, Self
 
@@ -63,7 +64,9 @@ class VectorMechanism(Mechanism):
     domain: NumericVector
     epsilon: float
 
-    @property
+    # Computed once per (frozen) mechanism: every report's randomizer and every output
+    # probability reads it (4.2 million reads in the multidimensional tests).
+    @cached_property
     def d(self) -> int:
         return self.domain.size
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar
 
 from chorus_shared.domain import Categories, Domain
@@ -41,7 +42,9 @@ class PureOracle(Mechanism):
             raise CampaignError(
                 f"mechanism {cls.name!r} takes at most {cls.max_categories} categories")
 
-    @property
+    # Computed once per (frozen) mechanism: every report's randomizer and every output
+    # probability reads it.
+    @cached_property
     def d(self) -> int:
         return self.domain.size
 

@@ -113,7 +113,8 @@ class RecordMechanism(Mechanism):
                                 '({"kind": "record", "attributes": [...]})')
         return domain
 
-    @property
+    # Computed once per (frozen) mechanism: every report's randomizer and the estimators read it.
+    @cached_property
     def d(self) -> int:
         return self.domain.size
 
