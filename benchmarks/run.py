@@ -443,6 +443,18 @@ def server_cpu_seconds(pid: int) -> float:
     return ticks / _CLOCK_TICKS
 
 
+def _per(amount: float | None, seconds: float | None) -> float | None:
+    """``amount / seconds``, or None where either is unknown or the CPU seconds read 0: less
+    than one clock tick, which no figure can be made of."""
+    if amount is None or not seconds:
+        return None
+    return amount / seconds
+
+
+def _figure(value: float | None, spec: str) -> str:
+    return "n/a (under one clock tick)" if value is None else format(value, spec)
+
+
 def bench_http(camps: dict[str, Campaign], batches: int, singles: int, seconds: float,
                workdir: Path, rounds: int = 3) -> dict[str, Any]:
     """A bounded load on loopback from 16 threads, batched then single-report uploads, to the
@@ -538,13 +550,13 @@ def bench_http(camps: dict[str, Campaign], batches: int, singles: int, seconds: 
         # fold's catch-up), whatever else the machine ran meanwhile.
         mine["cpu_seconds"] = sum(c for _, _, c in runs[label]["ours"])
         mine["baseline_cpu_seconds"] = sum(c for _, _, c in runs[label]["bare"])
-        mine["reports_per_cpu_s"] = mine["requests"] * size / mine["cpu_seconds"]
-        mine["baseline_reports_per_cpu_s"] = (baseline["requests"] * size
-                                              / mine["baseline_cpu_seconds"])
-        mine["cpu_ratio_to_baseline"] = (mine["reports_per_cpu_s"]
-                                         / mine["baseline_reports_per_cpu_s"])
+        mine["reports_per_cpu_s"] = _per(mine["requests"] * size, mine["cpu_seconds"])
+        mine["baseline_reports_per_cpu_s"] = _per(baseline["requests"] * size,
+                                                  mine["baseline_cpu_seconds"])
+        mine["cpu_ratio_to_baseline"] = _per(mine["reports_per_cpu_s"],
+                                             mine["baseline_reports_per_cpu_s"])
         mine["round_cpu_ratios"] = [
-            (len(a) / c) / (len(b) / d) for (a, _, c), (b, _, d)
+            _per(_per(len(a), c), _per(len(b), d)) for (a, _, c), (b, _, d)
             in zip(runs[label]["ours"], runs[label]["bare"], strict=True)]
         out[label] = mine
     # The server's folders stop with it, a few seconds' reports behind: fold the rest as
@@ -593,7 +605,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                   else [1_000, 100_000], workdir)),
             ("series", lambda: bench_series(camps["krr"], [1_000, 10_000] if quick
                                             else [10_000, 1_000_000], workdir)),
-            ("http", lambda: bench_http(camps, 3 if quick else 300, 20 if quick else 20_000,
+            # Even when quick, enough requests for the bare server's CPU to span clock ticks
+            # (10 ms): 20 single reports took it less than one on a fast machine, read as 0.
+            ("http", lambda: bench_http(camps, 10 if quick else 300, 200 if quick else 20_000,
                                         5 if quick else 20, workdir,
                                         rounds=1 if quick else 3)),
         ]
@@ -661,10 +675,11 @@ def print_http(http: dict[str, Any]) -> None:
               + ", ".join(f"{r:.2f}" for r in row["round_ratios"]) + ")")
     for label in ("batch_1000", "single"):
         row = http[label]
-        print(f"HTTP {label:<11} by server CPU: {row['reports_per_cpu_s']:>10,.0f} reports per "
-              f"CPU-second (fold included); bare {row['baseline_reports_per_cpu_s']:,.0f}, "
-              f"ratio {row['cpu_ratio_to_baseline']:.2f} (rounds "
-              + ", ".join(f"{r:.2f}" for r in row["round_cpu_ratios"]) + ")")
+        print(f"HTTP {label:<11} by server CPU: {_figure(row['reports_per_cpu_s'], '>10,.0f')} "
+              f"reports per CPU-second (fold included); bare "
+              f"{_figure(row['baseline_reports_per_cpu_s'], ',.0f')}, "
+              f"ratio {_figure(row['cpu_ratio_to_baseline'], '.2f')} (rounds "
+              + ", ".join(_figure(r, ".2f") for r in row["round_cpu_ratios"]) + ")")
     check = http["integrity"]
     print(f"HTTP integrity: {check['acknowledged']} acknowledged of {check['sent']} sent, "
           f"{check['lost']} lost, {check['duplicated']} duplicated, statistics − stored = "
