@@ -130,6 +130,13 @@ def test_storage_engines_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
         assert max(steady["held"]) < 5 * 2_000  # gc holds at most the expiry and margin
         assert steady["growth_second_half"] < 1.1  # flat once the held reports are
     assert results["postgresql_over_sqlite"]["single_reports_per_s"] > 0
+    # The database server's CPU, apart: none for SQLite (it works in the collector), a part
+    # of the total for PostgreSQL. It may read 0 at this size: /proc counts whole clock
+    # ticks per process, and each backend works a few milliseconds here.
+    assert results["sqlite"]["single"]["database_cpu_us_per_report"] == 0
+    for kind in ("single", "batch"):
+        postgres = results["postgresql"][kind]
+        assert 0 <= postgres["database_cpu_us_per_report"] <= postgres["server_cpu_us_per_report"]
 
 
 def test_dask_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:

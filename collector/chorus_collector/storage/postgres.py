@@ -54,6 +54,13 @@ GC_BLOCKS = 8_192  # heap blocks (64 MiB) gc deletes from in one transaction
 SMALL_INSERT = 64  # up to this many reports: one INSERT (one round trip), else COPY
 APPEND_LOCK = 0x43686F72  # advisory lock key ("Chor"): appends shared, the fold horizon excl.
 MIGRATION_LOCK = APPEND_LOCK + 1
+# A write transaction's start: appends hold the lock shared, from before their first seq.
+WRITE_BEGIN = ("BEGIN", f"SELECT pg_advisory_xact_lock_shared({APPEND_LOCK})")
+# The same lock taken inside an append statement that is a transaction of its own
+# (``_Connection.execute_as_transaction``). A volatile function's CTE is evaluated once and
+# never inlined, and the rows to insert are joined to it, so the lock is held before the
+# first row takes its seq (the column's default, computed as the row is inserted).
+APPEND_LOCK_CTE = f"lock AS (SELECT pg_advisory_xact_lock_shared({APPEND_LOCK}))"
 # The last seq the sequence handed out (0 before the first: a fresh sequence's last_value is
 # the first it will hand out). Read under the exclusive APPEND_LOCK it is the append horizon:
 # see the module docstring. The sequence caches no values (CACHE 1, p001), so no session can
@@ -322,17 +329,18 @@ class _Connection:
             cursor = self.raw.execute(sql, tuple(args))
         return cursor
 
-    def execute_and_commit(self, sql: str, args: Sequence[Any]) -> Any:
-        """Send the waiting statements, ``sql`` and COMMIT in one pipeline (one round trip);
-        the cursor holds ``sql``'s rows. If ``sql`` fails, the COMMIT is skipped (the
-        pipeline aborts) and the error raised, with the transaction left to roll back."""
-        pending, self._pending = self._pending, []
-        with self.raw.pipeline():
-            for statement in pending:
-                self.raw.execute(statement)
-            cursor = self.raw.execute(_PLACEHOLDER.sub("%s", sql), tuple(args))
-            self.raw.execute("COMMIT")
-        return cursor
+    def execute_as_transaction(self, sql: str, args: Sequence[Any]) -> Any:
+        """Run ``sql`` as a transaction of its own, in place of the write's deferred start
+        (``WRITE_BEGIN``), which must be all that waits: ``sql`` takes the append lock
+        itself. The connection is in autocommit, so the server commits the statement before
+        it answers (the WAL flushed, as a COMMIT's); if it fails, nothing of it is durable
+        and no transaction is left open. One statement with one answer: the BEGIN, the lock,
+        the statement and the COMMIT in a pipeline cost the server four and this process a
+        fifth of a single report's CPU (``benchmarks/storage_engines.py``)."""
+        if self._pending != list(WRITE_BEGIN):
+            raise RuntimeError(f"a transaction of its own after {self._pending!r}")
+        self._pending.clear()
+        return self.raw.execute(_PLACEHOLDER.sub("%s", sql), tuple(args))
 
     def defer(self, *statements: str) -> None:
         """Send these (without parameters) with the next statement, in its round trip."""
@@ -430,9 +438,10 @@ class PostgresStorage(SQLStorage["_Connection"]):
 
     def _begin_write(self, conn: _Connection) -> None:
         # Sent with the transaction's first statement, in its round trip (a single report's
-        # request took four round trips: the retirement, these, the insert, COMMIT; one now,
-        # the COMMIT going with the statement: ``_append_together``'s ``commit``).
-        conn.defer("BEGIN", f"SELECT pg_advisory_xact_lock_shared({APPEND_LOCK})")
+        # request took four round trips: the retirement, these, the insert, COMMIT). A group
+        # of single reports sends neither: its one statement is the transaction and takes
+        # the lock itself (``_append_together``'s ``commit``).
+        conn.defer(*WRITE_BEGIN)
 
     def _begin_read(self, conn: _Connection) -> None:
         # One snapshot for every statement of the read, as SQLite's WAL read gives. No
@@ -630,40 +639,44 @@ class PostgresStorage(SQLStorage["_Connection"]):
         # Inserted in key order, as every append here: two replicas never wait for each
         # other's keys in opposite orders. ON CONFLICT DO NOTHING: an ID stored before, or by
         # another replica meanwhile (waited for), is skipped rather than failing the others.
-        run = conn.execute_and_commit if commit else conn.execute
+        # With ``commit``, the statement is the transaction (it takes the append lock in
+        # APPEND_LOCK_CTE); without, it runs in the write transaction, which holds it
+        # already: taken again, a lock held is only counted.
+        run = conn.execute_as_transaction if commit else conn.execute
         if len(appends) == 1:
-            # One report (a request alone in its group): scalars, not arrays, and no join
-            # back; a third of the arrays' CPU on both sides of the connection.
+            # One report (a request alone in its group): scalars, not arrays; a third of the
+            # arrays' CPU on both sides of the connection.
             campaign_id, report = appends[0]
-            live, added = run(
-                "WITH live AS (SELECT 1 FROM campaigns WHERE id = ? AND retired_at IS NULL), "
-                "added AS (INSERT INTO reports (campaign_id, report_id, time, payload) "
-                "  SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM live) "
-                "  ON CONFLICT DO NOTHING RETURNING 1) "
-                "SELECT EXISTS (SELECT 1 FROM live), EXISTS (SELECT 1 FROM added)",
-                (campaign_id, campaign_id, report.report_id, report.time,
-                 report.payload_json)).fetchone()
-            return [bool(added) if live else None]
-        order = sorted(range(len(appends)), key=lambda i: (appends[i][0],
-                                                           appends[i][1].report_id))
-        rows = run(
-            "WITH new AS (SELECT * FROM unnest(?::integer[], ?::integer[], ?::bytea[], "
-            "  ?::bigint[], ?::text[]) AS n (item, campaign_id, report_id, time, payload)), "
-            "live AS (SELECT * FROM new n WHERE NOT EXISTS (SELECT 1 FROM campaigns c "
-            "  WHERE c.id = n.campaign_id AND c.retired_at IS NOT NULL)), "
-            "added AS (INSERT INTO reports (campaign_id, report_id, time, payload) "
-            "  SELECT campaign_id, report_id, time, payload FROM live ORDER BY item "
-            "  ON CONFLICT DO NOTHING RETURNING campaign_id, report_id) "
-            "SELECT n.item, EXISTS (SELECT 1 FROM live l WHERE l.item = n.item), "
-            "  EXISTS (SELECT 1 FROM added a WHERE a.campaign_id = n.campaign_id "
-            "    AND a.report_id = n.report_id) FROM new n",
-            (list(range(len(order))), [appends[i][0] for i in order],
-             [appends[i][1].report_id for i in order], [appends[i][1].time for i in order],
-             [appends[i][1].payload_json for i in order])).fetchall()
-        outcomes: list[bool | None] = [None] * len(appends)
-        for position, live, added in rows:
-            outcomes[order[position]] = bool(added) if live else None
-        return outcomes
+            added = run(
+                f"WITH {APPEND_LOCK_CTE} "
+                "INSERT INTO reports (campaign_id, report_id, time, payload) "
+                "SELECT id, ?, ?, ? FROM campaigns, lock WHERE id = ? AND retired_at IS NULL "
+                "ON CONFLICT DO NOTHING RETURNING campaign_id, report_id",
+                (report.report_id, report.time, report.payload_json, campaign_id)).fetchall()
+        else:
+            order = sorted(appends, key=lambda append: (append[0], append[1].report_id))
+            added = run(
+                f"WITH {APPEND_LOCK_CTE} "
+                "INSERT INTO reports (campaign_id, report_id, time, payload) "
+                "SELECT n.campaign_id, n.report_id, n.time, n.payload FROM lock, "
+                "  unnest(?::integer[], ?::bytea[], ?::bigint[], ?::text[]) WITH ORDINALITY "
+                "  AS n (campaign_id, report_id, time, payload, item) "
+                "JOIN campaigns c ON c.id = n.campaign_id AND c.retired_at IS NULL "
+                "ORDER BY n.item ON CONFLICT DO NOTHING RETURNING campaign_id, report_id",
+                ([c for c, _ in order], [r.report_id for _, r in order],
+                 [r.time for _, r in order], [r.payload_json for _, r in order])).fetchall()
+        # Only the insert, returning what it appended: a report it skipped (its ID stored, or
+        # its campaign retired, both rare) takes a second look, after the statement.
+        # Retirement is final: a campaign retired now was retired at the insert, or retired
+        # after it, and so after the report's ID was found stored (it is answered as
+        # retired then, and was acknowledged when it was stored).
+        appended = {(campaign_id, bytes(report_id)) for campaign_id, report_id in added}
+        skipped = sorted({c for c, r in appends if (c, r.report_id) not in appended})
+        live = {row[0] for row in conn.execute(
+            "SELECT id FROM campaigns WHERE id = ANY(?::integer[]) AND retired_at IS NULL",
+            (skipped,))} if skipped else set()
+        return [True if (c, r.report_id) in appended else (False if c in live else None)
+                for c, r in appends]
 
     # -- the append order: a BRIN, which finds seq ranges but gives no order -----------------
 

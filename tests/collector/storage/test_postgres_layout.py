@@ -10,13 +10,15 @@ that holds reports. PostgreSQL only (``--backend postgresql``).
 from __future__ import annotations
 
 import random
+import threading
+import time
 from typing import Any
 
 import pytest
 
 from chorus_collector.jobs.folding import fold
 from chorus_collector.storage import StoredReport, open_storage
-from chorus_collector.storage.postgres import MIGRATIONS, PostgresStorage
+from chorus_collector.storage.postgres import APPEND_LOCK, LAST_SEQ, MIGRATIONS, PostgresStorage
 from chorus_shared.campaign import campaign_from_spec
 from helpers.support import NOW, campaign_spec, query
 
@@ -103,6 +105,50 @@ def test_the_horizon_comes_from_the_sequence_and_covers_every_committed_seq(
     assert highest == 6 and storage.append_horizon() == 6
     assert fold(storage) == 4
     assert storage.fold_status().watermark == 6
+    storage.close()
+
+
+@pytest.mark.parametrize("count", [1, 3], ids=["alone", "a-group"])
+def test_an_append_that_commits_alone_takes_the_append_lock_before_its_seq(
+        postgres: Any, count: int) -> None:
+    """Single reports go in one statement that is its own transaction (no BEGIN, no
+    COMMIT): the statement must hold the append lock, shared, before its rows take seqs, or
+    a fold could read a horizon above a seq not committed yet and never fold that report.
+    While the fold's exclusive lock is held, the append waits with no seq taken."""
+    storage, campaign_id = _storage(postgres.new_schema())
+    rng = random.Random(5)
+    _append(storage, campaign_id, _reports(rng, 2))
+    reports = _reports(rng, count)
+    outcome: list[list[bool | None]] = []
+
+    def append() -> None:
+        conn = storage.connect()
+        storage._begin_write(conn)
+        outcome.append(storage._append_together(
+            conn, [(campaign_id, r) for r in reports], commit=True))
+
+    fold_side = PostgresStorage(storage.path)
+    conn = fold_side.connect()
+    conn.execute("BEGIN")
+    conn.execute("SELECT pg_advisory_xact_lock(?)", (APPEND_LOCK,))
+    worker = threading.Thread(target=append, daemon=True)
+    worker.start()
+    waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    try:
+        for _ in range(500):  # up to 5 s for the append to reach the lock
+            if conn.execute(waiting).fetchone()[0]:
+                break
+            time.sleep(0.01)
+        assert conn.execute(waiting).fetchone()[0] == 1, "the append never waited for the lock"
+        # The horizon as the fold reads it, inside the lock: no seq was handed out past it.
+        assert conn.execute(LAST_SEQ).fetchone()[0] == 2
+    finally:  # the lock goes whatever failed, or the append (and the schema's drop) waits
+        conn.execute("COMMIT")
+        worker.join(timeout=30)
+    assert outcome == [[True] * count]
+    assert storage.append_horizon() == 2 + count
+    assert fold(storage) == 2 + count
+    fold_side.close()
     storage.close()
 
 
