@@ -232,11 +232,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             row["steady_load"] = steady_load(steady, args.quick)
             results[backend] = row
     sqlite, postgres_row = results["sqlite"], results["postgresql"]
-    # Each ratio: the median of the rounds' (each round's two loads ran back to back).
+    # Each ratio: the median of the rounds' (each round's two loads ran back to back). None
+    # where a round's SQLite figure read 0: a --quick round's CPU can be under one clock tick
+    # a process on a fast machine.
     results["postgresql_over_sqlite"] = {
-        f"{kind}_{figure}": statistics.median(
-            p[figure] / s[figure] for p, s in zip(postgres_row[kind]["rounds"],
-                                                   sqlite[kind]["rounds"], strict=True))
+        f"{kind}_{figure}": _median_ratio([(p[figure], s[figure]) for p, s in zip(
+            postgres_row[kind]["rounds"], sqlite[kind]["rounds"], strict=True)])
         for kind in ("single", "batch")
         for figure in ("reports_per_s", "server_cpu_us_per_report")}
     print_table(results)
@@ -244,6 +245,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.out.write_text(json.dumps(results, indent=2))
     print(f"\nwritten to {args.out}")
     return results
+
+
+def _median_ratio(pairs: list[tuple[float, float]]) -> float | None:
+    if any(below == 0 for _, below in pairs):
+        return None
+    return statistics.median(above / below for above, below in pairs)
 
 
 def print_table(results: dict[str, Any]) -> None:
@@ -260,7 +267,9 @@ def print_table(results: dict[str, Any]) -> None:
               f"{steady['held'][-1]:,} reports held, storage on the last day / "
               f"the middle one: {steady['growth_second_half']:.2f}")
     ratios = results["postgresql_over_sqlite"]
-    print("PostgreSQL / SQLite: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
+    print("PostgreSQL / SQLite: " + ", ".join(
+        f"{k} {'n/a (under one clock tick)' if v is None else format(v, '.2f')}"
+        for k, v in ratios.items()))
 
 
 if __name__ == "__main__":
