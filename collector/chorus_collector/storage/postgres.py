@@ -335,8 +335,9 @@ class _Connection:
         itself. The connection is in autocommit, so the server commits the statement before
         it answers (the WAL flushed, as a COMMIT's); if it fails, nothing of it is durable
         and no transaction is left open. One statement with one answer: the BEGIN, the lock,
-        the statement and the COMMIT in a pipeline cost the server four and this process a
-        fifth of a single report's CPU (``benchmarks/storage_engines.py``)."""
+        the statement and the COMMIT in a pipeline cost four answers in the server and
+        psycopg's pipeline machinery here, about a tenth of a single report's CPU
+        (``docs/benchmarks.md``)."""
         if self._pending != list(WRITE_BEGIN):
             raise RuntimeError(f"a transaction of its own after {self._pending!r}")
         self._pending.clear()
