@@ -135,7 +135,7 @@ def test_an_append_that_commits_alone_takes_the_append_lock_before_its_seq(
     worker.start()
     waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
     try:
-        for _ in range(500):  # up to 5 s for the append to reach the lock
+        for _ in range(3000):  # up to 30 s (a loaded machine) for the append to reach it
             if conn.execute(waiting).fetchone()[0]:
                 break
             time.sleep(0.01)
