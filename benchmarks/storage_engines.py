@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' throwaway PostgreSQL server
 
 from ingest import _post  # noqa: E402
-from run import server_cpu_seconds  # noqa: E402
+from run import _figure, server_cpu_seconds  # noqa: E402
 
 from chorus_collector.design.simulate import simulate  # noqa: E402
 from chorus_collector.server.process import CollectorProcess  # noqa: E402
@@ -267,9 +267,8 @@ def print_table(results: dict[str, Any]) -> None:
               f"{steady['held'][-1]:,} reports held, storage on the last day / "
               f"the middle one: {steady['growth_second_half']:.2f}")
     ratios = results["postgresql_over_sqlite"]
-    print("PostgreSQL / SQLite: " + ", ".join(
-        f"{k} {'n/a (under one clock tick)' if v is None else format(v, '.2f')}"
-        for k, v in ratios.items()))
+    print("PostgreSQL / SQLite: " + ", ".join(f"{k} {_figure(v, '.2f')}"
+                                             for k, v in ratios.items()))
 
 
 if __name__ == "__main__":
