@@ -126,6 +126,7 @@ bench: $(BENCH_STAMP) services
 	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/ingest.py
 	$(BIN)/python benchmarks/storage_engines.py
+	$(BIN)/python benchmarks/postgres_groups.py
 	$(BIN)/python benchmarks/export.py
 	$(BIN)/python benchmarks/dask_aggregation.py
 	$(BIN)/python benchmarks/distributions.py

@@ -113,6 +113,28 @@ def test_export_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_postgres_groups_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/postgres_groups.py --quick: every group size and connection count, the
+    collector's statement (each append checked in the benchmark) beside the bare INSERT."""
+    out = tmp_path / "groups.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "postgres_groups.py"),
+                          "--quick", "--out", str(out)], capture_output=True, text=True,
+                         timeout=HANG)
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert sorted((r["statement"], r["group"], r["connections"]) for r in rows) == sorted(
+        (statement, group, connections) for statement in ("chorus", "bare")
+        for group in (1, 2, 4, 16) for connections in (1, 4))
+    for row in rows:
+        # 960 reports a round (every group size times connection count divides it), three
+        # rounds; a CPU figure is None when it read under one clock tick.
+        assert row["reports"] == 3 * 960, row
+        assert row["wall_us_per_report"] > 0
+        for figure in ("server_cpu_us_per_report", "client_cpu_us_per_report"):
+            assert row[figure] is None or row[figure] > 0, row
+
+
+@pytest.mark.slow
 def test_storage_engines_benchmark_runs_on_a_tiny_size(tmp_path: Path) -> None:
     """benchmarks/storage_engines.py --quick: both backends, ingest, bytes, steady load."""
     out = tmp_path / "engines.json"
