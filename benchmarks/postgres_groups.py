@@ -41,6 +41,7 @@ from chorus_shared.campaign import campaign_from_spec  # noqa: E402
 GROUPS = (1, 2, 4, 16)
 CONNECTIONS = (1, 4)
 ROUNDS = 3
+WARM_UP = 6  # statements before the measured ones: psycopg prepares a statement at its 5th
 BARE = ("INSERT INTO bare_reports (campaign_id, report_id, time, payload) "
         "SELECT * FROM unnest(%s::integer[], %s::bytea[], %s::bigint[], %s::text[])")
 
@@ -53,39 +54,57 @@ def _group(campaign_id: int, size: int) -> list[tuple[int, StoredReport]]:
 def _run(storage: PostgresStorage, statement: str, campaign_id: int, group: int,
          connections: int, reports: int, database: int) -> dict[str, float | None]:
     """``reports`` reports in groups of ``group``, shared by ``connections`` threads, each on
-    its own connection; CPU per report of the database server and of this process."""
+    its own connection; CPU per report of the database server and of this process. Opening
+    the connections, preparing the statements and closing them are left out: each thread
+    connects and warms up before the first barrier and leaves after the last."""
     per_thread = max(1, reports // group // connections)
+    start, end = threading.Barrier(connections + 1), threading.Barrier(connections + 1)
+    errors: list[BaseException] = []
 
-    def append(count: int) -> None:
-        conn = storage.connect()
-        for _ in range(count):
-            appends = _group(campaign_id, group)
-            if statement == "chorus":
-                storage._begin_write(conn)
-                outcomes = storage._append_together(conn, appends, commit=True)
-                assert outcomes == [True] * group, outcomes
-            else:
-                conn.raw.execute(BARE, ([c for c, _ in appends],
-                                        [r.report_id for _, r in appends],
-                                        [r.time for _, r in appends],
-                                        [r.payload_json for _, r in appends]))
+    def append(conn: Any) -> None:
+        appends = _group(campaign_id, group)
+        if statement == "chorus":
+            storage._begin_write(conn)
+            outcomes = storage._append_together(conn, appends, commit=True)
+            if outcomes != [True] * group:
+                raise AssertionError(f"appended {outcomes}, not all {group}")
+        else:
+            conn.raw.execute(BARE, ([c for c, _ in appends], [r.report_id for _, r in appends],
+                                    [r.time for _, r in appends],
+                                    [r.payload_json for _, r in appends]))
 
-    threads = [threading.Thread(target=append, args=(3,)) for _ in range(connections)]
-    for thread in threads:  # warm: each connection prepares its statement
-        thread.start()
+    def work() -> None:
+        try:
+            conn = storage.connect()  # this thread's own
+            for _ in range(WARM_UP):
+                append(conn)
+        except BaseException as error:
+            errors.append(error)
+        start.wait()
+        try:
+            if not errors:
+                for _ in range(per_thread):
+                    append(conn)
+        except BaseException as error:
+            errors.append(error)
+        end.wait()
+        storage.close()
+
+    threads = [threading.Thread(target=work) for _ in range(connections)]
     for thread in threads:
-        thread.join()
-    threads = [threading.Thread(target=append, args=(per_thread,)) for _ in range(connections)]
+        thread.start()
+    start.wait()
     server, client = server_cpu_seconds(database), time.process_time()
     started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    end.wait()
     wall = time.perf_counter() - started
-    done = per_thread * group * connections
     server_seconds = server_cpu_seconds(database) - server
     client_seconds = time.process_time() - client
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    done = per_thread * group * connections
     return {"reports": done,
             "server_cpu_us_per_report": _micros_each(server_seconds, done),
             "client_cpu_us_per_report": _micros_each(client_seconds, done),
