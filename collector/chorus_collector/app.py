@@ -86,6 +86,7 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     logging.getLogger("chorus").setLevel(settings["LOG_LEVEL"])
 
     storage = open_storage(settings["DATABASE"], synchronous=settings["SQLITE_SYNCHRONOUS"])
+    storage.group_linger = settings["COMMIT_WAIT_US"] / 1e6
     storage.migrate()
     storage.close()  # no connection may cross a fork into server workers
     app.extensions["chorus.storage"] = storage

@@ -99,6 +99,9 @@ class Storage(ABC):
 
     #: The database setting it was opened with (a SQLite file, or a PostgreSQL URL).
     path: str
+    #: The longest a group commit's leader waits for more writers to join, in seconds, when
+    #: writers are arriving together (``grouped_write``); 0: it never waits.
+    group_linger: float
     #: "FULL": a commit returns once durable; "NORMAL"/"OFF": faster, less durable.
     synchronous: str
     #: What a concurrent writer can make an ingest attempt fail with, so that it is retried.

@@ -33,13 +33,14 @@ def _count(path: str) -> int:
 def test_concurrent_writes_are_grouped_and_all_committed(storage: SQLiteStorage,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     groups: list[int] = []
-    original = storage._run_group
+    original = storage._take_group
 
-    def spy() -> None:
-        groups.append(len(storage._group_queue))
-        original()
+    def spy(**options: bool) -> list[Any]:
+        group = original(**options)
+        groups.append(len(group))
+        return group
 
-    monkeypatch.setattr(storage, "_run_group", spy)
+    monkeypatch.setattr(storage, "_take_group", spy)
     writers, each = 16, 40
     barrier = threading.Barrier(writers)
     seen_after_return: list[int] = []

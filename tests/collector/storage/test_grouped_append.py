@@ -218,6 +218,112 @@ def test_a_group_of_single_reports_commits_with_its_statement(
     assert statements == ([(2, True)] if backend == "postgresql" else [])
 
 
+def _append_in_thread(storage: SQLStorage, campaign_id: int, report: StoredReport,
+                      outcomes: dict[bytes, Any]) -> threading.Thread:
+    def append() -> None:
+        outcomes[report.report_id] = storage.grouped_append(campaign_id, report)
+
+    thread = threading.Thread(target=append)
+    thread.start()
+    return thread
+
+
+def test_a_leader_waits_for_its_group_to_outgrow_the_last_when_writers_arrive_together(
+        database: str) -> None:
+    """After a group of 2, the next leader waits (``group_linger``, COMMIT_WAIT_US) until a
+    third writer has queued: the three share one transaction. The wait here could last a
+    minute: only its early end, once the group has outgrown the last, lets the test pass."""
+    storage = _storage(database)
+    live, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("live")))
+    storage.group_linger = 60.0
+    ids = [bytes([i]) * 16 for i in range(1, 6)]
+    assert _in_one_group(storage, [
+        lambda: storage.grouped_append(live.id, StoredReport(ids[0], BUCKET, "1")),
+        lambda: storage.grouped_append(live.id, StoredReport(ids[1], BUCKET, "2")),
+    ]) == [True, True]
+    assert storage._last_group_size == 2
+
+    outcomes: dict[bytes, Any] = {}
+    first = _append_in_thread(storage, live.id, StoredReport(ids[2], BUCKET, "3"), outcomes)
+    deadline = time.monotonic() + 30
+    while not (storage._group_leader and storage._group_queue) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    time.sleep(0.2)  # alone, it would have committed by now
+    assert first.is_alive() and len(storage._group_queue) == 1  # leading, and waiting
+    others = [_append_in_thread(storage, live.id, StoredReport(ids[i], BUCKET, str(i + 1)),
+                                outcomes) for i in (3, 4)]
+    for thread in [first, *others]:
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    assert outcomes == {ids[2]: True, ids[3]: True, ids[4]: True}
+    assert storage._last_group_size == 3
+    assert [r for _, r, _ in _rows(database)] == ids
+
+
+def test_a_writer_alone_never_waits_and_a_wait_is_bounded(database: str) -> None:
+    """After a group of 2, a writer alone waits ``group_linger`` at most, and commits alone;
+    after that group of 1, the next writer alone does not wait at all (a minute's
+    ``group_linger`` would hold it past the join's bound)."""
+    storage = _storage(database)
+    live, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("live")))
+    ids = [bytes([i]) * 16 for i in range(1, 5)]
+    assert _in_one_group(storage, [
+        lambda: storage.grouped_append(live.id, StoredReport(ids[0], BUCKET, "1")),
+        lambda: storage.grouped_append(live.id, StoredReport(ids[1], BUCKET, "2")),
+    ]) == [True, True]
+    storage.group_linger = 0.05
+    outcomes: dict[bytes, Any] = {}
+    alone = _append_in_thread(storage, live.id, StoredReport(ids[2], BUCKET, "3"), outcomes)
+    alone.join(timeout=30)
+    assert not alone.is_alive() and outcomes == {ids[2]: True}
+    assert storage._last_group_size == 1
+    storage.group_linger = 60.0
+    alone = _append_in_thread(storage, live.id, StoredReport(ids[3], BUCKET, "4"), outcomes)
+    alone.join(timeout=30)
+    assert not alone.is_alive() and outcomes[ids[3]] is True
+    assert len(_rows(database)) == 4
+
+
+def test_a_leader_interrupted_while_waiting_still_runs_its_group(
+        database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exception raised in the wait (a signal's, in the main thread) reaches the leader's
+    caller, but the group queued meanwhile is still committed and nobody is left waiting."""
+    storage = _storage(database)
+    live, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("live")))
+    ids = [bytes([i]) * 16 for i in range(1, 5)]
+    assert _in_one_group(storage, [
+        lambda: storage.grouped_append(live.id, StoredReport(ids[0], BUCKET, "1")),
+        lambda: storage.grouped_append(live.id, StoredReport(ids[1], BUCKET, "2")),
+    ]) == [True, True]
+    storage.group_linger = 60.0
+    outcomes: dict[bytes, Any] = {}
+    follower: list[threading.Thread] = []
+
+    def interrupted_wait(predicate: Callable[[], bool], timeout: float) -> bool:
+        # While "waiting", a follower queues behind; then the signal's exception arrives.
+        del predicate, timeout
+        storage._group_mutex.release()
+        try:
+            follower.append(_append_in_thread(
+                storage, live.id, StoredReport(ids[3], BUCKET, "4"), outcomes))
+            deadline = time.monotonic() + 30
+            while len(storage._group_queue) < 2 and time.monotonic() < deadline:
+                time.sleep(0.001)
+        finally:
+            storage._group_mutex.acquire()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(storage._group_grew, "wait_for", interrupted_wait)
+    with pytest.raises(KeyboardInterrupt):
+        storage.grouped_append(live.id, StoredReport(ids[2], BUCKET, "3"))
+    follower[0].join(timeout=30)
+    assert not follower[0].is_alive() and outcomes == {ids[3]: True}
+    assert not storage._group_leader and not storage._group_queue
+    # The interrupted caller's report was committed too (never acknowledged: a retry of
+    # it is answered as stored).
+    assert [r for _, r, _ in _rows(database)] == ids
+
+
 @pytest.mark.postgresql_only
 def test_single_reports_whose_statement_fails_commit_nothing_and_the_next_go_through(
         database: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -277,3 +383,17 @@ def test_a_rollback_after_a_statement_left_unanswered_closes_the_connection(
     conn.execute("COMMIT")
     assert conn.raw.closed
     assert storage.fold_status().unfolded == 1
+
+
+def test_commit_wait_us_sets_the_wait_and_a_negative_one_is_refused(database: str) -> None:
+    from chorus_collector.settings import SettingsError, resolve_settings
+
+    def linger(config: dict[str, Any]) -> float:
+        app = create_app({"DATABASE": database, **config}, clock=FakeClock())
+        return float(app.extensions["chorus.storage"].group_linger)
+
+    assert linger({}) == 0.001
+    assert linger({"COMMIT_WAIT_US": 250}) == 0.00025
+    assert linger({"COMMIT_WAIT_US": 0}) == 0
+    with pytest.raises(SettingsError, match="COMMIT_WAIT_US must be 0"):
+        resolve_settings({"COMMIT_WAIT_US": -1}, environ={})
