@@ -106,7 +106,8 @@ def create_app(config: Mapping[str, Any] | None = None, *,
     install_admission(app, QueryAdmission(
         concurrency=max(1, settings["QUERY_CONCURRENCY"]), wait=settings["QUERY_WAIT"],
         threads=query_threads(settings["THREADS"], settings["QUERY_THREADS"])))
-    app.extensions["chorus.metrics"] = Metrics()
+    metrics = app.extensions["chorus.metrics"] = Metrics()
+    storage.on_group_commit = metrics.observe_group_commit
     app.extensions["chorus.ratelimit"] = (
         RateLimiter(settings["RATE_LIMIT"], settings["RATE_BURST"], time.monotonic)
         if settings["RATE_LIMIT"] else None)

@@ -102,6 +102,8 @@ class Storage(ABC):
     #: The longest a group commit's leader waits for more writers to join, in seconds, when
     #: writers are arriving together (``grouped_write``); 0: it never waits.
     group_linger: float
+    #: Called with the number of writers each group commit held (the server's metrics).
+    on_group_commit: Callable[[int], None] | None
     #: "FULL": a commit returns once durable; "NORMAL"/"OFF": faster, less durable.
     synchronous: str
     #: What a concurrent writer can make an ingest attempt fail with, so that it is retried.

@@ -95,8 +95,11 @@ class SQLStorage(Storage, Generic[ConnT]):
         self._group_grew = threading.Condition(self._group_mutex)  # a caller queued
         self._last_group_size = 0
         #: The longest a leader waits for its group to grow, in seconds (``_take_group``;
-        #: the COMMIT_WAIT_US setting); 0: a leader never waits.
-        self.group_linger = 0.001
+        #: the COMMIT_WAIT_US setting); 0, the default: a leader never waits.
+        self.group_linger = 0.0
+        #: Told how many writers each group held, once its callers are answered (the
+        #: server's metrics); None: nobody listens.
+        self.on_group_commit: Callable[[int], None] | None = None
         self.outage = Outage()
         self.alerts = AlertTables(self)
 
@@ -209,14 +212,16 @@ class SQLStorage(Storage, Generic[ConnT]):
         return item.result
 
     def _take_group(self, *, linger: bool = True) -> list[_GroupItem]:
-        """The callers queued, the leader's among them: when the last group had company
-        (writers are arriving together), after waiting up to ``group_linger`` for this one
-        to outgrow it. A transaction costs much the same whatever it holds (its commit and
-        fsync; on PostgreSQL a round trip and the server's wake-ups too: about 36 µs of the
-        server's CPU under concurrency, against 1–9 µs for each report in it), so under load
-        a millisecond's wait shares it among more reports: 6% less CPU a report on either
-        engine (docs/benchmarks.md). A writer alone never waits: its last group held only
-        itself. The wait ends as soon as the group has outgrown the last."""
+        """The callers queued, the leader's among them: when the last group held more than
+        one, after waiting up to ``group_linger`` for this one to outgrow it (the wait ends
+        as soon as it has). A transaction costs much the same whatever it holds (its commit
+        and fsync; on PostgreSQL a round trip and the server's wake-ups too: about 36 µs of
+        the server's CPU under concurrency, against 1–9 µs for each report in it), so where
+        many independent clients send single reports a millisecond's wait shares it among
+        more of them: 6% less CPU a report on either engine under the benchmarks' HTTP load.
+        Where a few writers send in a tight loop, the group cannot outgrow the last (it
+        holds them all) and every transaction waits the whole time: 2–20 times fewer
+        reports a second (docs/benchmarks.md). So it is off unless set."""
         with self._group_mutex:
             if linger and self.group_linger > 0 and self._last_group_size > 1:
                 last = self._last_group_size
@@ -230,12 +235,14 @@ class SQLStorage(Storage, Generic[ConnT]):
         try:
             group = self._take_group()
         except BaseException:
-            # Interrupted while waiting for the group to grow (a signal's exception, in the
-            # main thread): the callers queued, this one's too, are still run and the lead
-            # handed on, or they would wait for good.
+            # The wait for the group to grow raised (a signal handler's exception, in the
+            # main thread, while it waited): the callers queued, this one's too, are still
+            # run and the lead handed on, or they would wait for good.
             self._commit_group(self._take_group(linger=False))
             raise
         self._commit_group(group)
+        if self.on_group_commit is not None:
+            self.on_group_commit(len(group))
 
     def _commit_group(self, group: list[_GroupItem]) -> None:
         conn: ConnT | None = None

@@ -136,6 +136,21 @@ def test_metrics_count_outcomes_per_campaign(http: FlaskClient, create: Create,
     assert "chorus_fold_age_seconds NaN" in text
 
 
+def test_metrics_count_the_writers_of_each_group_commit(http: FlaskClient, create: Create,
+                                                       rng: random.Random) -> None:
+    """One request at a time: each single report and each batch is a group commit of its
+    own (the test client sends them one after another)."""
+    config = create("browser")
+    for _ in range(2):
+        assert http.post("/v1/reports", json=make_report(config, "a", rng)).status_code == 201
+    batch = [make_report(config, "a", rng) for _ in range(3)]
+    assert http.post("/v1/reports", json={"reports": batch}).status_code == 200
+    text = http.get("/metrics").get_data(as_text=True)
+    assert _metric(text, "chorus_group_commit_writers_count") == 3
+    assert _metric(text, "chorus_group_commit_writers_sum") == 3
+    assert _metric(text, "chorus_group_commit_writers_bucket", le="1.0") == 3
+
+
 def test_metrics_show_how_far_the_fold_job_lags(http: FlaskClient, create: Create,
                                                rng: random.Random, app: Flask,
                                                clock: FakeClock) -> None:

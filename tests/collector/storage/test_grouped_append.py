@@ -218,6 +218,21 @@ def test_a_group_of_single_reports_commits_with_its_statement(
     assert statements == ([(2, True)] if backend == "postgresql" else [])
 
 
+def test_each_group_commit_tells_how_many_writers_it_held(database: str) -> None:
+    storage = _storage(database)
+    live, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("live")))
+    sizes: list[int] = []
+    storage.on_group_commit = sizes.append
+    ids = [bytes([i]) * 16 for i in range(1, 5)]
+    assert _in_one_group(storage, [
+        lambda: storage.grouped_append(live.id, StoredReport(ids[0], BUCKET, "1")),
+        lambda: storage.grouped_append(live.id, StoredReport(ids[1], BUCKET, "2")),
+        lambda: storage.grouped_write(lambda conn: None),
+    ]) == [True, True, None]
+    assert storage.grouped_append(live.id, StoredReport(ids[2], BUCKET, "3")) is True
+    assert sizes == [1, 3, 1]  # the writer holding the lead, the three queued, one alone
+
+
 def _append_in_thread(storage: SQLStorage, campaign_id: int, report: StoredReport,
                       outcomes: dict[bytes, Any]) -> threading.Thread:
     def append() -> None:
@@ -257,9 +272,13 @@ def test_a_leader_waits_for_its_group_to_outgrow_the_last_when_writers_arrive_to
         time.sleep(0.001)
     time.sleep(0.2)  # alone, it would have committed by now
     assert first.is_alive() and len(storage._group_queue) == 1  # leading, and waiting
-    others = [_append_in_thread(storage, live, StoredReport(ids[i], BUCKET, str(i + 1)),
-                                outcomes) for i in (3, 4)]
-    for thread in [first, *others]:
+    second = _append_in_thread(storage, live, StoredReport(ids[3], BUCKET, "4"), outcomes)
+    while len(storage._group_queue) < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    time.sleep(0.2)  # a group of 2 has not outgrown the last: still waiting
+    assert first.is_alive() and second.is_alive() and len(storage._group_queue) == 2
+    third = _append_in_thread(storage, live, StoredReport(ids[4], BUCKET, "5"), outcomes)
+    for thread in [first, second, third]:
         thread.join(timeout=30)
         assert not thread.is_alive()
     assert outcomes == {ids[2]: True, ids[3]: True, ids[4]: True}
@@ -267,7 +286,7 @@ def test_a_leader_waits_for_its_group_to_outgrow_the_last_when_writers_arrive_to
     assert [r for _, r, _ in _rows(database)] == ids
 
 
-def test_a_writer_alone_never_waits_and_a_wait_is_bounded(database: str) -> None:
+def test_a_wait_is_bounded_and_none_follows_a_group_of_one(database: str) -> None:
     """After a group of 2, a writer alone waits ``group_linger`` at most, and commits alone;
     after that group of 1, the next writer alone does not wait at all (a minute's
     ``group_linger`` would hold it past the join's bound)."""
@@ -387,8 +406,8 @@ def test_commit_wait_us_sets_the_wait_and_a_negative_one_is_refused(database: st
         app = create_app({"DATABASE": database, **config}, clock=FakeClock())
         return float(app.extensions["chorus.storage"].group_linger)
 
-    assert linger({}) == 0.001
+    assert linger({}) == 0  # off unless set: docs/deployment.md says when it pays
     assert linger({"COMMIT_WAIT_US": 250}) == 0.00025
-    assert linger({"COMMIT_WAIT_US": 0}) == 0
+    assert linger({"COMMIT_WAIT_US": 1000}) == 0.001
     with pytest.raises(SettingsError, match="COMMIT_WAIT_US must be 0"):
         resolve_settings({"COMMIT_WAIT_US": -1}, environ={})
