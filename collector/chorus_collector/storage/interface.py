@@ -99,8 +99,8 @@ class Storage(ABC):
 
     #: The database setting it was opened with (a SQLite file, or a PostgreSQL URL).
     path: str
-    #: The longest a group commit's leader waits for more writers to join, in seconds, when
-    #: writers are arriving together (``grouped_write``); 0: it never waits.
+    #: The longest a group commit's leader waits for its group to outgrow the last one, in
+    #: seconds, after a group of more than one writer (``grouped_write``); 0: it never waits.
     group_linger: float
     #: Called with the number of writers each group commit held (the server's metrics).
     on_group_commit: Callable[[int], None] | None

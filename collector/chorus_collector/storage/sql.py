@@ -200,7 +200,8 @@ class SQLStorage(Storage, Generic[ConnT]):
     def _grouped(self, item: _GroupItem) -> Any:
         with self._group_mutex:
             self._group_queue.append(item)
-            self._group_grew.notify()
+            if self.group_linger:  # a leader may be waiting for its group to grow
+                self._group_grew.notify()
             lead = not self._group_leader
             self._group_leader = True
         if not lead:
