@@ -154,7 +154,9 @@ class Storage(ABC):
         """Run ``work(conn)`` in a write transaction shared with concurrent callers (group
         commit): it returns once the shared commit succeeded. An exception in ``work`` rolls
         back that caller's changes only and is raised to it; a failed commit is raised to
-        every caller of the group (nothing of theirs was acknowledged)."""
+        every caller of the group (nothing of theirs was acknowledged). The main thread, which
+        a signal handler's exception may interrupt anywhere, writes in a transaction of its
+        own."""
 
     @abstractmethod
     def grouped_append(self, campaign_id: int, report: StoredReport) -> bool:

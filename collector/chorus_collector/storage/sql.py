@@ -157,7 +157,19 @@ class SQLStorage(Storage, Generic[ConnT]):
                     # what unwound is the error to report, not this one.
                     self.close()
                 raise
-            conn.execute("COMMIT")
+            try:
+                conn.execute("COMMIT")
+            except BaseException:
+                # A COMMIT refused (a deferred constraint, a full disk) can leave the
+                # transaction open, as SQLite does: rolled back here, or this thread's next
+                # write would fail to begin ("cannot start a transaction within a
+                # transaction"). PostgreSQL has ended it already.
+                try:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                except Exception:
+                    self.close()  # the transaction dies with the connection
+                raise
         self.outage.up()
 
     def grouped_write(self, work: Callable[[ConnT], T]) -> T:
@@ -176,6 +188,8 @@ class SQLStorage(Storage, Generic[ConnT]):
         connection, then hands leadership to the next queued caller, so no thread stays busy
         for others under sustained load. When the last group had company, the leader first
         waits up to ``group_linger`` for its group to outgrow it (``_take_group``).
+
+        The main thread writes alone, in a transaction of its own (``_alone``).
         """
         return self._grouped(_GroupItem(work))  # type: ignore[no-any-return]
 
@@ -198,6 +212,8 @@ class SQLStorage(Storage, Generic[ConnT]):
         raise NotImplementedError
 
     def _grouped(self, item: _GroupItem) -> Any:
+        if threading.get_ident() == threading.main_thread().ident:
+            return self._alone(item)
         with self._group_mutex:
             self._group_queue.append(item)
             if self.group_linger:  # a leader may be waiting for its group to grow
@@ -212,7 +228,7 @@ class SQLStorage(Storage, Generic[ConnT]):
             raise item.error
         return item.result
 
-    def _take_group(self, *, linger: bool = True) -> list[_GroupItem]:
+    def _take_group(self) -> list[_GroupItem]:
         """The callers queued, the leader's among them: when the last group held more than
         one, after waiting up to ``group_linger`` for this one to outgrow it (the wait ends
         as soon as it has). A transaction costs much the same whatever it holds (its commit
@@ -224,7 +240,7 @@ class SQLStorage(Storage, Generic[ConnT]):
         holds them all) and every transaction waits the whole time: 2–20 times fewer
         reports a second (docs/benchmarks.md). So it is off unless set."""
         with self._group_mutex:
-            if linger and self.group_linger > 0 and self._last_group_size > 1:
+            if self.group_linger > 0 and self._last_group_size > 1:
                 last = self._last_group_size
                 self._group_grew.wait_for(lambda: len(self._group_queue) > last,
                                           timeout=self.group_linger)
@@ -233,17 +249,28 @@ class SQLStorage(Storage, Generic[ConnT]):
         return group
 
     def _run_group(self) -> None:
-        try:
-            group = self._take_group()
-        except BaseException:
-            # The wait for the group to grow raised (a signal handler's exception, in the
-            # main thread, while it waited): the callers queued, this one's too, are still
-            # run and the lead handed on, or they would wait for good.
-            self._commit_group(self._take_group(linger=False))
-            raise
+        group = self._take_group()
         self._commit_group(group)
         if self.on_group_commit is not None:
             self.on_group_commit(len(group))
+
+    def _alone(self, item: _GroupItem) -> Any:
+        """The main thread's grouped write, in a write transaction of its own.
+
+        Python runs signal handlers in the main thread only, between any two of its steps,
+        and a handler may raise (Ctrl-C's KeyboardInterrupt; ``chorus aggregate``'s SIGTERM
+        exits). A leader interrupted between taking its group and handing the lead on would
+        leave every caller queued behind it, and every later one, waiting for good; a
+        transaction of its own unwinds as any ``write`` does (rolled back, the writer's turn
+        given back). The group commit is for the threads that serve requests, which no
+        signal interrupts; a command's main thread seldom has company to share a commit
+        with.
+        """
+        with self.write() as conn:
+            result = item.work(conn)
+        if self.on_group_commit is not None:
+            self.on_group_commit(1)
+        return result
 
     def _commit_group(self, group: list[_GroupItem]) -> None:
         conn: ConnT | None = None

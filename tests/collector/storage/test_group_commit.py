@@ -109,12 +109,34 @@ def test_a_failed_commit_fails_every_writer_in_the_group(storage: SQLiteStorage)
         conn.execute("INSERT INTO reports (campaign_id, report_id, time, payload) "
                      "VALUES (999, x'00', 0, '1')")
 
-    with pytest.raises(sqlite3.IntegrityError):
-        storage.grouped_write(work)
+    # Each write in a thread of its own, as a server's requests: the main thread writes
+    # alone (``SQLStorage._alone``), which the group's failure handling would not be.
+    errors: list[BaseException] = []
+
+    def in_a_thread(write: Any) -> None:
+        def run() -> None:
+            try:
+                storage.grouped_write(write)
+            except BaseException as error:
+                errors.append(error)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+
+    in_a_thread(work)
+    assert len(errors) == 1 and isinstance(errors[0], sqlite3.IntegrityError)
     assert _count(storage.path) == 0
     assert not storage._group_leader
-    storage.grouped_write(lambda conn: conn.execute("INSERT INTO t VALUES (4, 4)"))
-    assert _count(storage.path) == 1
+    in_a_thread(lambda conn: conn.execute("INSERT INTO t VALUES (4, 4)"))
+    assert len(errors) == 1 and _count(storage.path) == 1
+    # The main thread's own write, refused at COMMIT, likewise stores nothing, and its
+    # next one goes through.
+    with pytest.raises(sqlite3.IntegrityError):
+        storage.grouped_write(work)
+    storage.grouped_write(lambda conn: conn.execute("INSERT INTO t VALUES (5, 5)"))
+    assert _count(storage.path) == 2
 
 
 def _lock_is_free(path: str) -> bool:

@@ -68,6 +68,26 @@ def _in_one_group(storage: SQLStorage, calls: list[Callable[[], Any]]) -> list[A
     return outcomes
 
 
+def _off_main(call: Callable[[], Any]) -> Any:
+    """``call()`` in a thread of its own, as a server's request runs (the main thread writes
+    alone: ``SQLStorage._alone``); its result, or the exception it raised, raised here."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert outcome, "the call did not return"
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
+    return outcome[0]
+
+
 def _rows(database: str) -> list[tuple[Any, ...]]:
     return [(int(c), bytes(r), str(p)) for c, r, p in query(
         database, "SELECT campaign_id, report_id, payload FROM reports "
@@ -190,12 +210,16 @@ def test_a_report_alone_in_its_group_gets_its_outcome_committed(
     storage.retire_campaign(gone.id, 1.0)
     statements = _statements(storage, monkeypatch)
     a, b = bytes(range(16)), bytes(range(1, 17))
-    assert storage.grouped_append(live.id, StoredReport(a, BUCKET, "1")) is True
+
+    def append(campaign_id: int, report: StoredReport) -> bool:
+        return bool(_off_main(lambda: storage.grouped_append(campaign_id, report)))
+
+    assert append(live.id, StoredReport(a, BUCKET, "1")) is True
     assert _rows(database) == [(live.id, a, "1")]
-    assert storage.grouped_append(live.id, StoredReport(a, BUCKET - 3600, "2")) is False
+    assert append(live.id, StoredReport(a, BUCKET - 3600, "2")) is False
     with pytest.raises(CampaignRetired):
-        storage.grouped_append(gone.id, StoredReport(b, BUCKET, "3"))
-    assert storage.grouped_append(live.id, StoredReport(b, BUCKET, "4")) is True
+        append(gone.id, StoredReport(b, BUCKET, "3"))
+    assert append(live.id, StoredReport(b, BUCKET, "4")) is True
     assert _rows(database) == sorted([(live.id, a, "1"), (live.id, b, "4")])
     assert statements == ([(1, True)] * 4 if backend == "postgresql" else [])
 
@@ -229,8 +253,11 @@ def test_each_group_commit_tells_how_many_writers_it_held(database: str) -> None
         lambda: storage.grouped_append(live.id, StoredReport(ids[1], BUCKET, "2")),
         lambda: storage.grouped_write(lambda conn: None),
     ]) == [True, True, None]
-    assert storage.grouped_append(live.id, StoredReport(ids[2], BUCKET, "3")) is True
-    assert sizes == [1, 3, 1]  # the writer holding the lead, the three queued, one alone
+    assert _off_main(lambda: storage.grouped_append(
+        live.id, StoredReport(ids[2], BUCKET, "3"))) is True
+    assert storage.grouped_append(live.id, StoredReport(ids[3], BUCKET, "4")) is True
+    # The writer holding the lead, the three queued, one alone, the main thread's alone.
+    assert sizes == [1, 3, 1, 1]
 
 
 def _append_in_thread(storage: SQLStorage, campaign_id: int, report: StoredReport,
@@ -238,7 +265,7 @@ def _append_in_thread(storage: SQLStorage, campaign_id: int, report: StoredRepor
     def append() -> None:
         outcomes[report.report_id] = storage.grouped_append(campaign_id, report)
 
-    thread = threading.Thread(target=append)
+    thread = threading.Thread(target=append, daemon=True)  # one left waiting ends with us
     thread.start()
     return thread
 
@@ -304,38 +331,64 @@ def test_a_wait_is_bounded_and_none_follows_a_group_of_one(database: str) -> Non
     assert len(_rows(database)) == 4
 
 
-def test_a_leader_interrupted_while_waiting_still_runs_its_group(
+def test_the_main_thread_writes_alone_so_a_signal_there_strands_no_group(
         database: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An exception raised in the wait (a signal's, in the main thread) reaches the leader's
-    caller, but the group queued meanwhile is still committed and nobody is left waiting."""
-    storage, live, ids = _after_a_group_of_two(database)
-    storage.group_linger = 60.0
+    """Python raises a signal handler's exception (Ctrl-C's, a SIGTERM handler's) in the
+    main thread only, between any two steps. Had the main thread queued for a group and been
+    handed the lead, one raised before it handed the lead on (here: as it waits for the
+    writer's turn, where SQLite blocks in ``flock``) would leave the caller queued behind it,
+    and every later one, waiting for good. It writes alone: the exception is its own (its
+    report stored nothing and was never acknowledged) and the group commit goes on."""
+    storage = _storage(database)
+    live, _ = storage.insert_campaign(campaign_from_spec(campaign_spec("live")))
+    ids = [bytes([i]) * 16 for i in range(1, 4)]
+    original_turn = storage._writer_turn
+
+    def turn() -> Any:
+        if threading.current_thread() is threading.main_thread():
+            raise KeyboardInterrupt  # Ctrl-C, while the main thread waits for its turn
+        return original_turn()
+
+    monkeypatch.setattr(storage, "_writer_turn", turn)
+    entered, release, main_done = threading.Event(), threading.Event(), threading.Event()
+
+    def hold(conn: Any) -> None:
+        del conn
+        entered.set()
+        assert release.wait(timeout=30)
+
+    leader = threading.Thread(target=storage.grouped_write, args=(hold,), daemon=True)
+    leader.start()
+    assert entered.wait(timeout=30)  # leading its group, taken off the queue
     outcomes: dict[bytes, Any] = {}
-    follower: list[threading.Thread] = []
 
-    def interrupted_wait(predicate: Callable[[], bool], timeout: float) -> bool:
-        # While "waiting", a follower queues behind; then the signal's exception arrives.
-        del predicate, timeout
-        storage._group_mutex.release()
-        try:
-            follower.append(_append_in_thread(
-                storage, live, StoredReport(ids[3], BUCKET, "4"), outcomes))
-            deadline = time.monotonic() + 30
-            while len(storage._group_queue) < 2 and time.monotonic() < deadline:
-                time.sleep(0.001)
-        finally:
-            storage._group_mutex.acquire()
-        raise KeyboardInterrupt
+    def queue_a_follower_then_release() -> None:
+        # Behind the main thread's call, had it queued; then the lead goes on.
+        deadline = time.monotonic() + 30
+        while not (storage._group_queue or main_done.is_set()) \
+                and time.monotonic() < deadline:
+            time.sleep(0.001)
+        queued = len(storage._group_queue)
+        follower = _append_in_thread(storage, live.id, StoredReport(ids[1], BUCKET, "2"),
+                                     outcomes)
+        while len(storage._group_queue) <= queued and time.monotonic() < deadline:
+            time.sleep(0.001)
+        release.set()
+        follower.join(timeout=30)
 
-    monkeypatch.setattr(storage._group_grew, "wait_for", interrupted_wait)
+    helper = threading.Thread(target=queue_a_follower_then_release, daemon=True)
+    helper.start()
     with pytest.raises(KeyboardInterrupt):
-        storage.grouped_append(live, StoredReport(ids[2], BUCKET, "3"))
-    follower[0].join(timeout=30)
-    assert not follower[0].is_alive() and outcomes == {ids[3]: True}
+        storage.grouped_append(live.id, StoredReport(ids[0], BUCKET, "1"))
+    main_done.set()
+    helper.join(timeout=60)
+    leader.join(timeout=30)
+    assert outcomes == {ids[1]: True}  # the follower's report was committed
     assert not storage._group_leader and not storage._group_queue
-    # The interrupted caller's report was committed too (never acknowledged: a retry of
-    # it is answered as stored).
-    assert [r for _, r, _ in _rows(database)] == ids[:4]
+    assert [r for _, r, _ in _rows(database)] == [ids[1]]
+    # The lead is free: the next writer, off the main thread, commits at once.
+    assert _off_main(lambda: storage.grouped_append(
+        live.id, StoredReport(ids[2], BUCKET, "3"))) is True
 
 
 @pytest.mark.postgresql_only
@@ -365,7 +418,8 @@ def test_single_reports_whose_statement_fails_commit_nothing_and_the_next_go_thr
     assert all(isinstance(outcome, Exception) for outcome in outcomes), outcomes
     assert _rows(database) == []
     monkeypatch.setattr(storage, "_append_together", original)
-    assert storage.grouped_append(live.id, StoredReport(bytes(16), BUCKET, "3")) is True
+    assert _off_main(lambda: storage.grouped_append(
+        live.id, StoredReport(bytes(16), BUCKET, "3"))) is True
     assert _rows(database) == [(live.id, bytes(16), "3")]
 
 

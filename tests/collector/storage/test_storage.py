@@ -362,6 +362,27 @@ def test_a_write_commits_when_its_block_ends_and_rolls_back_on_an_exception(
     assert store.fold_status().unfolded == 2
 
 
+def test_a_write_whose_commit_is_refused_stores_nothing_and_the_next_one_goes_through(
+        store: Storage, campaign: StoredCampaign) -> None:
+    # A deferred foreign key is checked at COMMIT, which refuses it. SQLite then keeps the
+    # transaction open: left so, this thread's next write failed to begin.
+    with store.write() as conn:
+        conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        conn.execute("CREATE TABLE child (parent_id INTEGER REFERENCES parent (id) "
+                     "DEFERRABLE INITIALLY DEFERRED)")
+
+    def refused() -> None:
+        with store.write() as conn:
+            store.insert_reports(conn, campaign.id, _reports(2))
+            conn.execute("INSERT INTO child VALUES (1)")  # no parent 1
+
+    with pytest.raises(Exception, match=r"(?i)foreign key"):
+        refused()
+    assert store.fold_status().unfolded == 0
+    _append(store, campaign.id, _reports(2))
+    assert store.fold_status().unfolded == 2
+
+
 def test_grouped_writes_all_commit_and_a_failing_one_rolls_back_alone(
         store: Storage, campaign: StoredCampaign) -> None:
     errors: list[BaseException] = []
