@@ -323,9 +323,13 @@ class SQLStorage(Storage, Generic[ConnT]):
             # work's result as if it had committed.
             for item in group:
                 item.result, item.error = None, item.error or error
-            with contextlib.suppress(Exception):
+            try:
                 if conn is not None and conn.in_transaction:
                     conn.execute("ROLLBACK")
+            except Exception:
+                # Left open, the transaction would fail this thread's next BEGIN: it dies
+                # with the connection instead (the next ``connect`` opens a fresh one).
+                self.close()
             if not isinstance(error, Exception):
                 raise
         else:

@@ -346,6 +346,10 @@ class _WriterLock:
     def close(self) -> None:
         self._finalizer()
 
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
 
 class SQLiteStorage(SQLStorage[sqlite3.Connection]):
     """One SQLite database; a connection per thread, opened lazily."""
@@ -438,7 +442,11 @@ class SQLiteStorage(SQLStorage[sqlite3.Connection]):
         try:
             yield
         finally:
-            fcntl.flock(lock.fd, fcntl.LOCK_UN)
+            # A transaction that could not be ended closes the thread's connection and its
+            # lock file with it (``close``), which gave the turn back; its descriptor number
+            # may be another file's by now.
+            if not lock.closed:
+                fcntl.flock(lock.fd, fcntl.LOCK_UN)
 
     def _begin_write(self, conn: sqlite3.Connection) -> None:
         # IMMEDIATE: take the write lock at once, so writers queue instead of failing later.

@@ -139,6 +139,83 @@ def test_a_failed_commit_fails_every_writer_in_the_group(storage: SQLiteStorage)
     assert _count(storage.path) == 2
 
 
+def _failing(storage: SQLiteStorage, monkeypatch: pytest.MonkeyPatch,
+             *statements: str) -> list[str]:
+    """Make each of ``statements`` fail once ("disk I/O error") on this storage's
+    connections; the list of those that have not failed yet."""
+    failures = list(statements)
+    original = storage.connect
+
+    class Failing:
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self.conn = conn
+
+        def execute(self, sql: str, *args: Any) -> Any:
+            if sql in failures:
+                failures.remove(sql)
+                raise sqlite3.OperationalError("disk I/O error")
+            return self.conn.execute(sql, *args)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.conn, name)
+
+    monkeypatch.setattr(storage, "connect", lambda: Failing(original()))
+    return failures
+
+
+def test_a_write_whose_rollback_fails_raises_its_own_error_and_the_next_one_goes_through(
+        storage: SQLiteStorage, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The work fails, then the ROLLBACK too: the connection and its lock file are closed
+    (which gives the writer's turn back), the work's error is the one raised (giving the
+    turn back on a closed descriptor raised EBADF in its place), and the next write opens a
+    fresh connection."""
+    failures = _failing(storage, monkeypatch, "ROLLBACK")
+
+    def failing_write() -> None:
+        with storage.write() as conn:
+            conn.execute("INSERT INTO t VALUES (1, 1)")
+            raise RuntimeError("the work's own error")
+
+    with pytest.raises(RuntimeError, match="the work's own"):
+        failing_write()
+    assert not failures
+    assert _lock_is_free(storage.path + "-writer.lock")
+    with storage.write() as conn:
+        conn.execute("INSERT INTO t VALUES (2, 2)")
+    assert _count(storage.path) == 1
+
+
+def test_a_group_whose_rollback_fails_too_leaves_its_thread_able_to_write(
+        storage: SQLiteStorage, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The COMMIT is refused and the ROLLBACK after it fails as well (a disk that has gone):
+    the connection, still in its transaction, is closed, so the thread's next group begins
+    on a fresh one instead of failing ("cannot start a transaction within a transaction")."""
+    failures = _failing(storage, monkeypatch, "ROLLBACK")
+
+    def refused(conn: Any) -> None:
+        conn.execute("INSERT INTO t VALUES (3, 3)")
+        conn.execute("PRAGMA defer_foreign_keys=ON")  # COMMIT refuses what follows
+        conn.execute("INSERT INTO reports (campaign_id, report_id, time, payload) "
+                     "VALUES (999, x'00', 0, '1')")
+
+    outcomes: list[Any] = []
+
+    def writer() -> None:  # both writes in one thread (not the main one, which writes alone)
+        for work in (refused, lambda conn: conn.execute("INSERT INTO t VALUES (4, 4)")):
+            try:
+                outcomes.append(storage.grouped_write(work))
+            except Exception as error:
+                outcomes.append(error)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    thread.join(timeout=30)
+    assert not failures  # the ROLLBACK was tried, and failed
+    assert isinstance(outcomes[0], sqlite3.IntegrityError)
+    assert not isinstance(outcomes[1], Exception), outcomes[1]
+    assert _count(storage.path) == 1
+
+
 def _lock_is_free(path: str) -> bool:
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
     try:
