@@ -59,5 +59,5 @@ def seed_folded(storage: Storage, stored: StoredCampaign, *, buckets: int = 3,
         counts = np.bincount(draws, minlength=len(WORDS))
         truths.append({word: int(c) / per_bucket for word, c in zip(WORDS, counts,
                                                                    strict=True)})
-    assert storage.commit_fold(0, 0, partials, NOW)
+    assert storage.commit_fold(0, 0, partials, NOW, moves=storage.fold_status().moves)
     return truths

@@ -142,7 +142,8 @@ def fold_on_cluster(storage: Storage, client: Client, *, task_reports: int = TAS
     args = [(_for_workers(storage.path), a, b) for a, b in _ranges(expected, through,
                                                                     task_reports)]
     partials: Partials = _run(client, map_range, args, progress)
-    if not storage.commit_fold(expected, through, partials, clock(), step):
+    if not storage.commit_fold(expected, through, partials, clock(), step,
+                               moves=status.moves):
         return None
     step("commit")
     return sum(count for count, _ in partials.values())

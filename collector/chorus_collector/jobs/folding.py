@@ -107,7 +107,8 @@ def fold_once(storage: Storage, *, limit: int = FOLD_CHUNK, clock: Callable[[], 
         return 0
     step("map")
     partials = map_groups(storage, chunk.groups)
-    if not storage.commit_fold(chunk.watermark, chunk.through, partials, clock(), step):
+    if not storage.commit_fold(chunk.watermark, chunk.through, partials, clock(), step,
+                               moves=chunk.moves):
         return None
     step("commit")
     folded({group.campaign_id for group in chunk.groups})

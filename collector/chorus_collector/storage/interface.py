@@ -287,10 +287,12 @@ class Storage(ABC):
     @abstractmethod
     def commit_fold(self, expected: int, through: int,
                     partials: Mapping[tuple[int, int], tuple[int, np.ndarray]], now: float,
-                    step: Callable[[str], None] = lambda _: None) -> bool:
+                    step: Callable[[str], None] = lambda _: None, *, moves: int) -> bool:
         """Add partial statistics per (campaign id, time bucket) and move the watermark from
         ``expected`` to ``through``, in one transaction. Returns False, changing nothing, if
-        the watermark is no longer ``expected`` (another fold got there first).
+        the watermark is no longer ``expected`` or has moved since it was read (``moves``,
+        from the ``FoldChunk`` or ``FoldStatus`` read with it: another fold got there
+        first, or gc brought the watermark's value back).
 
         ``step`` is called between the steps (fault injection in the tests)."""
 

@@ -246,6 +246,11 @@ MIGRATIONS: list[tuple[str, list[str]]] = [
         """CREATE INDEX reports_by_seq ON reports USING brin (seq int8_minmax_multi_ops)
            WITH (pages_per_range = 32, autosummarize = on)""",
     ]),
+    # As SQLite's m011: the fold's compare-and-set also on how many times the watermark
+    # moved (PostgreSQL never lowers it, but the engines share the fold's SQL).
+    ("p010_watermark_moves", [
+        "ALTER TABLE fold_state ADD COLUMN moves BIGINT NOT NULL DEFAULT 0",
+    ]),
 ]
 
 

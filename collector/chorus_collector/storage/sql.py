@@ -274,11 +274,13 @@ class SQLStorage(Storage, Generic[ConnT]):
 
     def _commit_group(self, group: list[_GroupItem]) -> None:
         conn: ConnT | None = None
-        turn = self._writer_turn()
-        turn.__enter__()  # left in the finally clause, before the next leader is woken
+        turn, in_turn = self._writer_turn(), False
         try:
-            # Inside: a database that cannot be reached fails the group, and the next
-            # leader is still woken (ingest may make no query before its append).
+            # Inside: a turn that cannot be taken (SQLite's lock file cannot be opened) or a
+            # database that cannot be reached fails the group, and the next leader is still
+            # woken (ingest may make no query before its append).
+            turn.__enter__()
+            in_turn = True  # left in the finally clause, before the next leader is woken
             conn = self.connect()
             self._begin_write(conn)
             appends = [item for item in group if item.append is not None]
@@ -313,9 +315,8 @@ class SQLStorage(Storage, Generic[ConnT]):
                         item.result = item.work(conn)
                         conn.execute(f"RELEASE w{number}")
                     except Exception as error:  # this caller's problem only
-                        conn.execute(f"ROLLBACK TO w{number}")
-                        conn.execute(f"RELEASE w{number}")
                         item.error = error
+                        self._undo_savepoint(conn, f"w{number}", error)
                 conn.execute("COMMIT")
         except BaseException as error:  # BEGIN or COMMIT failed: nothing here is durable
             # Every caller gets the error before anything else can fail: a ROLLBACK on a
@@ -335,7 +336,8 @@ class SQLStorage(Storage, Generic[ConnT]):
         else:
             self.outage.up()
         finally:
-            turn.__exit__(None, None, None)
+            if in_turn:
+                turn.__exit__(None, None, None)
             with self._group_mutex:
                 if self._group_queue:  # hand over to the next waiting caller
                     self._group_queue[0].wake.set()
@@ -371,13 +373,25 @@ class SQLStorage(Storage, Generic[ConnT]):
             outcomes = self._append_together(
                 conn, [item.append for item in together])  # type: ignore[misc]
         except Exception as error:
-            conn.execute("ROLLBACK TO appends")
-            conn.execute("RELEASE appends")
             for item in together:
                 item.error = error
+            self._undo_savepoint(conn, "appends", error)
             return
         conn.execute("RELEASE appends")
         self._give_outcomes(together, outcomes)
+
+    @staticmethod
+    def _undo_savepoint(conn: ConnT, name: str, error: Exception) -> None:
+        """Roll back to savepoint ``name`` after ``error``. Where the error took the whole
+        transaction with it (SQLite rolls all of it back on a full disk; PostgreSQL's
+        connection dropped), the savepoint is gone too: ``error`` is then the whole group's,
+        raised, rather than the secondary "no such savepoint" that is no outage (a 500 in
+        place of a 503)."""
+        try:
+            conn.execute(f"ROLLBACK TO {name}")
+            conn.execute(f"RELEASE {name}")
+        except Exception:
+            raise error from None
 
     @staticmethod
     def _give_outcomes(together: list[_GroupItem], outcomes: list[bool | None]) -> None:
@@ -570,12 +584,13 @@ class SQLStorage(Storage, Generic[ConnT]):
         conn = self.connect()
         self._begin_read(conn)
         try:
-            watermark = conn.execute("SELECT seq FROM fold_state WHERE id = 1").fetchone()[0]
+            watermark, moves = conn.execute(
+                "SELECT seq, moves FROM fold_state WHERE id = 1").fetchone()
             through, count = self._seq_page(conn, watermark, horizon, limit) or (watermark, 0)
             groups = [] if not count else self._payload_groups(conn, watermark, through)
         finally:
             conn.execute("COMMIT")
-        return FoldChunk(int(watermark), int(through), int(count), groups)
+        return FoldChunk(int(watermark), int(through), int(count), groups, int(moves))
 
     def _seq_page(self, conn: ConnT, after: int, through: int | None, limit: int,
                   campaign_id: int | None = None) -> tuple[int, int] | None:
@@ -647,14 +662,16 @@ class SQLStorage(Storage, Generic[ConnT]):
 
     def commit_fold(self, expected: int, through: int,
                     partials: Mapping[tuple[int, int], tuple[int, np.ndarray]], now: float,
-                    step: Callable[[str], None] = lambda _: None) -> bool:
+                    step: Callable[[str], None] = lambda _: None, *, moves: int) -> bool:
         with self.write() as conn:
             step("begin")
             # Compare-and-set first: the row lock it takes serializes folds on any engine,
-            # and a fold that lost the race changes nothing.
+            # and a fold that lost the race changes nothing. On the count of moves too, as
+            # gc can bring the watermark's value back (SQLite's _WATERMARK_TO_TOP).
             moved = conn.execute(
-                "UPDATE fold_state SET seq = ?, folded_at = ? WHERE id = 1 AND seq = ?",
-                (through, now, expected)).rowcount
+                "UPDATE fold_state SET seq = ?, folded_at = ?, moves = moves + 1 "
+                "WHERE id = 1 AND seq = ? AND moves = ?",
+                (through, now, expected, moves)).rowcount
             if moved != 1:
                 return False
             for (campaign_id, time), (count, state) in partials.items():
@@ -684,9 +701,9 @@ class SQLStorage(Storage, Generic[ConnT]):
 
     def fold_status(self) -> FoldStatus:
         row = self.connect().execute(
-            "SELECT seq, folded_at, (SELECT count(*) FROM reports WHERE seq > fold_state.seq) "
-            "FROM fold_state WHERE id = 1").fetchone()
-        return FoldStatus(watermark=row[0], folded_at=row[1], unfolded=row[2])
+            "SELECT seq, folded_at, (SELECT count(*) FROM reports WHERE seq > fold_state.seq), "
+            "moves FROM fold_state WHERE id = 1").fetchone()
+        return FoldStatus(watermark=row[0], folded_at=row[1], unfolded=row[2], moves=row[3])
 
     # -- reads of statistics ------------------------------------------------------------------
 

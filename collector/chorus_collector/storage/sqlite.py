@@ -212,7 +212,9 @@ def m007_lean_reports(db: sqlite_utils.Database) -> None:
                "SELECT seq, campaign_id, report_id, time, payload FROM reports ORDER BY seq")
     db.execute("DROP TABLE reports")  # its time index and its sqlite_sequence row with it
     db.execute("ALTER TABLE reports_m007 RENAME TO reports")
-    db.execute(_WATERMARK_TO_TOP)
+    # The watermark to the highest seq left, as _WATERMARK_TO_TOP (before m011's moves).
+    db.execute("UPDATE fold_state SET seq = (SELECT coalesce(max(seq), 0) FROM reports) "
+               "WHERE id = 1 AND seq > (SELECT coalesce(max(seq), 0) FROM reports)")
 
 
 @migrations()
@@ -305,9 +307,21 @@ def m010_saved_work(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX board_panels_by_board ON board_panels (board_id)")
 
 
+@migrations()
+def m011_watermark_moves(db: sqlite_utils.Database) -> None:
+    # How many times the watermark has moved, for the fold's compare-and-set: gc lowers the
+    # watermark to the highest seq left after deleting the newest reports (_WATERMARK_TO_TOP),
+    # so its value alone can come back to one a stalled fold read, which then committed over
+    # a fold of the same reports (counted twice; the next appends, seqs at or below the
+    # watermark it set, never folded).
+    db.execute("ALTER TABLE fold_state ADD COLUMN moves INTEGER NOT NULL DEFAULT 0")
+
+
 #: The watermark down to the highest seq stored, if it is above: the next seq (one more than
 #: the highest) then lands above it. Only after the newest reports were deleted, all folded.
-_WATERMARK_TO_TOP = ("UPDATE fold_state SET seq = (SELECT coalesce(max(seq), 0) FROM reports) "
+#: A move as a fold's is (``moves``): a fold that read the watermark before cannot commit.
+_WATERMARK_TO_TOP = ("UPDATE fold_state SET seq = (SELECT coalesce(max(seq), 0) FROM reports), "
+                     "moves = moves + 1 "
                      "WHERE id = 1 AND seq > (SELECT coalesce(max(seq), 0) FROM reports)")
 
 

@@ -72,6 +72,7 @@ class FoldStatus:
     watermark: int  # the last folded report's seq
     folded_at: float | None  # when a fold last moved the watermark (None: never)
     unfolded: int  # reports appended past the watermark
+    moves: int = 0  # how many times the watermark has moved (``commit_fold``'s check)
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,8 @@ class FoldChunk(NamedTuple):
     through: int
     reports: int
     groups: list[PayloadGroup]
+    #: How many times the watermark had moved when it was read (``commit_fold``'s check).
+    moves: int = 0
 
 
 class TailPage(NamedTuple):

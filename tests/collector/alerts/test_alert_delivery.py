@@ -36,7 +36,7 @@ def planted(storage: Storage, stored: StoredCampaign, before: Sequence[float],
         values = rng.choice(len(distribution), size=n, p=distribution)
         partials[(stored.id, time)] = (n, estimator.map(mechanism, simulate(mechanism, values,
                                                                             rng)))
-    assert storage.commit_fold(0, 0, partials, NOW)
+    assert storage.commit_fold(0, 0, partials, NOW, moves=storage.fold_status().moves)
 
 
 @pytest.fixture

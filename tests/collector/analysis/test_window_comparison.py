@@ -50,7 +50,7 @@ def _store(storage: Storage, stored: StoredCampaign,
         inputs = rng.choice(len(distribution), size=n, p=distribution)
         partials[(stored.id, time)] = (n, estimator.map(mechanism, simulate(mechanism, inputs,
                                                                            rng)))
-    assert storage.commit_fold(0, 0, partials, NOW)
+    assert storage.commit_fold(0, 0, partials, NOW, moves=storage.fold_status().moves)
 
 
 @pytest.fixture
@@ -154,7 +154,7 @@ def test_a_mean_campaign_compares_its_mean(http: FlaskClient, app: Flask,
         inputs = np.clip(rng.normal(centre, 0.1, 5000), -1, 1)
         partials[(stored.id, T0 + hour * HOUR)] = (5000, estimator_for("duchi").map(
             mechanism, simulate(mechanism, inputs, rng)))
-    assert storage.commit_fold(0, 0, partials, NOW)
+    assert storage.commit_fold(0, 0, partials, NOW, moves=storage.fold_status().moves)
     reply = http.post("/v1/campaigns/latency/compare", headers=ANALYST_HEADERS,
                       json={"baseline_end": T0 + HOUR, "start": T0 + HOUR, "alpha": 0.01})
     assert reply.status_code == 200, reply.get_json()

@@ -188,7 +188,7 @@ def test_racing_folders_never_count_a_report_twice(filled: str,
     assert fold_once(storage, limit=30) == 30
     # A fold that read the same reports loses the race: its commit changes nothing.
     assert storage.commit_fold(chunk.watermark, chunk.through, {(1, chunk.groups[0].time): (
-        30, np.ones(3, dtype=np.int64))}, now=0.0) is False
+        30, np.ones(3, dtype=np.int64))}, now=0.0, moves=chunk.moves) is False
     results: list[int] = []
 
     def worker() -> None:

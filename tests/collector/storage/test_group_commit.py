@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +215,81 @@ def test_a_group_whose_rollback_fails_too_leaves_its_thread_able_to_write(
     assert isinstance(outcomes[0], sqlite3.IntegrityError)
     assert not isinstance(outcomes[1], Exception), outcomes[1]
     assert _count(storage.path) == 1
+
+
+def _write_in_thread(storage: SQLiteStorage, work: Any, outcomes: dict[str, Any],
+                     name: str) -> threading.Thread:
+    """``storage.grouped_write(work)`` in a thread (the main thread writes alone); its
+    outcome ("ok" or the exception) in ``outcomes[name]``."""
+    def run() -> None:
+        try:
+            storage.grouped_write(work)
+            outcomes[name] = "ok"
+        except BaseException as error:
+            outcomes[name] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_turn_that_cannot_be_taken_fails_its_group_and_hands_the_lead_on(
+        storage: SQLiteStorage) -> None:
+    """The lock file cannot be opened (a directory stands in for a full descriptor table or
+    a permission): the group fails with that error, and the lead is not left held, or every
+    later writer of the process would wait for good."""
+    storage.close()  # this thread's lock file: the writer threads open their own
+    lock = Path(storage.path + "-writer.lock")
+    lock.unlink()
+    lock.mkdir()
+    outcomes: dict[str, Any] = {}
+    _write_in_thread(storage, lambda conn: conn.execute("INSERT INTO t VALUES (1, 1)"),
+                     outcomes, "refused").join(timeout=30)
+    assert isinstance(outcomes["refused"], IsADirectoryError)
+    assert not storage._group_leader
+    lock.rmdir()  # the cause gone, the next writer goes through
+    _write_in_thread(storage, lambda conn: conn.execute("INSERT INTO t VALUES (2, 2)"),
+                     outcomes, "next").join(timeout=30)
+    assert outcomes["next"] == "ok" and _count(storage.path) == 1
+
+
+def test_a_full_disk_in_one_callers_work_is_every_callers_outage(
+        storage: SQLiteStorage) -> None:
+    """SQLite rolls the whole transaction back on a full disk (``max_page_count`` stands in
+    for one), savepoints and all: each caller of the group gets the disk's error, an outage
+    (503, retried), not the secondary "no such savepoint" (a 500)."""
+    go = threading.Event()
+    outcomes: dict[str, Any] = {}
+
+    def holds_the_lead(conn: Any) -> None:
+        assert go.wait(timeout=30)
+        conn.execute("INSERT INTO t VALUES (0, 0)")
+
+    def fills_the_disk(conn: Any) -> None:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages + 2}")
+        conn.execute("INSERT INTO t VALUES (?, 2)", (b"x" * 200_000,))
+
+    threads = [_write_in_thread(storage, holds_the_lead, outcomes, "leader")]
+    deadline = time.monotonic() + 30
+    while not storage._group_leader and time.monotonic() < deadline:
+        time.sleep(0.001)
+    threads.append(_write_in_thread(
+        storage, lambda conn: conn.execute("INSERT INTO t VALUES (1, 1)"), outcomes, "plain"))
+    while len(storage._group_queue) < 1 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    threads.append(_write_in_thread(storage, fills_the_disk, outcomes, "filler"))
+    while len(storage._group_queue) < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    go.set()  # the plain writer and the filler run as the next group
+    for thread in threads:
+        thread.join(timeout=30)
+    assert outcomes["leader"] == "ok"
+    for name in ("plain", "filler"):
+        error = outcomes[name]
+        assert isinstance(error, sqlite3.OperationalError), (name, error)
+        assert "full" in str(error) and storage._is_outage(error), (name, error)
+    assert _count(storage.path) == 1  # the leader's own group's row only
 
 
 def _lock_is_free(path: str) -> bool:

@@ -175,7 +175,8 @@ def test_pages_of_the_append_order_cross_gaps_wider_than_a_page(postgres: Any) -
     chunks = []
     while (chunk := storage.unfolded(3)).reports:
         chunks.append(chunk.reports)
-        assert storage.commit_fold(chunk.watermark, chunk.through, {}, NOW)
+        assert storage.commit_fold(chunk.watermark, chunk.through, {}, NOW,
+                                      moves=chunk.moves)
     assert chunks == [3] * 16 + [2]
     assert storage.fold_status().watermark == 1045
     assert [row[0] for row in storage.report_range(0, 1045, campaign_id, limit=4)] == [1, 2, 3, 4]

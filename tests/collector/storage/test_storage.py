@@ -77,7 +77,8 @@ def _fold_all(store: Storage, now: float = 1.0) -> int:
     chunk = store.unfolded(10_000)
     partials = {(g.campaign_id, g.time): (g.reports, np.array([g.reports], dtype=np.int64))
                 for g in chunk.groups}
-    assert store.commit_fold(chunk.watermark, chunk.through, partials, now)
+    assert store.commit_fold(chunk.watermark, chunk.through, partials, now,
+                             moves=chunk.moves)
     return chunk.reports
 
 
@@ -454,10 +455,37 @@ def test_a_fold_from_a_stale_watermark_changes_nothing(store: Storage,
     _append(store, campaign.id, _reports(3))
     chunk = store.unfolded(10)
     partials = {(campaign.id, HOUR): (3, np.array([3], dtype=np.int64))}
-    assert store.commit_fold(chunk.watermark, chunk.through, partials, 1.0)
-    assert not store.commit_fold(chunk.watermark, chunk.through, partials, 2.0)
+    assert store.commit_fold(chunk.watermark, chunk.through, partials, 1.0,
+                             moves=chunk.moves)
+    assert not store.commit_fold(chunk.watermark, chunk.through, partials, 2.0,
+                                 moves=chunk.moves)
     assert store.folded_statistics(campaign.id).buckets[0][1] == 3
     assert store.fold_status().folded_at == 1.0
+
+
+def test_a_stalled_fold_cannot_commit_after_gc_brought_the_watermark_back(
+        store: Storage, campaign: StoredCampaign) -> None:
+    """Fold X reads seqs 2–3 and stalls; fold Y folds them; gc drops them, expired, and on
+    SQLite (whose next seq is one more than the highest left) lowers the watermark back to
+    1, the value X read. X's commit must still fail: it counted 2–3 twice, and the next
+    report, at a seq under the watermark it set, was never folded."""
+    now = 10 * EXPIRY
+    _append(store, campaign.id, _reports(1, time=now // HOUR * HOUR))  # seq 1, fresh
+    _fold_all(store)
+    _append(store, campaign.id, _reports(2, time=HOUR, first=1))  # seqs 2 and 3, expired
+    stalled = store.unfolded(10)
+    partials = {(campaign.id, HOUR): (2, np.array([2], dtype=np.int64))}
+    assert _fold_all(store) == 2  # fold Y
+    assert store.drop_expired(now, margin=0) == 2
+    assert not store.commit_fold(stalled.watermark, stalled.through, partials, 3.0,
+                                 moves=stalled.moves)
+    folded = store.folded_statistics(campaign.id)
+    assert [(t, n) for t, n, _ in folded.buckets if t == HOUR] == [(HOUR, 2)]
+    assert folded.retired == {HOUR: 2}
+    _append(store, campaign.id, _reports(1, time=now // HOUR * HOUR, first=3))
+    assert store.fold_status().unfolded == 1  # past the watermark, to be folded
+    assert _fold_all(store) == 1
+    assert sum(store.report_counts()[campaign.id].values()) == 4
 
 
 def test_a_fold_that_fails_midway_leaves_statistics_and_watermark_as_they_were(
@@ -471,7 +499,8 @@ def test_a_fold_that_fails_midway_leaves_statistics_and_watermark_as_they_were(
 
     with pytest.raises(RuntimeError):
         store.commit_fold(chunk.watermark, chunk.through,
-                          {(campaign.id, HOUR): (3, np.array([3]))}, 1.0, step=crash)
+                          {(campaign.id, HOUR): (3, np.array([3]))}, 1.0, step=crash,
+                          moves=chunk.moves)
     assert store.fold_status().watermark == 0 and store.folded_statistics(campaign.id).buckets == []
 
 
