@@ -164,13 +164,19 @@ class SQLStorage(Storage, Generic[ConnT]):
                 # transaction open, as SQLite does: rolled back here, or this thread's next
                 # write would fail to begin ("cannot start a transaction within a
                 # transaction"). PostgreSQL has ended it already.
-                try:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                except Exception:
-                    self.close()  # the transaction dies with the connection
+                self._abandon(conn)
                 raise
         self.outage.up()
+
+    def _abandon(self, conn: ConnT) -> None:
+        """End a failed transaction: rolled back if it is still open, and if even that fails,
+        closed with the connection (left open, it would fail this thread's next BEGIN; the
+        next ``connect`` opens a fresh one)."""
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except Exception:
+            self.close()
 
     def grouped_write(self, work: Callable[[ConnT], T]) -> T:
         """Run ``work(conn)`` in a write transaction shared with concurrent callers.
@@ -324,13 +330,8 @@ class SQLStorage(Storage, Generic[ConnT]):
             # work's result as if it had committed.
             for item in group:
                 item.result, item.error = None, item.error or error
-            try:
-                if conn is not None and conn.in_transaction:
-                    conn.execute("ROLLBACK")
-            except Exception:
-                # Left open, the transaction would fail this thread's next BEGIN: it dies
-                # with the connection instead (the next ``connect`` opens a fresh one).
-                self.close()
+            if conn is not None:
+                self._abandon(conn)
             if not isinstance(error, Exception):
                 raise
         else:

@@ -72,7 +72,7 @@ class FoldStatus:
     watermark: int  # the last folded report's seq
     folded_at: float | None  # when a fold last moved the watermark (None: never)
     unfolded: int  # reports appended past the watermark
-    moves: int = 0  # how many times the watermark has moved (``commit_fold``'s check)
+    moves: int  # how many times the watermark has moved (``commit_fold``'s check)
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class FoldChunk(NamedTuple):
     reports: int
     groups: list[PayloadGroup]
     #: How many times the watermark had moved when it was read (``commit_fold``'s check).
-    moves: int = 0
+    moves: int
 
 
 class TailPage(NamedTuple):
